@@ -1,0 +1,792 @@
+//! Penchant's embedded store: the Bigtable data model of `penchant-store` on RocksDB.
+//!
+//! One RocksDB instance holds every table in its `data` column family, one RocksDB key per cell
+//! (see [`keys`] for the layout); table metadata lives in the `meta` column family.
+//!
+//! * **Atomicity**: a row mutation is one `WriteBatch`. Writers to a row (mutations,
+//!   check-and-mutate, read-modify-write) hold that row's lock stripe, so conditional and
+//!   read-modify-write operations are atomic against every other write to the row.
+//! * **Durability**: with `sync_writes` (the default) a write is acknowledged only once the WAL is
+//!   fsynced; RocksDB groups concurrent writers into one fsync (group commit), so throughput grows
+//!   with concurrency. Without it the WAL is still written before the acknowledgement (a process
+//!   crash loses nothing) but not fsynced (an OS crash or power loss may lose the last writes).
+//! * **Garbage collection**: reads hide expired cells; a compaction filter ([`gc`]) reclaims them,
+//!   and periodic compaction makes sure every file is revisited.
+
+mod gc;
+pub mod keys;
+mod schema;
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use penchant_store::validate::{self, now_micros, resolve_timestamp};
+use penchant_store::{
+    Cell, CompiledFilter, FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule,
+    ReadRows, Result, Row, RowFilter, RowMutation, RowRange, RowStream, Store, StoreError,
+    TableSchema, prefix_successor,
+};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType,
+    Options, ReadOptions, WriteBatch, WriteOptions,
+};
+use tokio::sync::mpsc;
+
+use crate::schema::{Catalog, Table, TableMeta};
+
+const DATA_CF: &str = "data";
+const META_CF: &str = "meta";
+const TABLE_META_PREFIX: &[u8] = b"table/";
+const NEXT_TABLE_ID_KEY: &[u8] = b"next_table_id";
+/// Rows a streaming read buffers ahead of its consumer.
+const STREAM_BUFFER_ROWS: usize = 256;
+const LOCK_STRIPES: usize = 4096;
+
+/// Options of the embedded store.
+#[derive(Debug, Clone)]
+pub struct RocksOptions {
+    /// Fsync the WAL before acknowledging a write (survives power loss). Default: true.
+    pub sync_writes: bool,
+    /// Bytes of block cache. Default: 256 MiB.
+    pub block_cache_bytes: usize,
+    /// Every SST file is recompacted (and garbage-collected) at least this often. Default: 1 day.
+    pub periodic_compaction_secs: u64,
+}
+
+impl Default for RocksOptions {
+    fn default() -> Self {
+        Self {
+            sync_writes: true,
+            block_cache_bytes: 256 << 20,
+            periodic_compaction_secs: 24 * 3600,
+        }
+    }
+}
+
+/// The embedded store. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct RocksStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: DB,
+    path: PathBuf,
+    catalog: Arc<RwLock<Catalog>>,
+    /// Serializes table administration.
+    admin: Mutex<()>,
+    /// Row lock stripes, by hash of (table id, row key).
+    stripes: Box<[Mutex<()>]>,
+    hasher: std::collections::hash_map::RandomState,
+    sync_writes: bool,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStore")
+            .field("path", &self.path)
+            .field("sync_writes", &self.sync_writes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend(e: rocksdb::Error) -> StoreError {
+    StoreError::Backend(e.into_string())
+}
+
+fn join_error(e: tokio::task::JoinError) -> StoreError {
+    StoreError::Backend(format!("store task failed: {e}"))
+}
+
+impl RocksStore {
+    /// Open (or create) a store in `path`.
+    pub fn open(path: impl AsRef<Path>, options: RocksOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let catalog = Arc::new(RwLock::new(Catalog::default()));
+
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(2);
+        db_opts.set_keep_log_file_num(4);
+
+        let cache = Cache::new_lru_cache(options.block_cache_bytes);
+        let mut table_opts = BlockBasedOptions::default();
+        table_opts.set_block_cache(&cache);
+        table_opts.set_bloom_filter(10.0, false);
+        table_opts.set_cache_index_and_filter_blocks(true);
+        let mut data_opts = Options::default();
+        data_opts.set_block_based_table_factory(&table_opts);
+        data_opts.set_compression_type(DBCompressionType::Lz4);
+        data_opts.set_periodic_compaction_seconds(options.periodic_compaction_secs);
+        data_opts.set_compaction_filter_factory(gc::GcFilterFactory::new(catalog.clone()));
+
+        let cfs = vec![
+            ColumnFamilyDescriptor::new(DATA_CF, data_opts),
+            ColumnFamilyDescriptor::new(META_CF, Options::default()),
+        ];
+        let db = DB::open_cf_descriptors(&db_opts, &path, cfs).map_err(backend)?;
+
+        // Load the catalog.
+        {
+            let meta = db.cf_handle(META_CF).ok_or_else(|| missing_cf(META_CF))?;
+            let mut cat = catalog.write();
+            if let Some(v) = db.get_cf(meta, NEXT_TABLE_ID_KEY).map_err(backend)? {
+                let bytes: [u8; 4] = v[..]
+                    .try_into()
+                    .map_err(|_| StoreError::Backend("corrupt next table id".into()))?;
+                cat.next_table_id = u32::from_be_bytes(bytes);
+            }
+            for item in db.prefix_iterator_cf(meta, TABLE_META_PREFIX) {
+                let (k, v) = item.map_err(backend)?;
+                if !k.starts_with(TABLE_META_PREFIX) {
+                    break;
+                }
+                let table: TableMeta = serde_json::from_slice(&v).map_err(|e| {
+                    StoreError::Backend(format!("corrupt table metadata: {e}"))
+                })?;
+                cat.by_name
+                    .insert(table.name.clone(), Arc::new(Table::new(table)));
+            }
+        }
+
+        let stripes = (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                path,
+                catalog,
+                admin: Mutex::new(()),
+                stripes,
+                hasher: Default::default(),
+                sync_writes: options.sync_writes,
+            }),
+        })
+    }
+
+    /// Where the store lives on disk.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Compact all data now, reclaiming the space of expired and deleted cells (which background
+    /// compactions otherwise do over time).
+    pub fn compact(&self) -> Result<()> {
+        let db = &self.inner.db;
+        let cf = self.inner.data_cf()?;
+        db.flush_cf(cf).map_err(backend)?;
+        db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+        Ok(())
+    }
+
+    /// How many cells (versions, expired ones included) a table physically holds: a diagnostic
+    /// for tests and operators.
+    pub fn physical_cell_count(&self, table: &str) -> Result<u64> {
+        let t = self.inner.table(table)?;
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(keys::table_end(t.meta.id));
+        let mut it = self.inner.db.raw_iterator_cf_opt(self.inner.data_cf()?, opts);
+        it.seek(keys::table_start(t.meta.id));
+        let mut n = 0;
+        while it.valid() {
+            n += 1;
+            it.next();
+        }
+        it.status().map_err(backend)?;
+        Ok(n)
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(join_error)?
+    }
+}
+
+fn missing_cf(name: &str) -> StoreError {
+    StoreError::Backend(format!("column family `{name}` is missing"))
+}
+
+impl Inner {
+    fn data_cf(&self) -> Result<&ColumnFamily> {
+        self.db.cf_handle(DATA_CF).ok_or_else(|| missing_cf(DATA_CF))
+    }
+
+    fn meta_cf(&self) -> Result<&ColumnFamily> {
+        self.db.cf_handle(META_CF).ok_or_else(|| missing_cf(META_CF))
+    }
+
+    fn table(&self, name: &str) -> Result<Arc<Table>> {
+        self.catalog.read().get(name)
+    }
+
+    fn write_opts(&self) -> WriteOptions {
+        let mut o = WriteOptions::default();
+        o.set_sync(self.sync_writes);
+        o
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.db.write_opt(batch, &self.write_opts()).map_err(backend)
+    }
+
+    fn stripe(&self, table: u32, row: &[u8]) -> usize {
+        let mut h = self.hasher.build_hasher();
+        table.hash(&mut h);
+        row.hash(&mut h);
+        (h.finish() as usize) % self.stripes.len()
+    }
+
+    /// Lock the stripes of some rows, in stripe order (so two writers never deadlock).
+    fn lock_rows<'a>(&self, table: u32, rows: impl Iterator<Item = &'a [u8]>) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = rows.map(|r| self.stripe(table, r)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Save a table's metadata (or delete it) together with other changes, atomically.
+    fn save_meta(&self, batch: &mut WriteBatch, meta: &TableMeta, delete: bool) -> Result<()> {
+        let mut key = TABLE_META_PREFIX.to_vec();
+        key.extend_from_slice(meta.name.as_bytes());
+        if delete {
+            batch.delete_cf(self.meta_cf()?, key);
+        } else {
+            let value = serde_json::to_vec(meta)
+                .map_err(|e| StoreError::Backend(format!("cannot encode table metadata: {e}")))?;
+            batch.put_cf(self.meta_cf()?, key, value);
+        }
+        Ok(())
+    }
+
+    /// Add one row's mutations to a batch.
+    fn add_mutations(
+        &self,
+        batch: &mut WriteBatch,
+        table: &Table,
+        row: &[u8],
+        mutations: &[Mutation],
+        now: i64,
+    ) -> Result<()> {
+        let cf = self.data_cf()?;
+        let rs = keys::row_start(table.meta.id, row);
+        let family_id = |f: &str| {
+            table.meta.family_id(f).ok_or_else(|| StoreError::FamilyNotFound {
+                table: table.meta.name.clone(),
+                family: f.to_owned(),
+            })
+        };
+        for m in mutations {
+            match m {
+                Mutation::SetCell {
+                    family,
+                    qualifier,
+                    timestamp,
+                    value,
+                } => {
+                    let ts = resolve_timestamp(*timestamp, now);
+                    batch.put_cf(cf, keys::cell_key(&rs, family_id(family)?, qualifier, ts), value);
+                }
+                Mutation::DeleteFromColumn {
+                    family,
+                    qualifier,
+                    range,
+                } => {
+                    let col = keys::column_prefix(&rs, family_id(family)?, qualifier);
+                    // Timestamps are stored inverted: [start, end) becomes (enc(end), enc(start)].
+                    let lo = match range.end {
+                        Some(end) => {
+                            let mut k = col.clone();
+                            k.extend_from_slice(&keys::encode_ts(end - 1));
+                            k
+                        }
+                        None => col.clone(),
+                    };
+                    match range.start {
+                        Some(start) if start > 0 => {
+                            let mut hi = col.clone();
+                            hi.extend_from_slice(&keys::encode_ts(start - 1));
+                            batch.delete_range_cf(cf, lo, hi);
+                        }
+                        _ => {
+                            let hi = prefix_successor(&col).unwrap_or_default();
+                            batch.delete_range_cf(cf, lo, hi);
+                        }
+                    }
+                }
+                Mutation::DeleteFromFamily { family } => {
+                    let start = keys::family_start(&rs, family_id(family)?);
+                    let end = prefix_successor(&start).unwrap_or_default();
+                    batch.delete_range_cf(cf, start, end);
+                }
+                Mutation::DeleteFromRow => {
+                    batch.delete_range_cf(cf, &rs, keys::row_end(table.meta.id, row));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The visible cells of one row, in the store's order.
+    fn row_cells(&self, table: &Table, row: &[u8], now: i64) -> Result<Vec<Cell>> {
+        let mut reader = RowReader::new(table, now);
+        let start = keys::row_start(table.meta.id, row);
+        let end = keys::row_end(table.meta.id, row);
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(end);
+        let mut it = self.db.raw_iterator_cf_opt(self.data_cf()?, opts);
+        it.seek(&start);
+        let mut cells = Vec::new();
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if let Some(c) = reader.decode(k, v) {
+                cells.push(c);
+            }
+            it.next();
+        }
+        it.status().map_err(backend)?;
+        Ok(reader.finish_row(cells))
+    }
+
+    /// Scan encoded key ranges in order, calling `emit` with each non-empty filtered row until
+    /// it returns false.
+    fn scan(
+        &self,
+        table: &Table,
+        ranges: Vec<(Vec<u8>, Vec<u8>)>,
+        filter: Option<&CompiledFilter>,
+        mut emit: impl FnMut(Row) -> bool,
+    ) -> Result<()> {
+        let now = now_micros();
+        let cf = self.data_cf()?;
+        let mut reader = RowReader::new(table, now);
+        for (start, end) in ranges {
+            let mut opts = ReadOptions::default();
+            opts.set_iterate_upper_bound(end);
+            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
+            it.seek(&start);
+            let mut current: Option<(Vec<u8>, Vec<Cell>)> = None;
+            loop {
+                let entry = it.key().zip(it.value());
+                let boundary = match (&current, entry) {
+                    (Some((rs, _)), Some((k, _))) => !k.starts_with(rs),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                if boundary
+                    && let Some((rs, cells)) = current.take()
+                {
+                    let cells = reader.finish_row(cells);
+                    let key = keys::decode_row(&rs).unwrap_or_default();
+                    let cells = match filter {
+                        Some(f) => f.apply(&key, cells),
+                        None => cells,
+                    };
+                    if !cells.is_empty()
+                        && !emit(Row {
+                            key: Bytes::from(key),
+                            cells,
+                        })
+                    {
+                        return Ok(());
+                    }
+                }
+                let Some((k, v)) = entry else { break };
+                if current.is_none() {
+                    let rs = keys::parse(k).map(|c| c.row_start.to_vec()).unwrap_or_default();
+                    current = Some((rs, Vec::new()));
+                }
+                if let (Some(c), Some((_, cells))) = (reader.decode(k, v), current.as_mut()) {
+                    cells.push(c);
+                }
+                it.next();
+            }
+            it.status().map_err(backend)?;
+        }
+        Ok(())
+    }
+}
+
+/// Decodes the keys of rows into cells and applies the GC rules.
+struct RowReader<'a> {
+    table: &'a Table,
+    now: i64,
+}
+
+impl<'a> RowReader<'a> {
+    fn new(table: &'a Table, now: i64) -> Self {
+        Self { table, now }
+    }
+
+    fn decode(&mut self, key: &[u8], value: &[u8]) -> Option<Cell> {
+        let parsed = keys::parse(key)?;
+        let (family, _) = self.table.by_id.get(&parsed.family)?;
+        let qualifier = keys::decode_qualifier(parsed.row_start.len(), parsed.column)?;
+        Some(Cell {
+            family: family.clone(),
+            qualifier: Bytes::from(qualifier),
+            timestamp: parsed.timestamp,
+            value: Bytes::copy_from_slice(value),
+        })
+    }
+
+    /// Order a row's cells by family name (keys order them by family id) and hide expired ones.
+    fn finish_row(&self, mut cells: Vec<Cell>) -> Vec<Cell> {
+        if cells.windows(2).any(|w| w[0].family > w[1].family) {
+            cells.sort_by(|a, b| a.family.cmp(&b.family));
+        }
+        if self.table.has_gc {
+            cells = validate::visible_cells(&self.table.schema, self.now, cells);
+        }
+        cells
+    }
+}
+
+/// The encoded key ranges a row set covers, sorted and disjoint.
+fn encoded_ranges(table: u32, request: &penchant_store::RowSet) -> Vec<(Vec<u8>, Vec<u8>)> {
+    if request.is_all() {
+        return vec![(keys::table_start(table), keys::table_end(table))];
+    }
+    let mut ranges: Vec<(Vec<u8>, Vec<u8>)> = request
+        .keys
+        .iter()
+        .map(|k| (keys::row_start(table, k), keys::row_end(table, k)))
+        .chain(request.ranges.iter().map(|r| encode_range(table, r)))
+        .filter(|(s, e)| s < e)
+        .collect();
+    ranges.sort();
+    let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(ranges.len());
+    for (s, e) in ranges {
+        match merged.last_mut() {
+            Some((_, last_end)) if s <= *last_end => {
+                if e > *last_end {
+                    *last_end = e;
+                }
+            }
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+fn encode_range(table: u32, r: &RowRange) -> (Vec<u8>, Vec<u8>) {
+    let start = match &r.start {
+        Bound::Included(k) => keys::row_prefix(table, k),
+        Bound::Excluded(k) => keys::row_end(table, k),
+        Bound::Unbounded => keys::table_start(table),
+    };
+    let end = match &r.end {
+        Bound::Included(k) => keys::row_end(table, k),
+        Bound::Excluded(k) => keys::row_prefix(table, k),
+        Bound::Unbounded => keys::table_end(table),
+    };
+    (start, end)
+}
+
+#[async_trait]
+impl Store for RocksStore {
+    async fn create_table(&self, name: &str, families: BTreeMap<String, GcRule>) -> Result<()> {
+        penchant_store::check_new_table(name, &families)?;
+        let name = name.to_owned();
+        self.blocking(move |inner| {
+            let _admin = inner.admin.lock();
+            if inner.catalog.read().by_name.contains_key(&name) {
+                return Err(StoreError::TableExists(name));
+            }
+            let id = inner.catalog.read().next_table_id;
+            if id == u32::MAX {
+                return Err(StoreError::FailedPrecondition("no table ids left".into()));
+            }
+            let meta = TableMeta::new(id, &name, families)?;
+            let mut batch = WriteBatch::default();
+            inner.save_meta(&mut batch, &meta, false)?;
+            batch.put_cf(inner.meta_cf()?, NEXT_TABLE_ID_KEY, (id + 1).to_be_bytes());
+            // Clear the id's key space, in case an older store left anything there.
+            batch.delete_range_cf(inner.data_cf()?, keys::table_start(id), keys::table_end(id));
+            inner.write(batch)?;
+            let mut cat = inner.catalog.write();
+            cat.next_table_id = id + 1;
+            cat.by_name.insert(name, Arc::new(Table::new(meta)));
+            Ok(())
+        })
+        .await
+    }
+
+    async fn modify_families(
+        &self,
+        table: &str,
+        changes: Vec<FamilyChange>,
+    ) -> Result<TableSchema> {
+        let table = table.to_owned();
+        self.blocking(move |inner| {
+            let _admin = inner.admin.lock();
+            let current = inner.table(&table)?;
+            // Validate the whole change list first, then apply it to the metadata.
+            penchant_store::change_families(&current.schema, &changes)?;
+            let mut meta = current.meta.clone();
+            for change in changes {
+                match change {
+                    FamilyChange::Create { family, gc_rule } => meta.add_family(family, gc_rule)?,
+                    FamilyChange::Update { family, gc_rule } => {
+                        if let Some(f) = meta.families.get_mut(&family) {
+                            f.gc_rule = gc_rule;
+                        }
+                    }
+                    FamilyChange::Drop { family } => {
+                        meta.families.remove(&family);
+                    }
+                }
+            }
+            let mut batch = WriteBatch::default();
+            inner.save_meta(&mut batch, &meta, false)?;
+            inner.write(batch)?;
+            let table = Arc::new(Table::new(meta));
+            inner
+                .catalog
+                .write()
+                .by_name
+                .insert(table.meta.name.clone(), table.clone());
+            Ok(table.schema.clone())
+        })
+        .await
+    }
+
+    async fn get_table(&self, table: &str) -> Result<TableSchema> {
+        Ok(self.inner.table(table)?.schema.clone())
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableSchema>> {
+        let cat = self.inner.catalog.read();
+        let mut tables: Vec<TableSchema> = cat.by_name.values().map(|t| t.schema.clone()).collect();
+        tables.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(tables)
+    }
+
+    async fn delete_table(&self, table: &str) -> Result<()> {
+        let table = table.to_owned();
+        self.blocking(move |inner| {
+            let _admin = inner.admin.lock();
+            let t = inner.table(&table)?;
+            let mut batch = WriteBatch::default();
+            inner.save_meta(&mut batch, &t.meta, true)?;
+            batch.delete_range_cf(
+                inner.data_cf()?,
+                keys::table_start(t.meta.id),
+                keys::table_end(t.meta.id),
+            );
+            inner.write(batch)?;
+            inner.catalog.write().by_name.remove(&table);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn drop_row_range(&self, table: &str, prefix: &[u8]) -> Result<()> {
+        let t = self.inner.table(table)?;
+        let prefix = prefix.to_vec();
+        self.blocking(move |inner| {
+            let id = t.meta.id;
+            let start = keys::row_prefix(id, &prefix);
+            let end = prefix_successor(&start).unwrap_or_else(|| keys::table_end(id));
+            let mut batch = WriteBatch::default();
+            batch.delete_range_cf(inner.data_cf()?, start, end);
+            inner.write(batch)
+        })
+        .await
+    }
+
+    async fn mutate_row(&self, table: &str, row_key: Bytes, mutations: Vec<Mutation>) -> Result<()> {
+        let t = self.inner.table(table)?;
+        validate::check_mutations(&t.schema, &row_key, &mutations)?;
+        self.blocking(move |inner| {
+            let mut batch = WriteBatch::default();
+            inner.add_mutations(&mut batch, &t, &row_key, &mutations, now_micros())?;
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
+            inner.write(batch)
+        })
+        .await
+    }
+
+    async fn mutate_rows(
+        &self,
+        table: &str,
+        entries: Vec<RowMutation>,
+    ) -> Result<Vec<Result<()>>> {
+        let t = self.inner.table(table)?;
+        penchant_store::check_batch_size(&entries)?;
+        self.blocking(move |inner| {
+            let now = now_micros();
+            let mut batch = WriteBatch::default();
+            let statuses: Vec<Result<()>> = entries
+                .iter()
+                .map(|e| validate::check_mutations(&t.schema, &e.row_key, &e.mutations))
+                .collect();
+            // A row that passed the checks cannot fail to encode: it goes into the batch whole.
+            for (e, _) in entries.iter().zip(&statuses).filter(|(_, s)| s.is_ok()) {
+                inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now)?;
+            }
+            let valid = entries
+                .iter()
+                .zip(&statuses)
+                .filter(|(_, s)| s.is_ok())
+                .map(|(e, _)| &e.row_key[..]);
+            let _locks = inner.lock_rows(t.meta.id, valid);
+            if !batch.is_empty() {
+                inner.write(batch)?;
+            }
+            Ok(statuses)
+        })
+        .await
+    }
+
+    async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
+        let t = self.inner.table(table)?;
+        let filter = request.filter.as_ref().map(RowFilter::compile).transpose()?;
+        let ranges = encoded_ranges(t.meta.id, &request.rows);
+        let limit = request.limit.unwrap_or(u64::MAX);
+        if limit == 0 {
+            return Ok(Box::pin(futures::stream::empty()));
+        }
+        // Point reads of a few rows: read them at once rather than through a streaming task.
+        if request.rows.ranges.is_empty() && request.rows.keys.len() <= 8 {
+            let mut rows = Vec::new();
+            self.inner.scan(&t, ranges, filter.as_ref(), |row| {
+                rows.push(Ok(row));
+                (rows.len() as u64) < limit
+            })?;
+            return Ok(Box::pin(futures::stream::iter(rows)));
+        }
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER_ROWS);
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut sent = 0u64;
+            let result = inner.scan(&t, ranges, filter.as_ref(), |row| {
+                sent += 1;
+                // Stop when the reader went away or the limit is reached.
+                tx.blocking_send(Ok(row)).is_ok() && sent < limit
+            });
+            if let Err(e) = result {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    async fn check_and_mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        predicate: Option<RowFilter>,
+        on_match: Vec<Mutation>,
+        on_no_match: Vec<Mutation>,
+    ) -> Result<bool> {
+        let t = self.inner.table(table)?;
+        penchant_store::check_conditional(&t.schema, &row_key, &on_match, &on_no_match)?;
+        let predicate = predicate.as_ref().map(RowFilter::compile).transpose()?;
+        self.blocking(move |inner| {
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
+            let now = now_micros();
+            let cells = inner.row_cells(&t, &row_key, now)?;
+            let matched = match &predicate {
+                Some(p) => p.matches(&row_key, &cells),
+                None => !cells.is_empty(),
+            };
+            let mutations = if matched { &on_match } else { &on_no_match };
+            if !mutations.is_empty() {
+                let mut batch = WriteBatch::default();
+                inner.add_mutations(&mut batch, &t, &row_key, mutations, now)?;
+                inner.write(batch)?;
+            }
+            Ok(matched)
+        })
+        .await
+    }
+
+    async fn read_modify_write_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        rules: Vec<ReadModifyWriteRule>,
+    ) -> Result<Row> {
+        let t = self.inner.table(table)?;
+        validate::check_rmw_rules(&t.schema, &row_key, &rules)?;
+        self.blocking(move |inner| {
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
+            let now = now_micros();
+            let current = inner.row_cells(&t, &row_key, now)?;
+            let cells = validate::read_modify_write(&current, &rules, now)?;
+            let mutations: Vec<Mutation> =
+                cells.iter().map(penchant_store::cell_to_mutation).collect();
+            let mut batch = WriteBatch::default();
+            inner.add_mutations(&mut batch, &t, &row_key, &mutations, now)?;
+            inner.write(batch)?;
+            Ok(Row {
+                key: row_key,
+                cells,
+            })
+        })
+        .await
+    }
+
+    async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>> {
+        let t = self.inner.table(table)?;
+        self.blocking(move |inner| {
+            let id = t.meta.id;
+            let (lo, hi) = (keys::table_start(id), keys::table_end(id));
+            let mut files: Vec<(Vec<u8>, u64)> = inner
+                .db
+                .live_files()
+                .map_err(backend)?
+                .into_iter()
+                .filter(|f| f.column_family_name == DATA_CF)
+                .filter_map(|f| {
+                    let start = f.start_key?;
+                    let end = f.end_key?;
+                    (end >= lo && start < hi).then(|| {
+                        let row = keys::row_of_key(&start)
+                            .filter(|(tid, _)| *tid == id)
+                            .map(|(_, row)| row)
+                            .unwrap_or_default();
+                        (row, f.size as u64)
+                    })
+                })
+                .collect();
+            files.sort();
+            let mut samples: Vec<KeySample> = Vec::new();
+            let mut offset = 0u64;
+            for (row, size) in files {
+                if !row.is_empty() && samples.last().is_none_or(|s| s.row_key[..] < row[..]) {
+                    samples.push(KeySample {
+                        row_key: Bytes::from(row),
+                        offset_bytes: offset,
+                    });
+                }
+                offset += size;
+            }
+            samples.push(KeySample {
+                row_key: Bytes::new(),
+                offset_bytes: offset,
+            });
+            Ok(samples)
+        })
+        .await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.blocking(|inner| {
+            inner.db.flush_wal(true).map_err(backend)?;
+            inner.db.flush_cf(inner.data_cf()?).map_err(backend)?;
+            inner.db.flush_cf(inner.meta_cf()?).map_err(backend)
+        })
+        .await
+    }
+}

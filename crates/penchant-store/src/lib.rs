@@ -1,0 +1,155 @@
+//! Penchant's storage abstraction: Cloud Bigtable's data model as a Rust trait.
+//!
+//! Every table is a sorted map `row key → column family → qualifier → timestamped cells`.
+//! [`Store`] offers the operations of Bigtable's v2 Data API (single-row atomic mutations, batched
+//! mutations, streamed reads by keys, ranges and prefixes with filters evaluated inside the store,
+//! read-modify-write, check-and-mutate, split points) and the table administration Penchant
+//! needs (tables, families, garbage-collection rules, dropping row ranges).
+//!
+//! This crate depends on no backend: backends (`penchant-store-rocksdb`, the embedded default,
+//! and the Bigtable backend) depend on it. With the `testsuite` feature it exports the
+//! [`conformance`] suite that every backend runs, and [`MemStore`], a small in-memory reference
+//! model used by property tests and by unit tests of the layers above.
+
+mod error;
+mod filter;
+mod memory;
+mod types;
+pub mod validate;
+
+#[cfg(feature = "testsuite")]
+pub mod conformance;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+
+pub use error::{Result, StoreError};
+pub use filter::{CompiledFilter, RowFilter, in_bounds};
+pub use memory::{
+    MemStore, cell_to_mutation, change_families, check_batch_size, check_conditional,
+    check_new_table,
+};
+pub use types::{
+    Cell, FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteOp, ReadModifyWriteRule,
+    ReadRows, Row, RowMutation, RowRange, RowSet, TableSchema, TimeRange, Timestamp,
+    prefix_successor,
+};
+
+/// Rows streamed in key order.
+pub type RowStream = BoxStream<'static, Result<Row>>;
+
+/// A store of Bigtable-model tables. All methods are safe to call concurrently.
+///
+/// Semantics follow Cloud Bigtable's v2 Data API, with one strengthening: cells that a family's
+/// GC rule has expired are never returned, even before they are physically reclaimed.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Create a table with its column families and their GC rules.
+    async fn create_table(&self, name: &str, families: BTreeMap<String, GcRule>) -> Result<()>;
+
+    /// Add, change or drop column families. Dropping a family deletes its cells.
+    async fn modify_families(&self, table: &str, changes: Vec<FamilyChange>)
+    -> Result<TableSchema>;
+
+    /// A table's schema.
+    async fn get_table(&self, table: &str) -> Result<TableSchema>;
+
+    /// Every table, by name.
+    async fn list_tables(&self) -> Result<Vec<TableSchema>>;
+
+    /// Delete a table and all its data.
+    async fn delete_table(&self, table: &str) -> Result<()>;
+
+    /// Delete every row whose key starts with `prefix` (all rows for an empty prefix).
+    async fn drop_row_range(&self, table: &str, prefix: &[u8]) -> Result<()>;
+
+    /// Apply mutations to one row atomically: all or nothing.
+    async fn mutate_row(&self, table: &str, row_key: Bytes, mutations: Vec<Mutation>) -> Result<()>;
+
+    /// Apply mutations to many rows, each row atomically, returning one status per entry.
+    /// The outer error is for failures of the whole request (unknown table, too many mutations).
+    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>)
+    -> Result<Vec<Result<()>>>;
+
+    /// Stream the rows of a row set in key order, filtered inside the store.
+    async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream>;
+
+    /// Apply `on_match` if `predicate` yields any cell of the row (or, with no predicate, if the
+    /// row has any cell), else `on_no_match`; atomically. Returns whether it matched.
+    async fn check_and_mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        predicate: Option<RowFilter>,
+        on_match: Vec<Mutation>,
+        on_no_match: Vec<Mutation>,
+    ) -> Result<bool>;
+
+    /// Atomically increment or append to the latest cells of some columns, returning the new
+    /// cells.
+    async fn read_modify_write_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        rules: Vec<ReadModifyWriteRule>,
+    ) -> Result<Row>;
+
+    /// Split points of a table, in key order, for parallel scans.
+    async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>>;
+
+    /// Make every acknowledged write durable and persist buffered state (called on shutdown).
+    async fn flush(&self) -> Result<()>;
+
+    /// Read one row, or `None` if the filter leaves no cell of it.
+    async fn read_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        filter: Option<RowFilter>,
+    ) -> Result<Option<Row>> {
+        let request = ReadRows {
+            rows: RowSet::keys([row_key]),
+            filter,
+            limit: Some(1),
+        };
+        let mut stream = self.read_rows(table, request).await?;
+        stream.next().await.transpose()
+    }
+
+    /// Read every row of a request into memory.
+    async fn read_all(&self, table: &str, request: ReadRows) -> Result<Vec<Row>> {
+        self.read_rows(table, request).await?.try_collect().await
+    }
+}
+
+/// Key ranges that split a table for `n` parallel scans, from its sampled split points.
+pub fn split_ranges(samples: &[KeySample], n: usize) -> Vec<RowRange> {
+    let keys: Vec<&Bytes> = samples
+        .iter()
+        .map(|s| &s.row_key)
+        .filter(|k| !k.is_empty())
+        .collect();
+    let n = n.max(1).min(keys.len() + 1);
+    let mut bounds = Vec::with_capacity(n + 1);
+    bounds.push(None);
+    for i in 1..n {
+        bounds.push(Some(keys[i * keys.len() / n].clone()));
+    }
+    bounds.push(None);
+    bounds.dedup();
+    bounds
+        .windows(2)
+        .map(|w| RowRange {
+            start: w[0]
+                .clone()
+                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included),
+            end: w[1]
+                .clone()
+                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+        })
+        .collect()
+}
