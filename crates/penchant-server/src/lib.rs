@@ -1,1 +1,56 @@
+//! Penchant's HTTP server.
+//!
+//! Handlers are thin: they extract and validate the request, call the [`Engine`], and wrap the
+//! result. Errors become HTTP responses in one place, [`error::ApiError`]. Routes live one file
+//! per resource under [`routes`].
 
+pub mod error;
+pub mod routes;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use penchant_engine::Engine;
+use tokio::net::TcpListener;
+use tower_http::trace::TraceLayer;
+
+/// What every handler can reach.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    /// A short name of the store backend, for `/health`.
+    pub backend: Arc<str>,
+    pub started: Instant,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, backend: &str) -> Self {
+        Self {
+            engine,
+            backend: backend.into(),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// The application's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(routes::health::routes())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Serve until `shutdown` resolves, then stop accepting connections and let in-flight requests
+/// finish. The caller flushes the engine afterwards.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

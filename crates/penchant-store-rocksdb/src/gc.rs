@@ -1,11 +1,11 @@
-//! Garbage collection: a RocksDB compaction filter that drops the cells the GC rules expire,
-//! and the cells of deleted tables and dropped families.
+//! Garbage collection: a RocksDB compaction filter that drops the cells of deleted tables and
+//! dropped families, and the cells the GC rules expire by age.
 //!
-//! A compaction sees keys in order, so the versions of one column arrive newest first and the
-//! filter can rank them. It ranks only the versions inside the compaction's input, which never
-//! exceeds a version's true rank: a max-versions rule can keep a cell longer than needed, never
-//! drop one too early. Reads apply the rules exactly, so expired cells are never returned either
-//! way.
+//! The filter judges each cell alone, as the newest version of its column (rank 0): a
+//! compaction cannot rank versions safely, because the newer versions it sees may be deleted by
+//! tombstones outside its input. Rules are monotone in the rank, so a cell expired at rank 0 is
+//! expired at any rank. Version limits are enforced on write instead (see `lib.rs`), and reads
+//! apply every rule exactly.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -42,8 +42,6 @@ impl CompactionFilterFactory for GcFilterFactory {
         GcFilter {
             rules: self.catalog.read().gc_rules(),
             now: now_micros(),
-            column: Vec::new(),
-            rank: 0,
             name: CString::new("penchant-gc").unwrap_or_default(),
         }
     }
@@ -57,30 +55,18 @@ impl CompactionFilterFactory for GcFilterFactory {
 pub struct GcFilter {
     rules: HashMap<u32, HashMap<u16, GcRule>>,
     now: i64,
-    /// The column of the previous key, and the rank of that key among its versions.
-    column: Vec<u8>,
-    rank: usize,
     name: CString,
 }
 
 impl GcFilter {
-    fn decide(&mut self, key: &[u8]) -> Decision {
+    fn decide(&self, key: &[u8]) -> Decision {
         let Some(cell) = keys::parse(key) else {
             return Decision::Keep;
         };
-        if self.column == cell.column {
-            self.rank += 1;
-        } else {
-            self.column.clear();
-            self.column.extend_from_slice(cell.column);
-            self.rank = 0;
-        }
         match self.rules.get(&cell.table).map(|t| t.get(&cell.family)) {
             // A deleted table, or a dropped family.
             None | Some(None) => Decision::Remove,
-            Some(Some(rule)) if rule.expires(cell.timestamp, self.rank, self.now) => {
-                Decision::Remove
-            }
+            Some(Some(rule)) if rule.expires(cell.timestamp, 0, self.now) => Decision::Remove,
             Some(Some(_)) => Decision::Keep,
         }
     }

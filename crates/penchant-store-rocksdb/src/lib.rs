@@ -28,13 +28,13 @@ use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use penchant_store::validate::{self, now_micros, resolve_timestamp};
 use penchant_store::{
-    Cell, CompiledFilter, FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule,
-    ReadRows, Result, Row, RowFilter, RowMutation, RowRange, RowStream, Store, StoreError,
-    TableSchema, prefix_successor,
+    Cell, CompiledFilter, FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows,
+    Result, Row, RowFilter, RowMutation, RowRange, RowStream, Store, StoreError, TableSchema,
+    prefix_successor,
 };
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType,
-    Options, ReadOptions, WriteBatch, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Options,
+    ReadOptions, WriteBatch, WriteOptions,
 };
 use tokio::sync::mpsc;
 
@@ -57,6 +57,9 @@ pub struct RocksOptions {
     pub block_cache_bytes: usize,
     /// Every SST file is recompacted (and garbage-collected) at least this often. Default: 1 day.
     pub periodic_compaction_secs: u64,
+    /// Target size of SST files; their boundaries are the split points `sample_row_keys`
+    /// reports. Default: 64 MiB.
+    pub target_file_size_bytes: u64,
 }
 
 impl Default for RocksOptions {
@@ -65,6 +68,7 @@ impl Default for RocksOptions {
             sync_writes: true,
             block_cache_bytes: 256 << 20,
             periodic_compaction_secs: 24 * 3600,
+            target_file_size_bytes: 64 << 20,
         }
     }
 }
@@ -125,6 +129,7 @@ impl RocksStore {
         data_opts.set_block_based_table_factory(&table_opts);
         data_opts.set_compression_type(DBCompressionType::Lz4);
         data_opts.set_periodic_compaction_seconds(options.periodic_compaction_secs);
+        data_opts.set_target_file_size_base(options.target_file_size_bytes);
         data_opts.set_compaction_filter_factory(gc::GcFilterFactory::new(catalog.clone()));
 
         let cfs = vec![
@@ -148,9 +153,8 @@ impl RocksStore {
                 if !k.starts_with(TABLE_META_PREFIX) {
                     break;
                 }
-                let table: TableMeta = serde_json::from_slice(&v).map_err(|e| {
-                    StoreError::Backend(format!("corrupt table metadata: {e}"))
-                })?;
+                let table: TableMeta = serde_json::from_slice(&v)
+                    .map_err(|e| StoreError::Backend(format!("corrupt table metadata: {e}")))?;
                 cat.by_name
                     .insert(table.name.clone(), Arc::new(Table::new(table)));
             }
@@ -191,7 +195,10 @@ impl RocksStore {
         let t = self.inner.table(table)?;
         let mut opts = ReadOptions::default();
         opts.set_iterate_upper_bound(keys::table_end(t.meta.id));
-        let mut it = self.inner.db.raw_iterator_cf_opt(self.inner.data_cf()?, opts);
+        let mut it = self
+            .inner
+            .db
+            .raw_iterator_cf_opt(self.inner.data_cf()?, opts);
         it.seek(keys::table_start(t.meta.id));
         let mut n = 0;
         while it.valid() {
@@ -219,11 +226,15 @@ fn missing_cf(name: &str) -> StoreError {
 
 impl Inner {
     fn data_cf(&self) -> Result<&ColumnFamily> {
-        self.db.cf_handle(DATA_CF).ok_or_else(|| missing_cf(DATA_CF))
+        self.db
+            .cf_handle(DATA_CF)
+            .ok_or_else(|| missing_cf(DATA_CF))
     }
 
     fn meta_cf(&self) -> Result<&ColumnFamily> {
-        self.db.cf_handle(META_CF).ok_or_else(|| missing_cf(META_CF))
+        self.db
+            .cf_handle(META_CF)
+            .ok_or_else(|| missing_cf(META_CF))
     }
 
     fn table(&self, name: &str) -> Result<Arc<Table>> {
@@ -237,7 +248,9 @@ impl Inner {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.db.write_opt(batch, &self.write_opts()).map_err(backend)
+        self.db
+            .write_opt(batch, &self.write_opts())
+            .map_err(backend)
     }
 
     fn stripe(&self, table: u32, row: &[u8]) -> usize {
@@ -248,7 +261,11 @@ impl Inner {
     }
 
     /// Lock the stripes of some rows, in stripe order (so two writers never deadlock).
-    fn lock_rows<'a>(&self, table: u32, rows: impl Iterator<Item = &'a [u8]>) -> Vec<MutexGuard<'_, ()>> {
+    fn lock_rows<'a>(
+        &self,
+        table: u32,
+        rows: impl Iterator<Item = &'a [u8]>,
+    ) -> Vec<MutexGuard<'_, ()>> {
         let mut idx: Vec<usize> = rows.map(|r| self.stripe(table, r)).collect();
         idx.sort_unstable();
         idx.dedup();
@@ -269,7 +286,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Add one row's mutations to a batch.
+    /// Add one row's mutations to a batch. The caller holds the row's lock: enforcing version
+    /// limits reads the columns written.
     fn add_mutations(
         &self,
         batch: &mut WriteBatch,
@@ -281,10 +299,13 @@ impl Inner {
         let cf = self.data_cf()?;
         let rs = keys::row_start(table.meta.id, row);
         let family_id = |f: &str| {
-            table.meta.family_id(f).ok_or_else(|| StoreError::FamilyNotFound {
-                table: table.meta.name.clone(),
-                family: f.to_owned(),
-            })
+            table
+                .meta
+                .family_id(f)
+                .ok_or_else(|| StoreError::FamilyNotFound {
+                    table: table.meta.name.clone(),
+                    family: f.to_owned(),
+                })
         };
         for m in mutations {
             match m {
@@ -295,7 +316,11 @@ impl Inner {
                     value,
                 } => {
                     let ts = resolve_timestamp(*timestamp, now);
-                    batch.put_cf(cf, keys::cell_key(&rs, family_id(family)?, qualifier, ts), value);
+                    batch.put_cf(
+                        cf,
+                        keys::cell_key(&rs, family_id(family)?, qualifier, ts),
+                        value,
+                    );
                 }
                 Mutation::DeleteFromColumn {
                     family,
@@ -303,26 +328,17 @@ impl Inner {
                     range,
                 } => {
                     let col = keys::column_prefix(&rs, family_id(family)?, qualifier);
-                    // Timestamps are stored inverted: [start, end) becomes (enc(end), enc(start)].
-                    let lo = match range.end {
-                        Some(end) => {
-                            let mut k = col.clone();
-                            k.extend_from_slice(&keys::encode_ts(end - 1));
-                            k
-                        }
-                        None => col.clone(),
-                    };
-                    match range.start {
-                        Some(start) if start > 0 => {
-                            let mut hi = col.clone();
-                            hi.extend_from_slice(&keys::encode_ts(start - 1));
-                            batch.delete_range_cf(cf, lo, hi);
-                        }
-                        _ => {
-                            let hi = prefix_successor(&col).unwrap_or_default();
-                            batch.delete_range_cf(cf, lo, hi);
-                        }
+                    if range.end.is_some_and(|end| end <= range.start.unwrap_or(0)) {
+                        continue; // an empty range
                     }
+                    // Timestamps are stored inverted: [start, end) becomes [enc(end - 1), enc(start)].
+                    let at = |ts: i64| [&col[..], &keys::encode_ts(ts)].concat();
+                    let lo = range.end.map_or_else(|| col.clone(), |end| at(end - 1));
+                    let hi = match range.start {
+                        Some(start) if start > 0 => at(start - 1),
+                        _ => prefix_successor(&col).unwrap_or_default(),
+                    };
+                    batch.delete_range_cf(cf, lo, hi);
                 }
                 Mutation::DeleteFromFamily { family } => {
                     let start = keys::family_start(&rs, family_id(family)?);
@@ -332,6 +348,76 @@ impl Inner {
                 Mutation::DeleteFromRow => {
                     batch.delete_range_cf(cf, &rs, keys::row_end(table.meta.id, row));
                 }
+            }
+        }
+        self.enforce_version_limits(batch, table, &rs, mutations, now)
+    }
+
+    /// For each column written in a family whose rule counts versions, delete the versions the
+    /// rule expires once the mutations apply.
+    fn enforce_version_limits(
+        &self,
+        batch: &mut WriteBatch,
+        table: &Table,
+        rs: &[u8],
+        mutations: &[Mutation],
+        now: i64,
+    ) -> Result<()> {
+        let cf = self.data_cf()?;
+        let mut done: Vec<(&str, &[u8])> = Vec::new();
+        for m in mutations {
+            let Mutation::SetCell {
+                family, qualifier, ..
+            } = m
+            else {
+                continue;
+            };
+            let Some(fam) = table.meta.families.get(family) else {
+                continue;
+            };
+            if fam.gc_rule.is_age_only() || done.contains(&(family.as_str(), &qualifier[..])) {
+                continue;
+            }
+            done.push((family, qualifier));
+            // The column's versions as stored, then as the mutations leave them.
+            let col = keys::column_prefix(rs, fam.id, qualifier);
+            let mut versions = std::collections::BTreeSet::new();
+            let mut opts = ReadOptions::default();
+            opts.set_iterate_upper_bound(prefix_successor(&col).unwrap_or_default());
+            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
+            it.seek(&col);
+            while let Some(k) = it.key() {
+                if let Some(c) = keys::parse(k) {
+                    versions.insert(std::cmp::Reverse(c.timestamp));
+                }
+                it.next();
+            }
+            it.status().map_err(backend)?;
+            for m in mutations {
+                match m {
+                    Mutation::SetCell {
+                        family: f,
+                        qualifier: q,
+                        timestamp,
+                        ..
+                    } if f == family && q == qualifier => {
+                        versions.insert(std::cmp::Reverse(resolve_timestamp(*timestamp, now)));
+                    }
+                    Mutation::DeleteFromColumn {
+                        family: f,
+                        qualifier: q,
+                        range,
+                    } if f == family && q == qualifier => {
+                        versions.retain(|std::cmp::Reverse(ts)| !range.contains(*ts));
+                    }
+                    Mutation::DeleteFromFamily { family: f } if f == family => versions.clear(),
+                    Mutation::DeleteFromRow => versions.clear(),
+                    _ => {}
+                }
+            }
+            let newest_first = versions.iter().map(|std::cmp::Reverse(ts)| *ts);
+            for ts in validate::expired_versions(&fam.gc_rule, newest_first, now) {
+                batch.delete_cf(cf, [&col[..], &keys::encode_ts(ts)].concat());
             }
         }
         Ok(())
@@ -382,9 +468,7 @@ impl Inner {
                     (Some(_), None) => true,
                     (None, _) => false,
                 };
-                if boundary
-                    && let Some((rs, cells)) = current.take()
-                {
+                if boundary && let Some((rs, cells)) = current.take() {
                     let cells = reader.finish_row(cells);
                     let key = keys::decode_row(&rs).unwrap_or_default();
                     let cells = match filter {
@@ -402,7 +486,9 @@ impl Inner {
                 }
                 let Some((k, v)) = entry else { break };
                 if current.is_none() {
-                    let rs = keys::parse(k).map(|c| c.row_start.to_vec()).unwrap_or_default();
+                    let rs = keys::parse(k)
+                        .map(|c| c.row_start.to_vec())
+                        .unwrap_or_default();
                     current = Some((rs, Vec::new()));
                 }
                 if let (Some(c), Some((_, cells))) = (reader.decode(k, v), current.as_mut()) {
@@ -604,42 +690,52 @@ impl Store for RocksStore {
         .await
     }
 
-    async fn mutate_row(&self, table: &str, row_key: Bytes, mutations: Vec<Mutation>) -> Result<()> {
+    async fn mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        mutations: Vec<Mutation>,
+    ) -> Result<()> {
         let t = self.inner.table(table)?;
         validate::check_mutations(&t.schema, &row_key, &mutations)?;
         self.blocking(move |inner| {
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
             let mut batch = WriteBatch::default();
             inner.add_mutations(&mut batch, &t, &row_key, &mutations, now_micros())?;
-            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
             inner.write(batch)
         })
         .await
     }
 
-    async fn mutate_rows(
-        &self,
-        table: &str,
-        entries: Vec<RowMutation>,
-    ) -> Result<Vec<Result<()>>> {
+    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
         let t = self.inner.table(table)?;
         penchant_store::check_batch_size(&entries)?;
         self.blocking(move |inner| {
             let now = now_micros();
-            let mut batch = WriteBatch::default();
             let statuses: Vec<Result<()>> = entries
                 .iter()
                 .map(|e| validate::check_mutations(&t.schema, &e.row_key, &e.mutations))
                 .collect();
-            // A row that passed the checks cannot fail to encode: it goes into the batch whole.
-            for (e, _) in entries.iter().zip(&statuses).filter(|(_, s)| s.is_ok()) {
-                inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now)?;
-            }
-            let valid = entries
+            let valid: Vec<&RowMutation> = entries
                 .iter()
                 .zip(&statuses)
                 .filter(|(_, s)| s.is_ok())
-                .map(|(e, _)| &e.row_key[..]);
-            let _locks = inner.lock_rows(t.meta.id, valid);
+                .map(|(e, _)| e)
+                .collect();
+            let _locks = inner.lock_rows(t.meta.id, valid.iter().map(|e| &e.row_key[..]));
+            // One write for the whole batch, except that a row named again starts a new write,
+            // so that its version limits see the earlier entry.
+            let mut batch = WriteBatch::default();
+            let mut rows_in_batch = std::collections::HashSet::new();
+            for e in valid {
+                if !rows_in_batch.insert(&e.row_key) {
+                    inner.write(std::mem::take(&mut batch))?;
+                    rows_in_batch.clear();
+                    rows_in_batch.insert(&e.row_key);
+                }
+                // A row that passed the checks cannot fail to encode: it goes in whole.
+                inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now)?;
+            }
             if !batch.is_empty() {
                 inner.write(batch)?;
             }
@@ -650,7 +746,11 @@ impl Store for RocksStore {
 
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
         let t = self.inner.table(table)?;
-        let filter = request.filter.as_ref().map(RowFilter::compile).transpose()?;
+        let filter = request
+            .filter
+            .as_ref()
+            .map(RowFilter::compile)
+            .transpose()?;
         let ranges = encoded_ranges(t.meta.id, &request.rows);
         let limit = request.limit.unwrap_or(u64::MAX);
         if limit == 0 {

@@ -95,7 +95,11 @@ async fn simple_table(store: &dyn Store) {
 
 async fn put(store: &dyn Store, row: &str, family: &str, qualifier: &str, ts: i64, value: &str) {
     store
-        .mutate_row(T, b(row), vec![Mutation::set(family, b(qualifier), ts, b(value))])
+        .mutate_row(
+            T,
+            b(row),
+            vec![Mutation::set(family, b(qualifier), ts, b(value))],
+        )
         .await
         .expect("mutate_row");
 }
@@ -144,7 +148,10 @@ pub async fn admin_tables(store: &dyn Store) {
     assert!(store.list_tables().await.unwrap().is_empty());
     simple_table(store).await;
     store
-        .create_table("other", BTreeMap::from([("x".into(), GcRule::MaxVersions(1))]))
+        .create_table(
+            "other",
+            BTreeMap::from([("x".into(), GcRule::MaxVersions(1))]),
+        )
         .await
         .unwrap();
     let names: Vec<String> = store
@@ -170,7 +177,9 @@ pub async fn admin_tables(store: &dyn Store) {
         Err(StoreError::TableNotFound(_))
     ));
     assert!(matches!(
-        store.mutate_row("missing", b("r"), vec![Mutation::DeleteFromRow]).await,
+        store
+            .mutate_row("missing", b("r"), vec![Mutation::DeleteFromRow])
+            .await,
         Err(StoreError::TableNotFound(_))
     ));
     store.delete_table("other").await.unwrap();
@@ -214,13 +223,13 @@ pub async fn admin_families(store: &dyn Store) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        schema.families.keys().collect::<Vec<_>>(),
-        vec!["a", "c"]
-    );
+    assert_eq!(schema.families.keys().collect::<Vec<_>>(), vec!["a", "c"]);
     assert_eq!(store.get_table(T).await.unwrap(), schema);
     // The dropped family's cells are gone, and stay gone when it is created again.
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r/a:q@1000=va"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r/a:q@1000=va"]
+    );
     store
         .modify_families(
             T,
@@ -231,14 +240,19 @@ pub async fn admin_families(store: &dyn Store) {
         )
         .await
         .unwrap();
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r/a:q@1000=va"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r/a:q@1000=va"]
+    );
     // A failing change list changes nothing.
     let r = store
         .modify_families(
             T,
             vec![
                 FamilyChange::Drop { family: "a".into() },
-                FamilyChange::Drop { family: "zz".into() },
+                FamilyChange::Drop {
+                    family: "zz".into(),
+                },
             ],
         )
         .await;
@@ -274,7 +288,7 @@ pub async fn set_and_read_cells(store: &dyn Store) {
     let row = store.read_row(T, b("r1"), None).await.unwrap().unwrap();
     assert_eq!(row.key, b("r1"));
     assert_eq!(
-        cells(&[row.clone()]),
+        cells(std::slice::from_ref(&row)),
         vec!["r1/a:w@7=", "r1/a:x@5=1", "r1/b:y@5=3"]
     );
     assert_eq!(row.latest("a", b"x").unwrap().value, b("1"));
@@ -282,11 +296,18 @@ pub async fn set_and_read_cells(store: &dyn Store) {
     let q = Bytes::from_static(b"\x00\xff\x00\x01");
     let v = Bytes::from_static(b"\x00\x00\xfe");
     store
-        .mutate_row(T, b("r2"), vec![Mutation::set("a", q.clone(), 0, v.clone())])
+        .mutate_row(
+            T,
+            b("r2"),
+            vec![Mutation::set("a", q.clone(), 0, v.clone())],
+        )
         .await
         .unwrap();
     let row = store.read_row(T, b("r2"), None).await.unwrap().unwrap();
-    assert_eq!((row.cells[0].qualifier.clone(), row.cells[0].value.clone()), (q, v));
+    assert_eq!(
+        (row.cells[0].qualifier.clone(), row.cells[0].value.clone()),
+        (q, v)
+    );
     assert_eq!(row.cells[0].timestamp, 0);
 }
 
@@ -361,7 +382,10 @@ pub async fn delete_from_column(store: &dyn Store) {
             .flat_map(|r| r.cells.iter().map(|c| c.timestamp / MS))
             .collect()
     };
-    assert_eq!(ts(read_filtered(store, only_q.clone()).await), vec![6, 5, 4, 1]);
+    assert_eq!(
+        ts(read_filtered(store, only_q.clone()).await),
+        vec![6, 5, 4, 1]
+    );
     // Open-ended ranges.
     store
         .mutate_row(
@@ -400,7 +424,10 @@ pub async fn delete_from_column(store: &dyn Store) {
         .await
         .unwrap();
     assert!(read_filtered(store, only_q).await.is_empty());
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r/a:other@1=o"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r/a:other@1=o"]
+    );
 }
 
 pub async fn delete_from_family_and_row(store: &dyn Store) {
@@ -410,14 +437,21 @@ pub async fn delete_from_family_and_row(store: &dyn Store) {
         put(store, row, "b", "y", MS, "2").await;
     }
     store
-        .mutate_row(T, b("r1"), vec![Mutation::DeleteFromFamily { family: "a".into() }])
+        .mutate_row(
+            T,
+            b("r1"),
+            vec![Mutation::DeleteFromFamily { family: "a".into() }],
+        )
         .await
         .unwrap();
     store
         .mutate_row(T, b("r2"), vec![Mutation::DeleteFromRow])
         .await
         .unwrap();
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r1/b:y@1=2"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r1/b:y@1=2"]
+    );
     // Deletes and writes in one mutation apply in order.
     store
         .mutate_row(
@@ -430,7 +464,10 @@ pub async fn delete_from_family_and_row(store: &dyn Store) {
         )
         .await
         .unwrap();
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r1/a:n@2=new"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r1/a:n@2=new"]
+    );
     // Deleting what does not exist is not an error.
     store
         .mutate_row(T, b("nothing"), vec![Mutation::DeleteFromRow])
@@ -464,7 +501,10 @@ pub async fn mutation_is_atomic(store: &dyn Store) {
         )
         .await;
     invalid(r);
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r/a:keep@1=k"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r/a:keep@1=k"]
+    );
 }
 
 pub async fn bad_input_is_rejected(store: &dyn Store) {
@@ -474,7 +514,10 @@ pub async fn bad_input_is_rejected(store: &dyn Store) {
     let long_key = Bytes::from(vec![b'k'; validate::MAX_ROW_KEY_BYTES + 1]);
     invalid(store.mutate_row(T, long_key, set(b("q"), b("v"))).await);
     let ok_key = Bytes::from(vec![b'k'; validate::MAX_ROW_KEY_BYTES]);
-    store.mutate_row(T, ok_key, set(b("q"), b("v"))).await.unwrap();
+    store
+        .mutate_row(T, ok_key, set(b("q"), b("v")))
+        .await
+        .unwrap();
     let long_q = Bytes::from(vec![b'q'; validate::MAX_QUALIFIER_BYTES + 1]);
     invalid(store.mutate_row(T, b("r"), set(long_q, b("v"))).await);
     let big = Bytes::from(vec![0u8; validate::MAX_VALUE_BYTES + 1]);
@@ -500,7 +543,10 @@ pub async fn bad_input_is_rejected(store: &dyn Store) {
     );
     invalid(
         store
-            .read_all(T, ReadRows::default().filter(RowFilter::QualifierRegex("(".into())))
+            .read_all(
+                T,
+                ReadRows::default().filter(RowFilter::QualifierRegex("(".into())),
+            )
             .await,
     );
     let rows = read(store, ReadRows::default()).await;
@@ -529,7 +575,10 @@ pub async fn mutate_rows_statuses(store: &dyn Store) {
         .unwrap();
     assert_eq!(statuses.len(), 4);
     assert!(statuses[0].is_ok());
-    assert!(matches!(statuses[1], Err(StoreError::FamilyNotFound { .. })));
+    assert!(matches!(
+        statuses[1],
+        Err(StoreError::FamilyNotFound { .. })
+    ));
     assert!(matches!(statuses[2], Err(StoreError::InvalidArgument(_))));
     assert!(statuses[3].is_ok());
     assert_eq!(
@@ -553,7 +602,13 @@ pub async fn row_sets_and_order(store: &dyn Store) {
         vec!["a", "e"]
     );
     assert_eq!(
-        keys(&read(store, k(RowSet::range(RowRange::closed_open(b("b"), b("c"))))).await),
+        keys(
+            &read(
+                store,
+                k(RowSet::range(RowRange::closed_open(b("b"), b("c"))))
+            )
+            .await
+        ),
         vec!["b", "b1", "b2"]
     );
     assert_eq!(
@@ -586,9 +641,14 @@ pub async fn row_sets_and_order(store: &dyn Store) {
         vec!["b", "b1", "b2", "d", "e"]
     );
     // An empty range.
-    assert!(read(store, k(RowSet::range(RowRange::closed_open(b("c"), b("c")))))
+    assert!(
+        read(
+            store,
+            k(RowSet::range(RowRange::closed_open(b("c"), b("c"))))
+        )
         .await
-        .is_empty());
+        .is_empty()
+    );
 }
 
 pub async fn prefix_scans_with_special_bytes(store: &dyn Store) {
@@ -610,7 +670,11 @@ pub async fn prefix_scans_with_special_bytes(store: &dyn Store) {
     .collect();
     for r in &rows {
         store
-            .mutate_row(T, r.clone(), vec![Mutation::set("a", b("q"), MS, r.clone())])
+            .mutate_row(
+                T,
+                r.clone(),
+                vec![Mutation::set("a", b("q"), MS, r.clone())],
+            )
             .await
             .unwrap();
     }
@@ -651,7 +715,9 @@ pub async fn read_limits(store: &dyn Store) {
         vec!["r1", "r2"]
     );
     // Rows the filter empties do not count against the limit.
-    let only_b = ReadRows::default().filter(RowFilter::Family("b".into())).limit(5);
+    let only_b = ReadRows::default()
+        .filter(RowFilter::Family("b".into()))
+        .limit(5);
     assert_eq!(keys(&read(store, only_b).await), vec!["r2"]);
     let limit_after_filter = ReadRows::default()
         .filter(RowFilter::RowKeyRegex("r[34]".into()))
@@ -725,7 +791,11 @@ pub async fn filters_family_and_qualifier(store: &dyn Store) {
         got(read_filtered(store, range).await),
         vec!["events:view,home,brand"]
     );
-    assert!(read_filtered(store, RowFilter::Family("nope".into())).await.is_empty());
+    assert!(
+        read_filtered(store, RowFilter::Family("nope".into()))
+            .await
+            .is_empty()
+    );
 }
 
 pub async fn filters_time_value_and_limits(store: &dyn Store) {
@@ -788,7 +858,13 @@ pub async fn filters_chain_interleave_condition(store: &dyn Store) {
     ]);
     assert_eq!(
         cells(&read_filtered(store, inter).await),
-        vec!["r1/a:x@3=3", "r1/b:x@1=bx", "r1/b:x@1=bx", "r2/b:y@1=by", "r2/b:y@1=by"]
+        vec![
+            "r1/a:x@3=3",
+            "r1/b:x@1=bx",
+            "r1/b:x@1=bx",
+            "r2/b:y@1=by",
+            "r2/b:y@1=by"
+        ]
     );
     let cond = RowFilter::Condition {
         predicate: Box::new(RowFilter::Family("a".into())),
@@ -817,7 +893,10 @@ pub async fn check_and_mutate(store: &dyn Store) {
         .await
         .unwrap();
     assert!(matched);
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r/a:q@1=exists"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r/a:q@1=exists"]
+    );
     // With a predicate on the value.
     let is_exists = RowFilter::ValueRegex("exists".into());
     let matched = store
@@ -825,7 +904,10 @@ pub async fn check_and_mutate(store: &dyn Store) {
         .await
         .unwrap();
     assert!(matched);
-    assert_eq!(cells(&read(store, ReadRows::default()).await), vec!["r/a:q@1=exists"]);
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r/a:q@1=exists"]
+    );
     let matched = store
         .check_and_mutate_row(
             T,
@@ -876,24 +958,40 @@ pub async fn read_modify_write(store: &dyn Store) {
     assert_eq!(row.latest("a", b"n").unwrap().value[..], 3i64.to_be_bytes());
     assert_eq!(row.latest("b", b"s").unwrap().value, b("hello"));
     let row = store
-        .read_modify_write_row(T, b("r"), vec![ReadModifyWriteRule::increment("a", b("n"), 10)])
+        .read_modify_write_row(
+            T,
+            b("r"),
+            vec![ReadModifyWriteRule::increment("a", b("n"), 10)],
+        )
         .await
         .unwrap();
     assert_eq!(row.cells[0].value[..], 13i64.to_be_bytes());
     let stored = store.read_row(T, b("r"), None).await.unwrap().unwrap();
-    assert_eq!(stored.latest("a", b"n").unwrap().value[..], 13i64.to_be_bytes());
+    assert_eq!(
+        stored.latest("a", b"n").unwrap().value[..],
+        13i64.to_be_bytes()
+    );
     // The new cell is no older than the cell it replaces.
     put(store, "r", "a", "future", 4_000_000_000_000_000, "x").await;
     store
         .mutate_row(
             T,
             b("r"),
-            vec![Mutation::set("a", b("f"), 4_000_000_000_000_000, Bytes::from_static(&[0; 8]))],
+            vec![Mutation::set(
+                "a",
+                b("f"),
+                4_000_000_000_000_000,
+                Bytes::from_static(&[0; 8]),
+            )],
         )
         .await
         .unwrap();
     let row = store
-        .read_modify_write_row(T, b("r"), vec![ReadModifyWriteRule::increment("a", b("f"), 1)])
+        .read_modify_write_row(
+            T,
+            b("r"),
+            vec![ReadModifyWriteRule::increment("a", b("f"), 1)],
+        )
         .await
         .unwrap();
     assert_eq!(row.cells[0].timestamp, 4_000_000_000_000_000);
@@ -910,9 +1008,16 @@ pub async fn read_modify_write(store: &dyn Store) {
         .await;
     assert!(matches!(r, Err(StoreError::FailedPrecondition(_))), "{r:?}");
     let stored = store.read_row(T, b("r"), None).await.unwrap().unwrap();
-    assert_eq!(stored.latest("a", b"n").unwrap().value[..], 13i64.to_be_bytes());
+    assert_eq!(
+        stored.latest("a", b"n").unwrap().value[..],
+        13i64.to_be_bytes()
+    );
     let r = store
-        .read_modify_write_row(T, b("r"), vec![ReadModifyWriteRule::increment("zz", b("n"), 1)])
+        .read_modify_write_row(
+            T,
+            b("r"),
+            vec![ReadModifyWriteRule::increment("zz", b("n"), 1)],
+        )
         .await;
     assert!(matches!(r, Err(StoreError::FamilyNotFound { .. })), "{r:?}");
     invalid(store.read_modify_write_row(T, b("r"), vec![]).await);
@@ -926,7 +1031,11 @@ pub async fn increments_under_concurrency(store: &dyn Store) {
     let work = (0..tasks).map(|_| async {
         for _ in 0..per_task {
             store
-                .read_modify_write_row(T, b("counter"), vec![ReadModifyWriteRule::increment("c", b("n"), 1)])
+                .read_modify_write_row(
+                    T,
+                    b("counter"),
+                    vec![ReadModifyWriteRule::increment("c", b("n"), 1)],
+                )
                 .await
                 .unwrap();
         }
@@ -935,13 +1044,21 @@ pub async fn increments_under_concurrency(store: &dyn Store) {
     let other = async {
         for i in 0..per_task {
             store
-                .mutate_row(T, b("counter"), vec![Mutation::set_now("c", b("other"), b(&i.to_string()))])
+                .mutate_row(
+                    T,
+                    b("counter"),
+                    vec![Mutation::set_now("c", b("other"), b(&i.to_string()))],
+                )
                 .await
                 .unwrap();
         }
     };
     futures::future::join(futures::future::join_all(work), other).await;
-    let row = store.read_row(T, b("counter"), None).await.unwrap().unwrap();
+    let row = store
+        .read_row(T, b("counter"), None)
+        .await
+        .unwrap()
+        .unwrap();
     let n = i64::from_be_bytes(row.latest("c", b"n").unwrap().value[..].try_into().unwrap());
     assert_eq!(n, (tasks * per_task) as i64);
 }
@@ -971,11 +1088,19 @@ pub async fn gc_max_age(store: &dyn Store) {
         .await
         .unwrap();
     store
-        .mutate_row(T, b("gone"), vec![Mutation::set("short", b("q"), two_hours_ago, b("x"))])
+        .mutate_row(
+            T,
+            b("gone"),
+            vec![Mutation::set("short", b("q"), two_hours_ago, b("x"))],
+        )
         .await
         .unwrap();
     let rows = read(store, ReadRows::default()).await;
-    assert_eq!(keys(&rows), vec!["r"], "a row with only expired cells is not returned");
+    assert_eq!(
+        keys(&rows),
+        vec!["r"],
+        "a row with only expired cells is not returned"
+    );
     let values: Vec<&[u8]> = rows[0].cells.iter().map(|c| &c.value[..]).collect();
     assert_eq!(values, vec![&b"kept"[..], b"fresh"]);
     assert!(store.read_row(T, b("gone"), None).await.unwrap().is_none());
@@ -1002,7 +1127,10 @@ pub async fn gc_max_versions_and_combinations(store: &dyn Store) {
         store,
         &[
             ("one", GcRule::MaxVersions(1)),
-            ("union", GcRule::Union(vec![GcRule::MaxVersions(2), GcRule::MaxAge(hour)])),
+            (
+                "union",
+                GcRule::Union(vec![GcRule::MaxVersions(2), GcRule::MaxAge(hour)]),
+            ),
             (
                 "inter",
                 GcRule::Intersection(vec![GcRule::MaxVersions(1), GcRule::MaxAge(hour)]),
@@ -1015,7 +1143,13 @@ pub async fn gc_max_versions_and_combinations(store: &dyn Store) {
     let new = |i: i64| now - 60_000_000 - i * MS;
     let mut ms = Vec::new();
     for f in ["one", "union", "inter"] {
-        for (ts, v) in [(new(0), "n0"), (new(1), "n1"), (new(2), "n2"), (old(0), "o0"), (old(1), "o1")] {
+        for (ts, v) in [
+            (new(0), "n0"),
+            (new(1), "n1"),
+            (new(2), "n2"),
+            (old(0), "o0"),
+            (old(1), "o1"),
+        ] {
             ms.push(Mutation::set(f, b("q"), ts, b(v)));
         }
     }
@@ -1073,7 +1207,10 @@ pub async fn sample_row_keys_cover_table(store: &dyn Store) {
     }
     let samples = store.sample_row_keys(T).await.unwrap();
     let last = samples.last().expect("at least the end-of-table sample");
-    assert!(last.row_key.is_empty(), "the last sample is the end of the table");
+    assert!(
+        last.row_key.is_empty(),
+        "the last sample is the end of the table"
+    );
     for w in samples.windows(2) {
         assert!(w[1].offset_bytes >= w[0].offset_bytes, "offsets grow");
         if !w[1].row_key.is_empty() {
@@ -1083,7 +1220,9 @@ pub async fn sample_row_keys_cover_table(store: &dyn Store) {
     // The ranges built from the samples cover every row exactly once.
     let mut seen = Vec::new();
     for range in split_ranges(&samples, 4) {
-        seen.extend(keys(&read(store, ReadRows::new(RowSet::range(range))).await));
+        seen.extend(keys(
+            &read(store, ReadRows::new(RowSet::range(range))).await,
+        ));
     }
     assert_eq!(seen.len(), n);
     let mut sorted = seen.clone();
@@ -1102,7 +1241,12 @@ pub async fn streams_many_rows_in_order(store: &dyn Store) {
         let k = (i * 7919) % n;
         entries.push(RowMutation::new(
             Bytes::copy_from_slice(&k.to_be_bytes()),
-            vec![Mutation::set("a", b("q"), MS, Bytes::copy_from_slice(&k.to_le_bytes()))],
+            vec![Mutation::set(
+                "a",
+                b("q"),
+                MS,
+                Bytes::copy_from_slice(&k.to_le_bytes()),
+            )],
         ));
     }
     for chunk in entries.chunks(1000) {
@@ -1121,9 +1265,11 @@ pub async fn streams_many_rows_in_order(store: &dyn Store) {
     let mut stream = store.read_rows(T, ReadRows::default()).await.unwrap();
     assert!(stream.next().await.is_some());
     drop(stream);
-    assert!(store
-        .read_row(T, Bytes::copy_from_slice(&7u32.to_be_bytes()), None)
-        .await
-        .unwrap()
-        .is_some());
+    assert!(
+        store
+            .read_row(T, Bytes::copy_from_slice(&7u32.to_be_bytes()), None)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

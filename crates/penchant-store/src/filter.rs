@@ -125,9 +125,8 @@ pub enum CompiledFilter {
 
 fn full_match_regex(what: &str, pattern: &str) -> Result<Regex> {
     // RE2 on raw bytes, anchored on both ends, as Bigtable evaluates its regex filters.
-    Regex::new(&format!("(?-u)^(?:{pattern})$")).map_err(|e| {
-        StoreError::InvalidArgument(format!("invalid {what} regex `{pattern}`: {e}"))
-    })
+    Regex::new(&format!("(?-u)^(?:{pattern})$"))
+        .map_err(|e| StoreError::InvalidArgument(format!("invalid {what} regex `{pattern}`: {e}")))
 }
 
 impl CompiledFilter {
@@ -152,9 +151,7 @@ impl CompiledFilter {
             RowFilter::FamilyRegex(p) => Self::FamilyRegex(full_match_regex("family", p)?),
             RowFilter::Qualifiers(q) => Self::Qualifiers(q.clone()),
             RowFilter::QualifierPrefix(p) => Self::QualifierPrefix(p.clone()),
-            RowFilter::QualifierRegex(p) => {
-                Self::QualifierRegex(full_match_regex("qualifier", p)?)
-            }
+            RowFilter::QualifierRegex(p) => Self::QualifierRegex(full_match_regex("qualifier", p)?),
             RowFilter::ColumnRange { family, start, end } => Self::ColumnRange {
                 family: family.clone(),
                 start: start.clone(),

@@ -68,12 +68,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn drop_row_range(&self, table: &str, prefix: &[u8]) -> Result<()>;
 
     /// Apply mutations to one row atomically: all or nothing.
-    async fn mutate_row(&self, table: &str, row_key: Bytes, mutations: Vec<Mutation>) -> Result<()>;
+    async fn mutate_row(&self, table: &str, row_key: Bytes, mutations: Vec<Mutation>)
+    -> Result<()>;
 
     /// Apply mutations to many rows, each row atomically, returning one status per entry.
     /// The outer error is for failures of the whole request (unknown table, too many mutations).
-    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>)
-    -> Result<Vec<Result<()>>>;
+    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>>;
 
     /// Stream the rows of a row set in key order, filtered inside the store.
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream>;

@@ -46,6 +46,7 @@ impl MemTable {
     }
 
     fn apply(&mut self, key: &Bytes, mutations: &[Mutation], now: i64) {
+        let schema = &self.schema;
         let row = self.rows.entry(key.clone()).or_default();
         for m in mutations {
             match m {
@@ -70,6 +71,21 @@ impl MemTable {
                 }
                 Mutation::DeleteFromFamily { family } => row.retain(|(f, _), _| f != family),
                 Mutation::DeleteFromRow => row.clear(),
+            }
+        }
+        // Version limits are enforced on write, on the columns written.
+        for m in mutations {
+            if let Mutation::SetCell {
+                family, qualifier, ..
+            } = m
+                && let Some(rule) = schema.families.get(family).filter(|r| !r.is_age_only())
+                && let Some(col) = row.get_mut(&(family.clone(), qualifier.clone()))
+            {
+                let expired =
+                    validate::expired_versions(rule, col.keys().map(|Reverse(ts)| *ts), now);
+                for ts in expired {
+                    col.remove(&Reverse(ts));
+                }
             }
         }
         row.retain(|_, col| !col.is_empty());
@@ -122,7 +138,12 @@ pub fn change_families(schema: &TableSchema, changes: &[FamilyChange]) -> Result
         match change {
             FamilyChange::Create { family, gc_rule } => {
                 validate::check_family_name(family)?;
-                if next.families.insert(family.clone(), gc_rule.clone()).is_some() {
+                validate::check_gc_rule(family, gc_rule)?;
+                if next
+                    .families
+                    .insert(family.clone(), gc_rule.clone())
+                    .is_some()
+                {
                     return Err(StoreError::FamilyExists {
                         table: schema.name.clone(),
                         family: family.clone(),
@@ -130,11 +151,17 @@ pub fn change_families(schema: &TableSchema, changes: &[FamilyChange]) -> Result
                 }
             }
             FamilyChange::Update { family, gc_rule } => {
-                let rule = next.families.get_mut(family).ok_or_else(|| missing(family))?;
+                validate::check_gc_rule(family, gc_rule)?;
+                let rule = next
+                    .families
+                    .get_mut(family)
+                    .ok_or_else(|| missing(family))?;
                 *rule = gc_rule.clone();
             }
             FamilyChange::Drop { family } => {
-                next.families.remove(family).ok_or_else(|| missing(family))?;
+                next.families
+                    .remove(family)
+                    .ok_or_else(|| missing(family))?;
             }
         }
     }
@@ -144,7 +171,10 @@ pub fn change_families(schema: &TableSchema, changes: &[FamilyChange]) -> Result
 /// Check a new table's name and families.
 pub fn check_new_table(name: &str, families: &BTreeMap<String, GcRule>) -> Result<()> {
     validate::check_table_name(name)?;
-    families.keys().try_for_each(|f| validate::check_family_name(f))
+    families.iter().try_for_each(|(f, rule)| {
+        validate::check_family_name(f)?;
+        validate::check_gc_rule(f, rule)
+    })
 }
 
 #[async_trait]
@@ -190,7 +220,12 @@ impl Store for MemStore {
     }
 
     async fn list_tables(&self) -> Result<Vec<TableSchema>> {
-        Ok(self.tables.read().values().map(|t| t.schema.clone()).collect())
+        Ok(self
+            .tables
+            .read()
+            .values()
+            .map(|t| t.schema.clone())
+            .collect())
     }
 
     async fn delete_table(&self, table: &str) -> Result<()> {
@@ -208,7 +243,12 @@ impl Store for MemStore {
         })
     }
 
-    async fn mutate_row(&self, table: &str, row_key: Bytes, mutations: Vec<Mutation>) -> Result<()> {
+    async fn mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        mutations: Vec<Mutation>,
+    ) -> Result<()> {
         self.with_table_mut(table, |t| {
             validate::check_mutations(&t.schema, &row_key, &mutations)?;
             t.apply(&row_key, &mutations, now_micros());
@@ -216,11 +256,7 @@ impl Store for MemStore {
         })
     }
 
-    async fn mutate_rows(
-        &self,
-        table: &str,
-        entries: Vec<RowMutation>,
-    ) -> Result<Vec<Result<()>>> {
+    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
         check_batch_size(&entries)?;
         self.with_table_mut(table, |t| {
             let now = now_micros();
@@ -236,7 +272,11 @@ impl Store for MemStore {
     }
 
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
-        let filter = request.filter.as_ref().map(RowFilter::compile).transpose()?;
+        let filter = request
+            .filter
+            .as_ref()
+            .map(RowFilter::compile)
+            .transpose()?;
         let rows = self.with_table(table, |t| {
             let now = now_micros();
             let mut out = Vec::new();

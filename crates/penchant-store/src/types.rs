@@ -321,7 +321,8 @@ impl ReadRows {
 }
 
 /// A garbage-collection rule of a column family. Cells a rule has expired are never returned by
-/// a read and are reclaimed in the background.
+/// a read. Age limits are reclaimed in the background; version limits are enforced when a column
+/// is written (older versions beyond the limit are deleted in the same atomic write).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GcRule {

@@ -190,6 +190,43 @@ pub fn resolve_timestamp(ts: Timestamp, now: i64) -> i64 {
     }
 }
 
+/// Check a GC rule: version limits of at least 1, ages of at least a millisecond.
+pub fn check_gc_rule(family: &str, rule: &crate::GcRule) -> Result<()> {
+    use crate::GcRule;
+    match rule {
+        GcRule::None => Ok(()),
+        GcRule::MaxVersions(0) => Err(invalid(format!(
+            "GC rule of family `{family}`: max versions must be at least 1"
+        ))),
+        GcRule::MaxVersions(_) => Ok(()),
+        GcRule::MaxAge(age) if age.as_millis() == 0 => Err(invalid(format!(
+            "GC rule of family `{family}`: max age must be at least 1 ms"
+        ))),
+        GcRule::MaxAge(_) => Ok(()),
+        GcRule::Union(rules) | GcRule::Intersection(rules) => {
+            rules.iter().try_for_each(|r| check_gc_rule(family, r))
+        }
+    }
+}
+
+/// The versions of one column that a rule expires, given all its timestamps newest first.
+///
+/// Backends call this whenever a column of a family whose rule counts versions is written, and
+/// delete what it returns in the same atomic write: version limits are enforced on write, so a
+/// later delete of newer versions or a looser rule never brings older ones back.
+pub fn expired_versions(
+    rule: &crate::GcRule,
+    newest_first: impl IntoIterator<Item = i64>,
+    now: i64,
+) -> Vec<i64> {
+    newest_first
+        .into_iter()
+        .enumerate()
+        .filter(|(rank, ts)| rule.expires(*ts, *rank, now))
+        .map(|(_, ts)| ts)
+        .collect()
+}
+
 /// Drop the cells a table's GC rules have expired. `cells` must be in the store's order
 /// (family, qualifier, newest first) so that version ranks can be counted.
 pub fn visible_cells(schema: &TableSchema, now: i64, mut cells: Vec<Cell>) -> Vec<Cell> {

@@ -1,0 +1,1 @@
+//! Bloom filters: per-user seen filters and large partitioned key sets.

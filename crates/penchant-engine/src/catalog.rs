@@ -1,0 +1,1 @@
+//! Catalog: items of an index and the facet values their attributes give.

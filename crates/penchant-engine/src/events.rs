@@ -1,0 +1,1 @@
+//! Insights events: validation and storage of views, clicks and conversions.

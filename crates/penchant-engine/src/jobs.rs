@@ -1,0 +1,1 @@
+//! Jobs: batch work over key ranges in parallel, with progress.

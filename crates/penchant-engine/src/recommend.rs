@@ -1,0 +1,1 @@
+//! Recommendations: candidates from vectors and precomputed queues.

@@ -1,0 +1,1 @@
+//! Re-ranking: ordering hits by how well their facets match a profile.

@@ -1,0 +1,1 @@
+//! Strategy: per-app event and facet weights and the personalization impact.

@@ -1,0 +1,1 @@
+//! Vectors: latent and content embeddings of users and items.

@@ -1,0 +1,3 @@
+//! Routes, one module per resource.
+
+pub mod health;

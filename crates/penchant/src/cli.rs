@@ -1,0 +1,97 @@
+//! Command-line interface.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, FlagOverrides, LogFlags, LogFormat, ServerFlags, StoreFlags};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "penchant",
+    version,
+    about = "Real-time personalization and recommendation engine"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the HTTP server.
+    Serve(ServeArgs),
+    /// Print the effective configuration (all layers merged) as JSON.
+    Config(ConfigArgs),
+    /// Run a benchmark and print its table.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// Flags shared by every command that reads the configuration.
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// TOML configuration file.
+    #[arg(long, short, env = "PENCHANT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (`server.listen`).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Folder of the embedded store (`store.data_dir`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Log format (`log.format`).
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
+    /// Log filter (`log.level`), e.g. `debug`.
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+impl ConfigArgs {
+    fn load(&self) -> anyhow::Result<Config> {
+        let flags = FlagOverrides {
+            server: self.listen.map(|listen| ServerFlags {
+                listen: Some(listen),
+            }),
+            store: self
+                .data_dir
+                .clone()
+                .map(|d| StoreFlags { data_dir: Some(d) }),
+            log: (self.log_format.is_some() || self.log_level.is_some()).then(|| LogFlags {
+                format: self.log_format,
+                level: self.log_level.clone(),
+            }),
+        };
+        Config::load(self.config.as_deref(), &flags)
+    }
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// The store: durable writes, scans, point reads, each beside raw RocksDB.
+    Store(crate::bench::store::StoreBenchArgs),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let config = args.config.load()?;
+            crate::telemetry::init(&config.log)?;
+            crate::serve::run(config)
+        }
+        Command::Config(args) => {
+            let config = args.load()?;
+            println!("{}", serde_json::to_string_pretty(&config)?);
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
+    }
+}

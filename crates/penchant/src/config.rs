@@ -1,0 +1,257 @@
+//! Typed, layered configuration: defaults < TOML file < `PENCHANT_*` environment < flags.
+//!
+//! Nested keys are joined by `__` in the environment (`PENCHANT_SERVER__LISTEN`). Unknown keys
+//! are errors that name the key, wherever they come from.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// The environment variable prefix.
+pub const ENV_PREFIX: &str = "PENCHANT_";
+
+/// Penchant's whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub log: LogConfig,
+}
+
+/// `[server]`: the HTTP listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on. Default: `127.0.0.1:7070` (loopback only).
+    pub listen: SocketAddr,
+    /// Seconds to let in-flight requests finish after a shutdown signal.
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            shutdown_timeout_secs: 30,
+        }
+    }
+}
+
+/// Which store backend holds the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// RocksDB in `data_dir`.
+    Embedded,
+}
+
+/// `[store]`: where data lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    pub backend: Backend,
+    /// Folder of the embedded store. Default: `./penchant-data`.
+    pub data_dir: PathBuf,
+    /// Fsync the write-ahead log before acknowledging a write (group commit batches concurrent
+    /// writers). `false` survives a process crash but not a power loss. Default: true.
+    pub sync_writes: bool,
+    /// Block cache of the embedded store, in MiB. Default: 256.
+    pub block_cache_mib: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            backend: Backend::Embedded,
+            data_dir: PathBuf::from("penchant-data"),
+            sync_writes: true,
+            block_cache_mib: 256,
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `[log]`: structured logs on stderr.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `penchant=debug,info`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+/// Values given as command-line flags: the top layer. Only flags that were given are set.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FlagOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerFlags>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreFlags>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogFlags>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerFlags {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StoreFlags {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LogFlags {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<LogFormat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+}
+
+impl Config {
+    /// Load the layers: defaults, then the TOML file (if given; it must exist), then the
+    /// environment, then the flags.
+    pub fn load(file: Option<&Path>, flags: &FlagOverrides) -> anyhow::Result<Self> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.is_file() {
+                bail!("config file {} does not exist", path.display());
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        figment = figment
+            .merge(Env::prefixed(ENV_PREFIX).ignore(&["config"]).split("__"))
+            .merge(Serialized::defaults(flags));
+        figment
+            .extract()
+            .map_err(|e| anyhow::anyhow!(describe(e)))
+            .context("invalid configuration")
+    }
+}
+
+/// Figment errors, one line each, naming the key and where it came from.
+fn describe(errors: figment::Error) -> String {
+    errors
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load(file: Option<&str>, flags: &FlagOverrides) -> Result<Config, String> {
+        Config::load(file.map(Path::new), flags).map_err(|e| format!("{e:#}"))
+    }
+
+    #[test]
+    fn defaults_listen_on_loopback() {
+        Jail::expect_with(|_| {
+            let c = load(None, &FlagOverrides::default())?;
+            assert_eq!(c, Config::default());
+            assert!(c.server.listen.ip().is_loopback());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "p.toml",
+                r#"
+                [server]
+                listen = "127.0.0.1:9000"
+                shutdown_timeout_secs = 5
+                [store]
+                data_dir = "from-file"
+                sync_writes = false
+                [log]
+                level = "debug"
+                "#,
+            )?;
+            jail.set_env("PENCHANT_STORE__DATA_DIR", "from-env");
+            jail.set_env("PENCHANT_LOG__FORMAT", "json");
+            jail.set_env("PENCHANT_CONFIG", "ignored: it names the file");
+            let flags = FlagOverrides {
+                server: Some(ServerFlags {
+                    listen: Some("127.0.0.1:9999".parse().unwrap()),
+                }),
+                ..Default::default()
+            };
+            let c = load(Some("p.toml"), &flags)?;
+            assert_eq!(c.server.listen.port(), 9999, "flag beats file");
+            assert_eq!(c.server.shutdown_timeout_secs, 5, "file beats default");
+            assert_eq!(
+                c.store.data_dir,
+                PathBuf::from("from-env"),
+                "env beats file"
+            );
+            assert!(!c.store.sync_writes);
+            assert_eq!(c.log.format, LogFormat::Json);
+            assert_eq!(c.log.level, "debug");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        Jail::expect_with(|jail| {
+            jail.create_file("p.toml", "[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n")?;
+            let err = load(Some("p.toml"), &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("lisen"), "{err}");
+            jail.create_file("q.toml", "[stor]\nx = 1\n")?;
+            let err = load(Some("q.toml"), &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("stor"), "{err}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("PENCHANT_STORE__SYNC_WRITE", "true");
+            let err = load(None, &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("sync_write"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_and_missing_files_are_errors() {
+        Jail::expect_with(|jail| {
+            jail.set_env("PENCHANT_SERVER__LISTEN", "not an address");
+            let err = load(None, &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("listen"), "{err}");
+            Ok(())
+        });
+        Jail::expect_with(|_| {
+            let err = load(Some("missing.toml"), &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("missing.toml"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,148 @@
+//! The `penchant` binary as a user runs it: serve, health, signals, configuration errors.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+fn penchant() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_penchant"));
+    // The developer's environment must not leak into the tests.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("PENCHANT_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// Start `penchant serve` on a free port; returns the child and its base URL.
+fn serve(data_dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
+    let mut child = penchant()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(url) = line.strip_prefix("penchant listening on ") {
+            return (child, url.to_owned());
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    panic!(
+        "server did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait(child: Child) -> (std::process::ExitStatus, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn health(url: &str) -> serde_json::Value {
+    let resp = reqwest::get(format!("{url}/health")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn serve_answers_health_and_stops_cleanly_on_sigterm_and_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = serve(dir.path(), &[]);
+    let body = health(&url).await;
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["store"], "embedded");
+    assert!(
+        dir.path().join("CURRENT").exists(),
+        "the store lives in --data-dir"
+    );
+    signal(&child, "-TERM");
+    let (status, stderr) = wait(child);
+    assert!(
+        status.success(),
+        "exit 0 after SIGTERM: {status:?}\n{stderr}"
+    );
+    assert!(stderr.contains("store flushed"), "{stderr}");
+
+    // The store was released: a new server opens the same folder. Ctrl-C stops it too.
+    let (child, url) = serve(dir.path(), &["--log-format", "json"]);
+    health(&url).await;
+    signal(&child, "-INT");
+    let (status, stderr) = wait(child);
+    assert!(
+        status.success(),
+        "exit 0 after SIGINT: {status:?}\n{stderr}"
+    );
+    let first = stderr.lines().next().expect("a log line");
+    let line: serde_json::Value = serde_json::from_str(first).expect("JSON logs");
+    assert!(line["fields"]["message"].is_string(), "{line}");
+}
+
+#[test]
+fn unknown_config_keys_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("penchant.toml");
+    std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:0\"\nlistne = 1\n").unwrap();
+    let out = penchant()
+        .args(["serve", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("listne"), "{stderr}");
+
+    let out = penchant()
+        .arg("config")
+        .env("PENCHANT_STORE__DATADIR", "x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("datadir"));
+}
+
+#[test]
+fn config_layers_file_env_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("penchant.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:8001\"\n[store]\ndata_dir = \"file-dir\"\nsync_writes = false\n",
+    )
+    .unwrap();
+    let out = penchant()
+        .args(["config", "--listen", "127.0.0.1:8003"])
+        .env("PENCHANT_CONFIG", &file)
+        .env("PENCHANT_SERVER__LISTEN", "127.0.0.1:8002")
+        .env("PENCHANT_STORE__DATA_DIR", "env-dir")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(config["server"]["listen"], "127.0.0.1:8003", "flags win");
+    assert_eq!(config["store"]["data_dir"], "env-dir", "env beats the file");
+    assert_eq!(
+        config["store"]["sync_writes"], false,
+        "the file beats defaults"
+    );
+    assert_eq!(config["log"]["level"], "info", "defaults fill the rest");
+}

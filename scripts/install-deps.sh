@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install the system packages Penchant's build and tests need on a fresh Debian machine.
+#   libclang-dev: bindgen, for RocksDB's C API (librocksdb-sys).
+# Idempotent: installs only what is missing. Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+missing=()
+dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null || true
+$sudo apt-get install -y -qq "${missing[@]}" >/dev/null
