@@ -346,7 +346,7 @@ impl Inner {
                     batch.delete_range_cf(cf, start, end);
                 }
                 Mutation::DeleteFromRow => {
-                    batch.delete_range_cf(cf, &rs, keys::row_end(table.meta.id, row));
+                    batch.delete_range_cf(cf, rs.clone(), keys::row_end(table.meta.id, row));
                 }
             }
         }
@@ -864,7 +864,11 @@ impl Store for RocksStore {
             let mut samples: Vec<KeySample> = Vec::new();
             let mut offset = 0u64;
             for (row, size) in files {
-                if !row.is_empty() && samples.last().is_none_or(|s| s.row_key[..] < row[..]) {
+                // A split before the first file would only make an empty range.
+                if offset > 0
+                    && !row.is_empty()
+                    && samples.last().is_none_or(|s| s.row_key[..] < row[..])
+                {
                     samples.push(KeySample {
                         row_key: Bytes::from(row),
                         offset_bytes: offset,

@@ -126,30 +126,51 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
-/// Key ranges that split a table for `n` parallel scans, from its sampled split points.
+/// Key ranges that split a table for `n` parallel scans, from its sampled split points. The
+/// ranges are disjoint, in key order, and cover the whole table.
 pub fn split_ranges(samples: &[KeySample], n: usize) -> Vec<RowRange> {
+    use std::ops::Bound;
     let keys: Vec<&Bytes> = samples
         .iter()
         .map(|s| &s.row_key)
         .filter(|k| !k.is_empty())
         .collect();
     let n = n.max(1).min(keys.len() + 1);
-    let mut bounds = Vec::with_capacity(n + 1);
-    bounds.push(None);
-    for i in 1..n {
-        bounds.push(Some(keys[i * keys.len() / n].clone()));
-    }
-    bounds.push(None);
-    bounds.dedup();
-    bounds
-        .windows(2)
-        .map(|w| RowRange {
-            start: w[0]
-                .clone()
-                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included),
-            end: w[1]
-                .clone()
-                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
-        })
+    let mut cuts: Vec<Bytes> = (1..n).map(|i| keys[i * keys.len() / n].clone()).collect();
+    cuts.dedup();
+    let starts = std::iter::once(Bound::Unbounded).chain(cuts.iter().cloned().map(Bound::Included));
+    let ends = cuts
+        .iter()
+        .cloned()
+        .map(Bound::Excluded)
+        .chain(std::iter::once(Bound::Unbounded));
+    starts
+        .zip(ends)
+        .map(|(start, end)| RowRange { start, end })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(k: &str) -> KeySample {
+        KeySample {
+            row_key: Bytes::copy_from_slice(k.as_bytes()),
+            offset_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn split_ranges_cover_everything_once() {
+        assert_eq!(split_ranges(&[sample("")], 4), vec![RowRange::all()]);
+        let samples: Vec<KeySample> = ["b", "d", "f", ""].into_iter().map(sample).collect();
+        let ranges = split_ranges(&samples, 2);
+        assert_eq!(ranges.len(), 2);
+        for key in ["a", "b", "c", "d", "e", "f", "g"] {
+            let n = ranges.iter().filter(|r| r.contains(key.as_bytes())).count();
+            assert_eq!(n, 1, "{key}");
+        }
+        assert_eq!(split_ranges(&samples, 10).len(), 4);
+    }
 }

@@ -163,6 +163,8 @@ fn describe(errors: figment::Error) -> String {
 }
 
 #[cfg(test)]
+// `Jail` closures return figment's own (large) error type.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
     use figment::Jail;
@@ -245,7 +247,7 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.set_env("PENCHANT_SERVER__LISTEN", "not an address");
             let err = load(None, &FlagOverrides::default()).unwrap_err();
-            assert!(err.contains("listen"), "{err}");
+            assert!(err.to_lowercase().contains("server.listen"), "{err}");
             Ok(())
         });
         Jail::expect_with(|_| {

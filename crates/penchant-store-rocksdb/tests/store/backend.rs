@@ -163,18 +163,26 @@ async fn split_points_come_from_sst_files() {
         .await
         .unwrap();
     let rows = 8000;
-    let value = Bytes::from(
-        (0..1024)
-            .map(|i| (i * 7919 % 251) as u8)
-            .collect::<Vec<u8>>(),
-    );
+    // Incompressible values, so the table really spans many files.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut value = || {
+        let bytes: Vec<u8> = (0..1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        Bytes::from(bytes)
+    };
     for chunk in (0..rows).collect::<Vec<_>>().chunks(1000) {
         let entries = chunk
             .iter()
             .map(|i| {
                 RowMutation::new(
                     Bytes::from(format!("row{i:06}")),
-                    vec![Mutation::set("f", "q", 1000, value.clone())],
+                    vec![Mutation::set("f", "q", 1000, value())],
                 )
             })
             .collect();
