@@ -423,23 +423,47 @@ impl Inner {
         Ok(())
     }
 
-    /// The visible cells of one row, in the store's order.
-    fn row_cells(&self, table: &Table, row: &[u8], now: i64) -> Result<Vec<Cell>> {
-        let mut reader = RowReader::new(table, now);
-        let start = keys::row_start(table.meta.id, row);
-        let end = keys::row_end(table.meta.id, row);
+    /// The cells stored in `[start, end)`, decoded but not yet GC-filtered.
+    fn cells_in(&self, reader: &RowReader<'_>, start: &[u8], end: Vec<u8>) -> Result<Vec<Cell>> {
         let mut opts = ReadOptions::default();
         opts.set_iterate_upper_bound(end);
         let mut it = self.db.raw_iterator_cf_opt(self.data_cf()?, opts);
-        it.seek(&start);
+        it.seek(start);
         let mut cells = Vec::new();
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            if let Some(c) = reader.decode(k, v) {
-                cells.push(c);
-            }
+            cells.extend(reader.decode(k, v));
             it.next();
         }
         it.status().map_err(backend)?;
+        Ok(cells)
+    }
+
+    /// The visible cells of one row, in the store's order.
+    fn row_cells(&self, table: &Table, row: &[u8], now: i64) -> Result<Vec<Cell>> {
+        let reader = RowReader::new(table, now);
+        let start = keys::row_start(table.meta.id, row);
+        let cells = self.cells_in(&reader, &start, keys::row_end(table.meta.id, row))?;
+        Ok(reader.finish_row(cells))
+    }
+
+    /// The visible cells of some columns of one row (each column once), in the store's order.
+    fn column_cells<'c>(
+        &self,
+        table: &Table,
+        row: &[u8],
+        columns: impl IntoIterator<Item = (&'c str, &'c [u8])>,
+        now: i64,
+    ) -> Result<Vec<Cell>> {
+        let reader = RowReader::new(table, now);
+        let rs = keys::row_start(table.meta.id, row);
+        let mut cells = Vec::new();
+        for (family, qualifier) in columns {
+            if let Some(id) = table.meta.family_id(family) {
+                let col = keys::column_prefix(&rs, id, qualifier);
+                let end = prefix_successor(&col).unwrap_or_default();
+                cells.extend(self.cells_in(&reader, &col, end)?);
+            }
+        }
         Ok(reader.finish_row(cells))
     }
 
@@ -454,7 +478,7 @@ impl Inner {
     ) -> Result<()> {
         let now = now_micros();
         let cf = self.data_cf()?;
-        let mut reader = RowReader::new(table, now);
+        let reader = RowReader::new(table, now);
         for (start, end) in ranges {
             let mut opts = ReadOptions::default();
             opts.set_iterate_upper_bound(end);
@@ -513,7 +537,7 @@ impl<'a> RowReader<'a> {
         Self { table, now }
     }
 
-    fn decode(&mut self, key: &[u8], value: &[u8]) -> Option<Cell> {
+    fn decode(&self, key: &[u8], value: &[u8]) -> Option<Cell> {
         let parsed = keys::parse(key)?;
         let (family, _) = self.table.by_id.get(&parsed.family)?;
         let qualifier = keys::decode_qualifier(parsed.row_start.len(), parsed.column)?;
@@ -822,7 +846,14 @@ impl Store for RocksStore {
         self.blocking(move |inner| {
             let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
             let now = now_micros();
-            let current = inner.row_cells(&t, &row_key, now)?;
+            // Only the columns the rules touch are read, however wide the row.
+            let mut columns: Vec<(&str, &[u8])> = Vec::new();
+            for r in &rules {
+                if !columns.contains(&(r.family.as_str(), &r.qualifier[..])) {
+                    columns.push((&r.family, &r.qualifier));
+                }
+            }
+            let current = inner.column_cells(&t, &row_key, columns, now)?;
             let cells = validate::read_modify_write(&current, &rules, now)?;
             let mutations: Vec<Mutation> =
                 cells.iter().map(penchant_store::cell_to_mutation).collect();
