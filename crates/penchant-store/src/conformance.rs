@@ -358,24 +358,23 @@ pub async fn versions_and_order(store: &dyn Store) {
     );
 }
 
+async fn delete_versions(store: &dyn Store, start: Option<i64>, end: Option<i64>) {
+    let range = TimeRange { start, end };
+    let delete = Mutation::DeleteFromColumn {
+        family: "a".into(),
+        qualifier: b("q"),
+        range,
+    };
+    store.mutate_row(T, b("r"), vec![delete]).await.unwrap();
+}
+
 pub async fn delete_from_column(store: &dyn Store) {
     simple_table(store).await;
     for ts in 1..=6 {
         put(store, "r", "a", "q", ts * MS, &ts.to_string()).await;
     }
     put(store, "r", "a", "other", MS, "o").await;
-    store
-        .mutate_row(
-            T,
-            b("r"),
-            vec![Mutation::DeleteFromColumn {
-                family: "a".into(),
-                qualifier: b("q"),
-                range: TimeRange::new(2 * MS, 4 * MS),
-            }],
-        )
-        .await
-        .unwrap();
+    delete_versions(store, Some(2 * MS), Some(4 * MS)).await;
     let only_q = RowFilter::column("a", b("q"));
     let ts = |rows: Vec<Row>| -> Vec<i64> {
         rows.iter()
@@ -387,37 +386,9 @@ pub async fn delete_from_column(store: &dyn Store) {
         vec![6, 5, 4, 1]
     );
     // Open-ended ranges.
-    store
-        .mutate_row(
-            T,
-            b("r"),
-            vec![Mutation::DeleteFromColumn {
-                family: "a".into(),
-                qualifier: b("q"),
-                range: TimeRange {
-                    start: Some(5 * MS),
-                    end: None,
-                },
-            }],
-        )
-        .await
-        .unwrap();
+    delete_versions(store, Some(5 * MS), None).await;
     assert_eq!(ts(read_filtered(store, only_q.clone()).await), vec![4, 1]);
-    store
-        .mutate_row(
-            T,
-            b("r"),
-            vec![Mutation::DeleteFromColumn {
-                family: "a".into(),
-                qualifier: b("q"),
-                range: TimeRange {
-                    start: None,
-                    end: Some(2 * MS),
-                },
-            }],
-        )
-        .await
-        .unwrap();
+    delete_versions(store, None, Some(2 * MS)).await;
     assert_eq!(ts(read_filtered(store, only_q.clone()).await), vec![4]);
     store
         .mutate_row(T, b("r"), vec![Mutation::delete_column("a", b("q"))])

@@ -237,22 +237,7 @@ impl CompiledFilter {
                 cells.drain(..(*n).min(cells.len()));
             }
             Self::CellsPerRowLimit(n) => cells.truncate(*n),
-            Self::CellsPerColumnLimit(n) => {
-                let mut seen = 0usize;
-                let mut prev: Option<(String, Bytes)> = None;
-                cells.retain(|c| {
-                    let same = prev
-                        .as_ref()
-                        .is_some_and(|(f, q)| f == &c.family && q == &c.qualifier);
-                    if same {
-                        seen += 1;
-                    } else {
-                        seen = 1;
-                        prev = Some((c.family.clone(), c.qualifier.clone()));
-                    }
-                    seen <= *n
-                });
-            }
+            Self::CellsPerColumnLimit(n) => retain_ranked(&mut cells, |_, rank| rank < *n),
             Self::StripValue => {
                 for c in &mut cells {
                     c.value = Bytes::new();
@@ -261,6 +246,21 @@ impl CompiledFilter {
         }
         cells
     }
+}
+
+/// Keep the cells for which `keep(cell, rank)` holds, where `rank` is the cell's place among the
+/// versions of its column (0 = newest). Cells must be in the store's order.
+pub(crate) fn retain_ranked(cells: &mut Vec<Cell>, mut keep: impl FnMut(&Cell, usize) -> bool) {
+    let mut ranks = Vec::with_capacity(cells.len());
+    for (i, c) in cells.iter().enumerate() {
+        let same_column = i > 0 && {
+            let prev = &cells[i - 1];
+            prev.family == c.family && prev.qualifier == c.qualifier
+        };
+        ranks.push(if same_column { ranks[i - 1] + 1 } else { 0 });
+    }
+    let mut ranks = ranks.into_iter();
+    cells.retain(|c| keep(c, ranks.next().unwrap_or(0)));
 }
 
 /// Whether `value` lies between the bounds.

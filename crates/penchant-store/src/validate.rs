@@ -230,18 +230,7 @@ pub fn expired_versions(
 /// Drop the cells a table's GC rules have expired. `cells` must be in the store's order
 /// (family, qualifier, newest first) so that version ranks can be counted.
 pub fn visible_cells(schema: &TableSchema, now: i64, mut cells: Vec<Cell>) -> Vec<Cell> {
-    let mut rank = 0usize;
-    let mut prev: Option<(String, bytes::Bytes)> = None;
-    cells.retain(|c| {
-        let same = prev
-            .as_ref()
-            .is_some_and(|(f, q)| f == &c.family && q == &c.qualifier);
-        if same {
-            rank += 1;
-        } else {
-            rank = 0;
-            prev = Some((c.family.clone(), c.qualifier.clone()));
-        }
+    crate::filter::retain_ranked(&mut cells, |c, rank| {
         // A family dropped from the schema has no visible cells.
         schema
             .families
