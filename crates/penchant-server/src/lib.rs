@@ -43,14 +43,14 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve until `shutdown` resolves, then stop accepting connections and let in-flight requests
-/// finish. The caller flushes the engine afterwards.
+/// Serve `app` (usually [`router`]) until `shutdown` resolves, then stop accepting connections
+/// and let in-flight requests finish. The caller flushes the engine afterwards.
 pub async fn serve(
     listener: TcpListener,
-    state: AppState,
+    app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
 }

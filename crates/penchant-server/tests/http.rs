@@ -1,17 +1,27 @@
 //! The server over a real socket, on the in-memory store.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::routing::get;
 use penchant_engine::Engine;
-use penchant_server::{AppState, serve};
+use penchant_server::{AppState, router, serve};
 
 #[tokio::test]
-async fn health_answers_json_and_shutdown_drains() {
+async fn health_answers_json_and_shutdown_drains_in_flight_requests() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let engine = Engine::new(Arc::new(penchant_store::MemStore::new()));
+    // A slow route, to have a request in flight when shutdown starts.
+    let app = router(AppState::new(engine, "memory")).route(
+        "/slow",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            "done"
+        }),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, AppState::new(engine, "memory"), async {
+    let server = tokio::spawn(serve(listener, app, async {
         let _ = stopped.await;
     }));
 
@@ -28,7 +38,12 @@ async fn health_answers_json_and_shutdown_drains() {
     let resp = reqwest::get(format!("http://{addr}/nope")).await.unwrap();
     assert_eq!(resp.status(), 404);
 
+    let in_flight = tokio::spawn(reqwest::get(format!("http://{addr}/slow")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
     stop.send(()).unwrap();
+    let resp = in_flight.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200, "the in-flight request finished");
+    assert_eq!(resp.text().await.unwrap(), "done");
     server.await.unwrap().unwrap();
     assert!(
         reqwest::get(format!("http://{addr}/health")).await.is_err(),

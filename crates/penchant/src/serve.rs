@@ -60,7 +60,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let server = tokio::spawn(penchant_server::serve(
         listener,
-        AppState::new(engine.clone(), backend),
+        penchant_server::router(AppState::new(engine.clone(), backend)),
         shutdown,
     ));
     let _ = stop_rx.wait_for(|stop| *stop).await;
