@@ -39,11 +39,7 @@ impl CompactionFilterFactory for GcFilterFactory {
     type Filter = GcFilter;
 
     fn create(&mut self, _context: CompactionFilterContext) -> GcFilter {
-        GcFilter {
-            rules: self.catalog.read().gc_rules(),
-            now: now_micros(),
-            name: CString::new("penchant-gc").unwrap_or_default(),
-        }
+        GcFilter::new(&self.catalog.read())
     }
 
     fn name(&self) -> &CStr {
@@ -53,17 +49,27 @@ impl CompactionFilterFactory for GcFilterFactory {
 
 /// The filter of one compaction.
 pub struct GcFilter {
-    rules: HashMap<u32, HashMap<u16, GcRule>>,
+    /// GC rules by table id and family id; `None` keeps every cell.
+    rules: Option<HashMap<u32, HashMap<u16, GcRule>>>,
     now: i64,
     name: CString,
 }
 
 impl GcFilter {
+    fn new(catalog: &Catalog) -> Self {
+        GcFilter {
+            // Before the catalog is loaded every table looks deleted: keep everything.
+            rules: catalog.loaded.then(|| catalog.gc_rules()),
+            now: now_micros(),
+            name: CString::new("penchant-gc").unwrap_or_default(),
+        }
+    }
+
     fn decide(&self, key: &[u8]) -> Decision {
-        let Some(cell) = keys::parse(key) else {
+        let (Some(cell), Some(rules)) = (keys::parse(key), &self.rules) else {
             return Decision::Keep;
         };
-        match self.rules.get(&cell.table).map(|t| t.get(&cell.family)) {
+        match rules.get(&cell.table).map(|t| t.get(&cell.family)) {
             // A deleted table, or a dropped family.
             None | Some(None) => Decision::Remove,
             Some(Some(rule)) if rule.expires(cell.timestamp, 0, self.now) => Decision::Remove,
@@ -79,5 +85,30 @@ impl CompactionFilter for GcFilter {
 
     fn name(&self) -> &CStr {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(table: u32) -> Vec<u8> {
+        keys::cell_key(&keys::row_start(table, b"row"), 0, b"q", 1000)
+    }
+
+    #[test]
+    fn nothing_is_judged_before_the_catalog_is_loaded() {
+        // A compaction RocksDB starts while opening sees an empty catalog: every table would
+        // look deleted.
+        let mut catalog = Catalog::default();
+        assert!(matches!(
+            GcFilter::new(&catalog).decide(&key(3)),
+            Decision::Keep
+        ));
+        catalog.loaded = true;
+        assert!(matches!(
+            GcFilter::new(&catalog).decide(&key(3)),
+            Decision::Remove
+        ));
     }
 }

@@ -158,6 +158,7 @@ impl RocksStore {
                 cat.by_name
                     .insert(table.name.clone(), Arc::new(Table::new(table)));
             }
+            cat.loaded = true;
         }
 
         let stripes = (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect();
@@ -286,8 +287,7 @@ impl Inner {
         Ok(())
     }
 
-    /// Add one row's mutations to a batch. The caller holds the row's lock: enforcing version
-    /// limits reads the columns written.
+    /// Add one row's mutations to a batch: all of them, or nothing if encoding fails.
     fn add_mutations(
         &self,
         batch: &mut WriteBatch,
@@ -296,7 +296,28 @@ impl Inner {
         mutations: &[Mutation],
         now: i64,
     ) -> Result<()> {
+        let ops = self.encode_row(table, row, mutations, now)?;
         let cf = self.data_cf()?;
+        for op in ops {
+            match op {
+                BatchOp::Put(k, v) => batch.put_cf(cf, k, v),
+                BatchOp::Delete(k) => batch.delete_cf(cf, k),
+                BatchOp::DeleteRange(from, to) => batch.delete_range_cf(cf, from, to),
+            }
+        }
+        Ok(())
+    }
+
+    /// Encode one row's mutations as batch operations. The caller holds the row's lock:
+    /// enforcing version limits reads the columns written.
+    fn encode_row(
+        &self,
+        table: &Table,
+        row: &[u8],
+        mutations: &[Mutation],
+        now: i64,
+    ) -> Result<Vec<BatchOp>> {
+        let mut ops = Vec::with_capacity(mutations.len());
         let rs = keys::row_start(table.meta.id, row);
         let family_id = |f: &str| {
             table
@@ -316,11 +337,8 @@ impl Inner {
                     value,
                 } => {
                     let ts = resolve_timestamp(*timestamp, now);
-                    batch.put_cf(
-                        cf,
-                        keys::cell_key(&rs, family_id(family)?, qualifier, ts),
-                        value,
-                    );
+                    let key = keys::cell_key(&rs, family_id(family)?, qualifier, ts);
+                    ops.push(BatchOp::Put(key, value.clone()));
                 }
                 Mutation::DeleteFromColumn {
                     family,
@@ -338,26 +356,30 @@ impl Inner {
                         Some(start) if start > 0 => at(start - 1),
                         _ => prefix_successor(&col).unwrap_or_default(),
                     };
-                    batch.delete_range_cf(cf, lo, hi);
+                    ops.push(BatchOp::DeleteRange(lo, hi));
                 }
                 Mutation::DeleteFromFamily { family } => {
                     let start = keys::family_start(&rs, family_id(family)?);
                     let end = prefix_successor(&start).unwrap_or_default();
-                    batch.delete_range_cf(cf, start, end);
+                    ops.push(BatchOp::DeleteRange(start, end));
                 }
                 Mutation::DeleteFromRow => {
-                    batch.delete_range_cf(cf, rs.clone(), keys::row_end(table.meta.id, row));
+                    ops.push(BatchOp::DeleteRange(
+                        rs.clone(),
+                        keys::row_end(table.meta.id, row),
+                    ));
                 }
             }
         }
-        self.enforce_version_limits(batch, table, &rs, mutations, now)
+        self.enforce_version_limits(&mut ops, table, &rs, mutations, now)?;
+        Ok(ops)
     }
 
     /// For each column written in a family whose rule counts versions, delete the versions the
     /// rule expires once the mutations apply.
     fn enforce_version_limits(
         &self,
-        batch: &mut WriteBatch,
+        ops: &mut Vec<BatchOp>,
         table: &Table,
         rs: &[u8],
         mutations: &[Mutation],
@@ -417,7 +439,7 @@ impl Inner {
             }
             let newest_first = versions.iter().map(|std::cmp::Reverse(ts)| *ts);
             for ts in validate::expired_versions(&fam.gc_rule, newest_first, now) {
-                batch.delete_cf(cf, [&col[..], &keys::encode_ts(ts)].concat());
+                ops.push(BatchOp::Delete([&col[..], &keys::encode_ts(ts)].concat()));
             }
         }
         Ok(())
@@ -487,6 +509,10 @@ impl Inner {
             let mut current: Option<(Vec<u8>, Vec<Cell>)> = None;
             loop {
                 let entry = it.key().zip(it.value());
+                if entry.is_none() {
+                    // The end of the range, or an error: never emit a row cut short by one.
+                    it.status().map_err(backend)?;
+                }
                 let boundary = match (&current, entry) {
                     (Some((rs, _)), Some((k, _))) => !k.starts_with(rs),
                     (Some(_), None) => true,
@@ -524,6 +550,13 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// One operation of a write batch, collected before anything goes into the batch.
+enum BatchOp {
+    Put(Vec<u8>, Bytes),
+    Delete(Vec<u8>),
+    DeleteRange(Vec<u8>, Vec<u8>),
 }
 
 /// Decodes the keys of rows into cells and applies the GC rules.
@@ -736,32 +769,45 @@ impl Store for RocksStore {
         penchant_store::check_batch_size(&entries)?;
         self.blocking(move |inner| {
             let now = now_micros();
-            let statuses: Vec<Result<()>> = entries
+            let mut statuses: Vec<Result<()>> = entries
                 .iter()
                 .map(|e| validate::check_mutations(&t.schema, &e.row_key, &e.mutations))
                 .collect();
-            let valid: Vec<&RowMutation> = entries
-                .iter()
-                .zip(&statuses)
-                .filter(|(_, s)| s.is_ok())
-                .map(|(e, _)| e)
+            let valid: Vec<usize> = (0..entries.len())
+                .filter(|i| statuses[*i].is_ok())
                 .collect();
-            let _locks = inner.lock_rows(t.meta.id, valid.iter().map(|e| &e.row_key[..]));
+            let _locks = inner.lock_rows(t.meta.id, valid.iter().map(|i| &entries[*i].row_key[..]));
             // One write for the whole batch, except that a row named again starts a new write,
             // so that its version limits see the earlier entry.
-            let mut batch = WriteBatch::default();
-            let mut rows_in_batch = std::collections::HashSet::new();
-            for e in valid {
-                if !rows_in_batch.insert(&e.row_key) {
-                    inner.write(std::mem::take(&mut batch))?;
-                    rows_in_batch.clear();
-                    rows_in_batch.insert(&e.row_key);
+            let mut rounds: Vec<Vec<usize>> = vec![Vec::new()];
+            let mut rows_in_round = std::collections::HashSet::new();
+            for i in valid {
+                if !rows_in_round.insert(&entries[i].row_key) {
+                    rounds.push(Vec::new());
+                    rows_in_round.clear();
+                    rows_in_round.insert(&entries[i].row_key);
                 }
-                // A row that passed the checks cannot fail to encode: it goes in whole.
-                inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now)?;
+                rounds.last_mut().into_iter().for_each(|r| r.push(i));
             }
-            if !batch.is_empty() {
-                inner.write(batch)?;
+            for round in rounds {
+                let mut batch = WriteBatch::default();
+                let mut written = Vec::with_capacity(round.len());
+                for i in round {
+                    let e = &entries[i];
+                    match inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now) {
+                        Ok(()) => written.push(i),
+                        Err(err) => statuses[i] = Err(err),
+                    }
+                }
+                if batch.is_empty() {
+                    continue;
+                }
+                // A failed write fails exactly the rows it held; earlier rounds stand.
+                if let Err(err) = inner.write(batch) {
+                    for i in written {
+                        statuses[i] = Err(StoreError::Backend(err.to_string()));
+                    }
+                }
             }
             Ok(statuses)
         })
@@ -781,13 +827,14 @@ impl Store for RocksStore {
             return Ok(Box::pin(futures::stream::empty()));
         }
         // Point reads of a few rows: read them at once rather than through a streaming task.
-        if request.rows.ranges.is_empty() && request.rows.keys.len() <= 8 {
-            let mut rows = Vec::new();
+        let rows = &request.rows;
+        if rows.ranges.is_empty() && !rows.keys.is_empty() && rows.keys.len() <= 8 {
+            let mut out = Vec::new();
             self.inner.scan(&t, ranges, filter.as_ref(), |row| {
-                rows.push(Ok(row));
-                (rows.len() as u64) < limit
+                out.push(Ok(row));
+                (out.len() as u64) < limit
             })?;
-            return Ok(Box::pin(futures::stream::iter(rows)));
+            return Ok(Box::pin(futures::stream::iter(out)));
         }
         let (tx, rx) = mpsc::channel(STREAM_BUFFER_ROWS);
         let inner = self.inner.clone();

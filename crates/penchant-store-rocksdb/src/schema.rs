@@ -104,6 +104,9 @@ impl Table {
 pub struct Catalog {
     pub by_name: HashMap<String, Arc<Table>>,
     pub next_table_id: u32,
+    /// Whether the tables have been loaded from `meta`. Until then compactions (which RocksDB
+    /// may start while opening) must not judge any cell.
+    pub loaded: bool,
 }
 
 impl Catalog {

@@ -124,9 +124,14 @@ pub enum CompiledFilter {
 }
 
 fn full_match_regex(what: &str, pattern: &str) -> Result<Regex> {
+    let invalid = |e: regex::Error| {
+        StoreError::InvalidArgument(format!("invalid {what} regex `{pattern}`: {e}"))
+    };
+    // The pattern must stand on its own, so that it cannot close the anchoring group below
+    // (`x)|(.*` would otherwise match everything).
+    Regex::new(&format!("(?-u){pattern}")).map_err(invalid)?;
     // RE2 on raw bytes, anchored on both ends, as Bigtable evaluates its regex filters.
-    Regex::new(&format!("(?-u)^(?:{pattern})$"))
-        .map_err(|e| StoreError::InvalidArgument(format!("invalid {what} regex `{pattern}`: {e}")))
+    Regex::new(&format!("(?-u)^(?:{pattern})$")).map_err(invalid)
 }
 
 impl CompiledFilter {
@@ -312,6 +317,11 @@ mod tests {
         assert_eq!(run(RowFilter::RowKeyRegex("ro.".into())).len(), 4);
         assert!(matches!(
             RowFilter::ValueRegex("(".into()).compile(),
+            Err(StoreError::InvalidArgument(_))
+        ));
+        // A pattern cannot escape the anchors.
+        assert!(matches!(
+            RowFilter::RowKeyRegex("x)|(.*".into()).compile(),
             Err(StoreError::InvalidArgument(_))
         ));
     }

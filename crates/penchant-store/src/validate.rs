@@ -212,8 +212,7 @@ pub fn check_gc_rule(family: &str, rule: &crate::GcRule) -> Result<()> {
 /// The versions of one column that a rule expires, given all its timestamps newest first.
 ///
 /// Backends call this whenever a column of a family whose rule counts versions is written, and
-/// delete what it returns in the same atomic write: version limits are enforced on write, so a
-/// later delete of newer versions or a looser rule never brings older ones back.
+/// delete what it returns in the same atomic write: version limits are enforced on write.
 pub fn expired_versions(
     rule: &crate::GcRule,
     newest_first: impl IntoIterator<Item = i64>,

@@ -40,6 +40,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    // Handlers first: a signal that arrives once the server is up must never kill it unflushed.
+    let mut signals = Signals::install()?;
     let (store, backend) = open_store(&config)?;
     let engine = Engine::new(store);
     let listener = tokio::net::TcpListener::bind(config.server.listen)
@@ -51,48 +53,69 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     println!("penchant listening on http://{addr}");
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
-    tokio::spawn(watch_signals(stop_tx));
-    let shutdown = {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
+    let shutdown = async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    };
+    let app = penchant_server::router(AppState::new(engine.clone(), backend));
+    let mut server = tokio::spawn(penchant_server::serve(listener, app, shutdown));
+    let served = tokio::select! {
+        // The server stopped by itself: an error.
+        joined = &mut server => Some(joined),
+        () = signals.first() => None,
+    };
+    let served = match served {
+        Some(joined) => joined,
+        None => {
+            tracing::info!("shutting down: finishing in-flight requests");
+            let _ = stop_tx.send(true);
+            tokio::spawn(signals.second());
+            let grace = Duration::from_secs(config.server.shutdown_timeout_secs);
+            match tokio::time::timeout(grace, server).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    tracing::warn!(?grace, "in-flight requests did not finish in time");
+                    Ok(Ok(()))
+                }
+            }
         }
     };
-    let server = tokio::spawn(penchant_server::serve(
-        listener,
-        penchant_server::router(AppState::new(engine.clone(), backend)),
-        shutdown,
-    ));
-    let _ = stop_rx.wait_for(|stop| *stop).await;
-    tracing::info!("shutting down: finishing in-flight requests");
-    let grace = Duration::from_secs(config.server.shutdown_timeout_secs);
-    match tokio::time::timeout(grace, server).await {
-        Ok(joined) => joined
-            .context("server task failed")?
-            .context("server failed")?,
-        Err(_) => tracing::warn!(?grace, "in-flight requests did not finish in time"),
-    }
-    engine.flush().await.context("cannot flush the store")?;
+    // Flush whatever happened to the server.
+    let flushed = engine.flush().await.context("cannot flush the store");
+    served
+        .context("server task failed")?
+        .context("server failed")?;
+    flushed?;
     tracing::info!("store flushed, bye");
     Ok(())
 }
 
-/// First SIGTERM or Ctrl-C: graceful shutdown. A second Ctrl-C: exit at once.
-async fn watch_signals(stop: watch::Sender<bool>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT (Ctrl-C).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
     }
-    let _ = stop.send(true);
-    int.recv().await;
-    tracing::warn!("second interrupt: exiting without draining");
-    std::process::exit(130);
+
+    /// The first SIGTERM or Ctrl-C: time for a graceful shutdown.
+    async fn first(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+
+    /// A second Ctrl-C: exit at once, without draining.
+    async fn second(mut self) {
+        self.int.recv().await;
+        tracing::warn!("second interrupt: exiting without draining");
+        std::process::exit(130);
+    }
 }
