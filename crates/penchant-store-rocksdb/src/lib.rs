@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use penchant_store::validate::{self, now_micros, resolve_timestamp};
 use penchant_store::{
@@ -44,8 +45,11 @@ const DATA_CF: &str = "data";
 const META_CF: &str = "meta";
 const TABLE_META_PREFIX: &[u8] = b"table/";
 const NEXT_TABLE_ID_KEY: &[u8] = b"next_table_id";
-/// Rows a streaming read buffers ahead of its consumer.
-const STREAM_BUFFER_ROWS: usize = 256;
+/// A streaming read hands rows to its consumer in chunks of this many rows or bytes...
+const CHUNK_ROWS: usize = 128;
+const CHUNK_BYTES: usize = 1 << 20;
+/// ...and buffers this many chunks ahead of it.
+const STREAM_BUFFER_CHUNKS: usize = 4;
 const LOCK_STRIPES: usize = 4096;
 
 /// Options of the embedded store.
@@ -836,20 +840,40 @@ impl Store for RocksStore {
             })?;
             return Ok(Box::pin(futures::stream::iter(out)));
         }
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER_ROWS);
+        // Rows travel from the scanning thread in chunks: one hand-off per chunk, not per row.
+        let (tx, rx) = mpsc::channel::<Result<Vec<Row>>>(STREAM_BUFFER_CHUNKS);
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let mut sent = 0u64;
+            let mut chunk = Vec::new();
+            let mut chunk_bytes = 0usize;
+            let mut reader_alive = true;
             let result = inner.scan(&t, ranges, filter.as_ref(), |row| {
                 sent += 1;
+                chunk_bytes +=
+                    row.key.len() + row.cells.iter().map(|c| c.value.len() + 32).sum::<usize>();
+                chunk.push(row);
+                if chunk.len() >= CHUNK_ROWS || chunk_bytes >= CHUNK_BYTES {
+                    reader_alive = tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_ok();
+                    chunk_bytes = 0;
+                }
                 // Stop when the reader went away or the limit is reached.
-                tx.blocking_send(Ok(row)).is_ok() && sent < limit
+                reader_alive && sent < limit
             });
+            if reader_alive && !chunk.is_empty() {
+                let _ = tx.blocking_send(Ok(chunk));
+            }
             if let Err(e) = result {
                 let _ = tx.blocking_send(Err(e));
             }
         });
-        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        let rows = tokio_stream::wrappers::ReceiverStream::new(rx).flat_map(|chunk| {
+            futures::stream::iter(match chunk {
+                Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+        });
+        Ok(Box::pin(rows))
     }
 
     async fn check_and_mutate_row(
