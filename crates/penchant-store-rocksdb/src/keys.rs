@@ -66,6 +66,31 @@ fn escaped_len(input: &[u8]) -> Option<usize> {
     }
 }
 
+/// Length of the row prefix (`table ++ esc(row) ++ 00 01`) at the start of a key, if the key
+/// holds a whole row key. This is the data family's prefix extractor: every key of one row
+/// shares it, so prefix bloom filters answer "is this row here at all".
+pub fn row_prefix_len(key: &[u8]) -> Option<usize> {
+    Some(TABLE_ID_LEN + escaped_len(key.get(TABLE_ID_LEN..)?)?)
+}
+
+/// The row prefix of a key (the prefix extractor's transform).
+pub fn row_prefix_of(key: &[u8]) -> &[u8] {
+    &key[..row_prefix_len(key).unwrap_or(key.len())]
+}
+
+/// Whether a key holds a whole row prefix (the prefix extractor's domain).
+pub fn has_row_prefix(key: &[u8]) -> bool {
+    row_prefix_len(key).is_some()
+}
+
+/// Whether `[start, end)` is exactly the keys of one row (`row_start`..`row_end`).
+pub fn is_one_row(start: &[u8], end: &[u8]) -> bool {
+    row_prefix_len(start) == Some(start.len())
+        && end.len() == start.len()
+        && end[..end.len() - 2] == start[..start.len() - 2]
+        && end[end.len() - 2..] == [0x00, 0x02]
+}
+
 /// `table` alone: the first key of the table's key space.
 pub fn table_start(table: u32) -> Vec<u8> {
     table.to_be_bytes().to_vec()
@@ -196,6 +221,12 @@ mod tests {
         );
         assert_eq!(row_of_key(&key).unwrap(), (7, b"us\x00er".to_vec()));
         assert!(parse(b"\x00\x00").is_none());
+        assert_eq!(row_prefix_of(&key), &rs[..]);
+        assert_eq!(row_prefix_of(&rs), &rs[..]);
+        assert!(!has_row_prefix(&row_prefix(7, b"us")));
+        assert!(is_one_row(&rs, &row_end(7, b"us\x00er")));
+        assert!(!is_one_row(&rs, &row_end(7, b"us\x00es")));
+        assert!(!is_one_row(&row_prefix(7, b"u"), &row_end(7, b"u")));
         assert!(parse(&[0, 0, 0, 7, b'a', 0, 0x05]).is_none());
     }
 

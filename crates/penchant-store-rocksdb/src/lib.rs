@@ -35,7 +35,7 @@ use penchant_store::{
 };
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Options,
-    ReadOptions, WriteBatch, WriteOptions,
+    ReadOptions, SliceTransform, WriteBatch, WriteOptions,
 };
 use tokio::sync::mpsc;
 
@@ -127,10 +127,18 @@ impl RocksStore {
         let cache = Cache::new_lru_cache(options.block_cache_bytes);
         let mut table_opts = BlockBasedOptions::default();
         table_opts.set_block_cache(&cache);
+        // Bloom filters on row prefixes, not whole keys: reads look rows up, never single keys.
         table_opts.set_bloom_filter(10.0, false);
+        table_opts.set_whole_key_filtering(false);
         table_opts.set_cache_index_and_filter_blocks(true);
         let mut data_opts = Options::default();
         data_opts.set_block_based_table_factory(&table_opts);
+        data_opts.set_prefix_extractor(SliceTransform::create(
+            "penchant-row",
+            keys::row_prefix_of,
+            Some(keys::has_row_prefix),
+        ));
+        data_opts.set_memtable_prefix_bloom_ratio(0.05);
         data_opts.set_compression_type(DBCompressionType::Lz4);
         data_opts.set_periodic_compaction_seconds(options.periodic_compaction_secs);
         data_opts.set_target_file_size_base(options.target_file_size_bytes);
@@ -198,8 +206,7 @@ impl RocksStore {
     /// for tests and operators.
     pub fn physical_cell_count(&self, table: &str) -> Result<u64> {
         let t = self.inner.table(table)?;
-        let mut opts = ReadOptions::default();
-        opts.set_iterate_upper_bound(keys::table_end(t.meta.id));
+        let opts = read_options(keys::table_end(t.meta.id), false);
         let mut it = self
             .inner
             .db
@@ -408,8 +415,7 @@ impl Inner {
             // The column's versions as stored, then as the mutations leave them.
             let col = keys::column_prefix(rs, fam.id, qualifier);
             let mut versions = std::collections::BTreeSet::new();
-            let mut opts = ReadOptions::default();
-            opts.set_iterate_upper_bound(prefix_successor(&col).unwrap_or_default());
+            let opts = read_options(prefix_successor(&col).unwrap_or_default(), true);
             let mut it = self.db.raw_iterator_cf_opt(cf, opts);
             it.seek(&col);
             while let Some(k) = it.key() {
@@ -449,10 +455,9 @@ impl Inner {
         Ok(())
     }
 
-    /// The cells stored in `[start, end)`, decoded but not yet GC-filtered.
+    /// The cells stored in `[start, end)` (within one row), decoded but not yet GC-filtered.
     fn cells_in(&self, reader: &RowReader<'_>, start: &[u8], end: Vec<u8>) -> Result<Vec<Cell>> {
-        let mut opts = ReadOptions::default();
-        opts.set_iterate_upper_bound(end);
+        let opts = read_options(end, true);
         let mut it = self.db.raw_iterator_cf_opt(self.data_cf()?, opts);
         it.seek(start);
         let mut cells = Vec::new();
@@ -506,9 +511,8 @@ impl Inner {
         let cf = self.data_cf()?;
         let reader = RowReader::new(table, now);
         for (start, end) in ranges {
-            let mut opts = ReadOptions::default();
-            opts.set_iterate_upper_bound(end);
-            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
+            let one_row = keys::is_one_row(&start, &end);
+            let mut it = self.db.raw_iterator_cf_opt(cf, read_options(end, one_row));
             it.seek(&start);
             let mut current: Option<(Vec<u8>, Vec<Cell>)> = None;
             loop {
@@ -554,6 +558,22 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Options of an iterator over the data column family, bounded above by `upper`.
+///
+/// The data family has a prefix extractor (the row, see [`keys::row_prefix_len`]) with bloom
+/// filters: an iterator within one row uses them and skips files that cannot hold the row; one
+/// that spans rows must ask for total order, or RocksDB would stop at the first row.
+fn read_options(upper: Vec<u8>, one_row: bool) -> ReadOptions {
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_upper_bound(upper);
+    if one_row {
+        opts.set_prefix_same_as_start(true);
+    } else {
+        opts.set_total_order_seek(true);
+    }
+    opts
 }
 
 /// One operation of a write batch, collected before anything goes into the batch.
