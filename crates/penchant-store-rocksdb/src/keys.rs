@@ -189,9 +189,31 @@ pub fn decode_row(row_start: &[u8]) -> Option<Vec<u8>> {
     unescape(row_start.get(TABLE_ID_LEN..)?).map(|(row, _)| row)
 }
 
-/// Decode the qualifier of a `column` (as returned by [`parse`]).
-pub fn decode_qualifier(row_start_len: usize, column: &[u8]) -> Option<Vec<u8>> {
-    unescape(column.get(row_start_len + 2..)?).map(|(q, _)| q)
+/// Decode the qualifier of a `column` (as returned by [`parse`]) into `out`; false if it is
+/// malformed.
+pub fn decode_qualifier_into(
+    row_start_len: usize,
+    column: &[u8],
+    out: &mut bytes::BytesMut,
+) -> bool {
+    let Some(mut input) = column.get(row_start_len + 2..) else {
+        return false;
+    };
+    loop {
+        // Copy up to the next zero byte at once: most qualifiers have none.
+        let Some(zero) = input.iter().position(|&b| b == 0) else {
+            return false;
+        };
+        out.extend_from_slice(&input[..zero]);
+        match input.get(zero + 1) {
+            Some(0xff) => {
+                out.extend_from_slice(&[0]);
+                input = &input[zero + 2..];
+            }
+            Some(0x01) => return true,
+            _ => return false,
+        }
+    }
 }
 
 /// Decode the row key of any key in the data space (a cell key or a split point), if it holds a
@@ -215,10 +237,9 @@ mod tests {
         assert_eq!(p.family, 3);
         assert_eq!(p.timestamp, 1_000_000);
         assert_eq!(decode_row(p.row_start).unwrap(), b"us\x00er");
-        assert_eq!(
-            decode_qualifier(p.row_start.len(), p.column).unwrap(),
-            b"q\x00\xff"
-        );
+        let mut out = bytes::BytesMut::new();
+        assert!(decode_qualifier_into(p.row_start.len(), p.column, &mut out));
+        assert_eq!(&out[..], b"q\x00\xff");
         assert_eq!(row_of_key(&key).unwrap(), (7, b"us\x00er".to_vec()));
         assert!(parse(b"\x00\x00").is_none());
         assert_eq!(row_prefix_of(&key), &rs[..]);

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use penchant_store::validate::{self, now_micros, resolve_timestamp};
@@ -455,26 +455,25 @@ impl Inner {
         Ok(())
     }
 
-    /// The cells stored in `[start, end)` (within one row), decoded but not yet GC-filtered.
-    fn cells_in(&self, reader: &RowReader<'_>, start: &[u8], end: Vec<u8>) -> Result<Vec<Cell>> {
-        let opts = read_options(end, true);
-        let mut it = self.db.raw_iterator_cf_opt(self.data_cf()?, opts);
+    /// Add the cells stored in `[start, end)` (within one row) to the reader's current row.
+    fn read_into(&self, reader: &mut RowReader<'_>, start: &[u8], end: Vec<u8>) -> Result<()> {
+        let mut it = self
+            .db
+            .raw_iterator_cf_opt(self.data_cf()?, read_options(end, true));
         it.seek(start);
-        let mut cells = Vec::new();
         while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            cells.extend(reader.decode(k, v));
+            reader.push(k, v);
             it.next();
         }
-        it.status().map_err(backend)?;
-        Ok(cells)
+        it.status().map_err(backend)
     }
 
     /// The visible cells of one row, in the store's order.
     fn row_cells(&self, table: &Table, row: &[u8], now: i64) -> Result<Vec<Cell>> {
-        let reader = RowReader::new(table, now);
+        let mut reader = RowReader::new(table, now);
         let start = keys::row_start(table.meta.id, row);
-        let cells = self.cells_in(&reader, &start, keys::row_end(table.meta.id, row))?;
-        Ok(reader.finish_row(cells))
+        self.read_into(&mut reader, &start, keys::row_end(table.meta.id, row))?;
+        Ok(reader.take_row())
     }
 
     /// The visible cells of some columns of one row (each column once), in the store's order.
@@ -485,17 +484,16 @@ impl Inner {
         columns: impl IntoIterator<Item = (&'c str, &'c [u8])>,
         now: i64,
     ) -> Result<Vec<Cell>> {
-        let reader = RowReader::new(table, now);
+        let mut reader = RowReader::new(table, now);
         let rs = keys::row_start(table.meta.id, row);
-        let mut cells = Vec::new();
         for (family, qualifier) in columns {
             if let Some(id) = table.meta.family_id(family) {
                 let col = keys::column_prefix(&rs, id, qualifier);
                 let end = prefix_successor(&col).unwrap_or_default();
-                cells.extend(self.cells_in(&reader, &col, end)?);
+                self.read_into(&mut reader, &col, end)?;
             }
         }
-        Ok(reader.finish_row(cells))
+        Ok(reader.take_row())
     }
 
     /// Scan encoded key ranges in order, calling `emit` with each non-empty filtered row until
@@ -509,12 +507,13 @@ impl Inner {
     ) -> Result<()> {
         let now = now_micros();
         let cf = self.data_cf()?;
-        let reader = RowReader::new(table, now);
+        let mut reader = RowReader::new(table, now);
         for (start, end) in ranges {
             let one_row = keys::is_one_row(&start, &end);
             let mut it = self.db.raw_iterator_cf_opt(cf, read_options(end, one_row));
             it.seek(&start);
-            let mut current: Option<(Vec<u8>, Vec<Cell>)> = None;
+            // The row being read: its `row_start` prefix.
+            let mut current: Option<Vec<u8>> = None;
             loop {
                 let entry = it.key().zip(it.value());
                 if entry.is_none() {
@@ -522,12 +521,12 @@ impl Inner {
                     it.status().map_err(backend)?;
                 }
                 let boundary = match (&current, entry) {
-                    (Some((rs, _)), Some((k, _))) => !k.starts_with(rs),
+                    (Some(rs), Some((k, _))) => !k.starts_with(rs),
                     (Some(_), None) => true,
                     (None, _) => false,
                 };
-                if boundary && let Some((rs, cells)) = current.take() {
-                    let cells = reader.finish_row(cells);
+                if boundary && let Some(rs) = current.take() {
+                    let cells = reader.take_row();
                     let key = keys::decode_row(&rs).unwrap_or_default();
                     let cells = match filter {
                         Some(f) => f.apply(&key, cells),
@@ -544,17 +543,11 @@ impl Inner {
                 }
                 let Some((k, v)) = entry else { break };
                 if current.is_none() {
-                    let rs = keys::parse(k)
-                        .map(|c| c.row_start.to_vec())
-                        .unwrap_or_default();
-                    current = Some((rs, Vec::new()));
+                    current = Some(keys::row_prefix_of(k).to_vec());
                 }
-                if let (Some(c), Some((_, cells))) = (reader.decode(k, v), current.as_mut()) {
-                    cells.push(c);
-                }
+                reader.push(k, v);
                 it.next();
             }
-            it.status().map_err(backend)?;
         }
         Ok(())
     }
@@ -583,31 +576,75 @@ enum BatchOp {
     DeleteRange(Vec<u8>, Vec<u8>),
 }
 
-/// Decodes the keys of rows into cells and applies the GC rules.
+/// Builds rows from their keys: decodes cells, orders them, applies the GC rules.
+///
+/// The qualifiers and values of a row are copied into one buffer, and its cells hold slices of
+/// it: one allocation per row rather than two per cell.
 struct RowReader<'a> {
     table: &'a Table,
     now: i64,
+    buf: BytesMut,
+    pending: Vec<PendingCell<'a>>,
+}
+
+/// A decoded cell whose bytes are still in the row buffer.
+struct PendingCell<'a> {
+    family: &'a String,
+    qualifier: std::ops::Range<usize>,
+    timestamp: i64,
+    value: std::ops::Range<usize>,
 }
 
 impl<'a> RowReader<'a> {
     fn new(table: &'a Table, now: i64) -> Self {
-        Self { table, now }
+        Self {
+            table,
+            now,
+            buf: BytesMut::new(),
+            pending: Vec::new(),
+        }
     }
 
-    fn decode(&self, key: &[u8], value: &[u8]) -> Option<Cell> {
-        let parsed = keys::parse(key)?;
-        let (family, _) = self.table.by_id.get(&parsed.family)?;
-        let qualifier = keys::decode_qualifier(parsed.row_start.len(), parsed.column)?;
-        Some(Cell {
-            family: family.clone(),
-            qualifier: Bytes::from(qualifier),
+    /// Add one stored cell to the current row; keys of dropped families are skipped.
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        let Some(parsed) = keys::parse(key) else {
+            return;
+        };
+        let Some((family, _)) = self.table.by_id.get(&parsed.family) else {
+            return;
+        };
+        let q_start = self.buf.len();
+        if !keys::decode_qualifier_into(parsed.row_start.len(), parsed.column, &mut self.buf) {
+            self.buf.truncate(q_start);
+            return;
+        }
+        let v_start = self.buf.len();
+        self.buf.extend_from_slice(value);
+        self.pending.push(PendingCell {
+            family,
+            qualifier: q_start..v_start,
             timestamp: parsed.timestamp,
-            value: Bytes::copy_from_slice(value),
-        })
+            value: v_start..self.buf.len(),
+        });
     }
 
-    /// Order a row's cells by family name (keys order them by family id) and hide expired ones.
-    fn finish_row(&self, mut cells: Vec<Cell>) -> Vec<Cell> {
+    /// The current row's cells, ordered by family name (keys order them by family id), without
+    /// the expired ones; the reader is ready for the next row.
+    fn take_row(&mut self) -> Vec<Cell> {
+        let row_bytes = self.buf.len();
+        let buf = self.buf.split().freeze();
+        // Rows of a table tend to look alike: one allocation for the next, not a few doublings.
+        self.buf.reserve(row_bytes.max(64));
+        let mut cells: Vec<Cell> = self
+            .pending
+            .drain(..)
+            .map(|p| Cell {
+                family: p.family.clone(),
+                qualifier: buf.slice(p.qualifier),
+                timestamp: p.timestamp,
+                value: buf.slice(p.value),
+            })
+            .collect();
         if cells.windows(2).any(|w| w[0].family > w[1].family) {
             cells.sort_by(|a, b| a.family.cmp(&b.family));
         }
