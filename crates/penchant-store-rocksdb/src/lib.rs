@@ -29,9 +29,9 @@ use futures::StreamExt;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use penchant_store::validate::{self, now_micros, resolve_timestamp};
 use penchant_store::{
-    Cell, CompiledFilter, FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows,
-    Result, Row, RowFilter, RowMutation, RowRange, RowStream, Store, StoreError, TableSchema,
-    prefix_successor,
+    Cell, CompiledFilter, FamilyChange, FamilyName, GcRule, KeySample, Mutation,
+    ReadModifyWriteRule, ReadRows, Result, Row, RowFilter, RowMutation, RowRange, RowStream, Store,
+    StoreError, TableSchema, prefix_successor,
 };
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Options,
@@ -589,7 +589,7 @@ struct RowReader<'a> {
 
 /// A decoded cell whose bytes are still in the row buffer.
 struct PendingCell<'a> {
-    family: &'a String,
+    family: &'a FamilyName,
     qualifier: std::ops::Range<usize>,
     timestamp: i64,
     value: std::ops::Range<usize>,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use penchant_store::{GcRule, Result, StoreError, TableSchema};
+use penchant_store::{FamilyName, GcRule, Result, StoreError, TableSchema};
 use serde::{Deserialize, Serialize};
 
 /// One family of a table: its id in keys and its GC rule.
@@ -77,7 +77,7 @@ pub struct Table {
     pub meta: TableMeta,
     pub schema: TableSchema,
     /// Family id → (name, GC rule).
-    pub by_id: HashMap<u16, (String, GcRule)>,
+    pub by_id: HashMap<u16, (FamilyName, GcRule)>,
     /// Whether some family has a GC rule (reads skip rank counting otherwise).
     pub has_gc: bool,
 }
@@ -87,7 +87,7 @@ impl Table {
         let by_id = meta
             .families
             .iter()
-            .map(|(name, f)| (f.id, (name.clone(), f.gc_rule.clone())))
+            .map(|(name, f)| (f.id, (FamilyName::from(name.as_str()), f.gc_rule.clone())))
             .collect();
         let has_gc = meta.families.values().any(|f| f.gc_rule != GcRule::None);
         Table {

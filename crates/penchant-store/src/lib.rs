@@ -34,9 +34,9 @@ pub use memory::{
     check_new_table,
 };
 pub use types::{
-    Cell, FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteOp, ReadModifyWriteRule,
-    ReadRows, Row, RowMutation, RowRange, RowSet, TableSchema, TimeRange, Timestamp,
-    prefix_successor,
+    Cell, FamilyChange, FamilyName, GcRule, KeySample, Mutation, ReadModifyWriteOp,
+    ReadModifyWriteRule, ReadRows, Row, RowMutation, RowRange, RowSet, TableSchema, TimeRange,
+    Timestamp, prefix_successor,
 };
 
 /// Rows streamed in key order.

@@ -35,7 +35,7 @@ impl MemTable {
             .iter()
             .flat_map(|((family, qualifier), column)| {
                 column.iter().map(move |(Reverse(ts), value)| Cell {
-                    family: family.clone(),
+                    family: family.as_str().into(),
                     qualifier: qualifier.clone(),
                     timestamp: *ts,
                     value: value.clone(),
@@ -383,7 +383,7 @@ impl Store for MemStore {
 /// A `SetCell` that writes exactly this cell.
 pub fn cell_to_mutation(cell: &Cell) -> Mutation {
     Mutation::SetCell {
-        family: cell.family.clone(),
+        family: cell.family.to_string(),
         qualifier: cell.qualifier.clone(),
         timestamp: crate::Timestamp::Micros(cell.timestamp),
         value: cell.value.clone(),

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -136,10 +137,70 @@ impl RowMutation {
     }
 }
 
+/// A column family name as cells carry it: shared, so cloning it for every cell of a scan costs
+/// a reference count, not an allocation. Compares with `str` and `String`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FamilyName(Arc<str>);
+
+impl FamilyName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for FamilyName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for FamilyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for FamilyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for FamilyName {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<String> for FamilyName {
+    fn from(s: String) -> Self {
+        Self(s.into())
+    }
+}
+
+impl PartialEq<str> for FamilyName {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for FamilyName {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for FamilyName {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
 /// One timestamped value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cell {
-    pub family: String,
+    pub family: FamilyName,
     pub qualifier: Bytes,
     pub timestamp: i64,
     pub value: Bytes,

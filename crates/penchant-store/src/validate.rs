@@ -233,7 +233,7 @@ pub fn visible_cells(schema: &TableSchema, now: i64, mut cells: Vec<Cell>) -> Ve
         // A family dropped from the schema has no visible cells.
         schema
             .families
-            .get(&c.family)
+            .get(c.family.as_str())
             .is_some_and(|rule| !rule.expires(c.timestamp, rank, now))
     });
     cells
@@ -290,7 +290,7 @@ pub fn read_modify_write(
             }
         };
         let cell = Cell {
-            family: rule.family.clone(),
+            family: rule.family.as_str().into(),
             qualifier: rule.qualifier.clone(),
             timestamp,
             value,
