@@ -78,6 +78,8 @@ struct ServeArgs {
 enum BenchCommand {
     /// The store: durable writes, scans, point reads, each beside raw RocksDB.
     Store(crate::bench::store::StoreBenchArgs),
+    /// Bloom filters: lookups beside the `fastbloom` crate, and a bulk seen-filter check.
+    Bloom(crate::bench::bloom::BloomBenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -93,5 +95,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
+        Command::Bench(BenchCommand::Bloom(args)) => crate::bench::bloom::run(args),
     }
 }

@@ -1,5 +1,6 @@
 //! Benchmarks that print tables: each workload beside a reference run in the same process.
 
+pub mod bloom;
 pub mod store;
 
 /// Format a rate with thousands separators.
