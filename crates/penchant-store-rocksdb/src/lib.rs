@@ -840,15 +840,18 @@ impl Store for RocksStore {
             let _locks = inner.lock_rows(t.meta.id, valid.iter().map(|i| &entries[*i].row_key[..]));
             // One write for the whole batch, except that a row named again starts a new write,
             // so that its version limits see the earlier entry.
-            let mut rounds: Vec<Vec<usize>> = vec![Vec::new()];
+            let mut rounds: Vec<Vec<usize>> = Vec::new();
             let mut rows_in_round = std::collections::HashSet::new();
             for i in valid {
-                if !rows_in_round.insert(&entries[i].row_key) {
-                    rounds.push(Vec::new());
-                    rows_in_round.clear();
-                    rows_in_round.insert(&entries[i].row_key);
+                let repeated = !rows_in_round.insert(&entries[i].row_key);
+                match rounds.last_mut() {
+                    Some(round) if !repeated => round.push(i),
+                    _ => {
+                        rows_in_round.clear();
+                        rows_in_round.insert(&entries[i].row_key);
+                        rounds.push(vec![i]);
+                    }
                 }
-                rounds.last_mut().into_iter().for_each(|r| r.push(i));
             }
             for round in rounds {
                 let mut batch = WriteBatch::default();

@@ -147,6 +147,14 @@ async fn version_limits_are_enforced_on_write() {
             .unwrap();
     }
     assert_eq!(store.physical_cell_count("t").unwrap(), 1);
+    // A batch naming the row twice: the second entry sees the first.
+    let entry = |ts: i64| RowMutation::new("v", vec![Mutation::set("p", "profile", ts, "v")]);
+    let statuses = store
+        .mutate_rows("t", vec![entry(5000), entry(6000), entry(7000)])
+        .await
+        .unwrap();
+    assert!(statuses.iter().all(Result::is_ok));
+    assert_eq!(store.physical_cell_count("t").unwrap(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
