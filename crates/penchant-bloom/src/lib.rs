@@ -13,11 +13,17 @@
 //! an estimate of how many keys it holds. [`BloomFilter::to_bytes`] writes a stable, versioned
 //! format with a checksum; [`BloomFilter::from_bytes`] rejects anything else with an error.
 //!
+//! On top of it, [`PartitionedFilter`] splits a large set into fixed-size partitions chosen by
+//! hash (one store cell each), and [`RotatingFilter`] keeps a per-user "seen" filter within its
+//! design capacity by rotating generations.
+//!
 //! The crate does no I/O and depends on nothing else in Penchant.
 
 mod format;
+mod sets;
 
 pub use format::{DecodeError, FORMAT_VERSION, HEADER_LEN};
+pub use sets::{PartitionedFilter, RotatingFilter, partition_of};
 
 /// Bits in a block: one cache line.
 pub const BLOCK_BITS: usize = 512;
