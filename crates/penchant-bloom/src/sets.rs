@@ -14,7 +14,7 @@ use crate::{BLOCK_BYTES, BloomError, BloomFilter, expected_fp_rate, key_hash};
 /// The partition of a hash among `partitions`. It uses the low 32 bits of the hash, which the
 /// block choice inside a filter (the high bits) does not, so partitions stay evenly loaded.
 pub fn partition_of(hash: u64, partitions: usize) -> usize {
-    ((hash & 0xffff_ffff) * partitions as u64 >> 32) as usize
+    (((hash & 0xffff_ffff) * partitions as u64) >> 32) as usize
 }
 
 /// A set split into partitions of equal size.
