@@ -8,6 +8,7 @@ pub mod bloom;
 pub mod catalog;
 pub mod events;
 pub mod jobs;
+pub mod keys;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;

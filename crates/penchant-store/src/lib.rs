@@ -14,6 +14,7 @@
 mod error;
 mod filter;
 mod memory;
+mod placement;
 mod types;
 pub mod validate;
 
@@ -21,6 +22,7 @@ pub mod validate;
 pub mod conformance;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -33,6 +35,7 @@ pub use memory::{
     MemStore, cell_to_mutation, change_families, check_batch_size, check_conditional,
     check_new_table,
 };
+pub use placement::PlacedStore;
 pub use types::{
     Cell, FamilyChange, FamilyName, GcRule, KeySample, Mutation, ReadModifyWriteOp,
     ReadModifyWriteRule, ReadRows, Row, RowMutation, RowRange, RowSet, TableSchema, TimeRange,
@@ -104,6 +107,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Make every acknowledged write durable and persist buffered state (called on shutdown).
     async fn flush(&self) -> Result<()>;
 
+    /// This store as another kind of traffic sees it. Backends that isolate workloads (Bigtable,
+    /// with one app profile for serving and one for batch jobs) return a view whose calls are
+    /// routed apart; others return `None`: one store serves all. See [`for_workload`].
+    fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
+        let _ = workload;
+        None
+    }
+
     /// Read one row, or `None` if the filter leaves no cell of it.
     async fn read_row(
         &self,
@@ -124,6 +135,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn read_all(&self, table: &str, request: ReadRows) -> Result<Vec<Row>> {
         self.read_rows(table, request).await?.try_collect().await
     }
+}
+
+/// The kind of traffic a call belongs to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// Requests a user waits for: low latency first.
+    #[default]
+    Serving,
+    /// Background jobs (bulk recomputes, rebuilds): throughput first, kept off serving's path.
+    Batch,
+}
+
+/// `store` as seen by `workload`: its isolated view where the backend has one, else itself.
+pub fn for_workload(store: &Arc<dyn Store>, workload: Workload) -> Arc<dyn Store> {
+    store
+        .workload_view(workload)
+        .unwrap_or_else(|| Arc::clone(store))
 }
 
 /// Key ranges that split a table for `n` parallel scans, from its sampled split points. The

@@ -3,12 +3,14 @@
 //! Nested keys are joined by `__` in the environment (`PENCHANT_SERVER__LISTEN`). Unknown keys
 //! are errors that name the key, wherever they come from.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use penchant_store_bigtable::BigtableConfig;
 use serde::{Deserialize, Serialize};
 
 /// The environment variable prefix.
@@ -20,6 +22,9 @@ pub const ENV_PREFIX: &str = "PENCHANT_";
 pub struct Config {
     pub server: ServerConfig,
     pub store: StoreConfig,
+    /// `[bigtable]`: used when `store.backend = "bigtable"`.
+    pub bigtable: BigtableConfig,
+    pub placement: PlacementConfig,
     pub log: LogConfig,
 }
 
@@ -48,6 +53,8 @@ impl Default for ServerConfig {
 pub enum Backend {
     /// RocksDB in `data_dir`.
     Embedded,
+    /// Google Cloud Bigtable (or its emulator), configured in `[bigtable]`.
+    Bigtable,
 }
 
 /// `[store]`: where data lives.
@@ -72,6 +79,71 @@ impl Default for StoreConfig {
             sync_writes: true,
             block_cache_mib: 256,
         }
+    }
+}
+
+/// `[placement]`: data residency on Bigtable. Each app listed in `apps` is stored only in its
+/// target (another instance, possibly in another region, or another table prefix); the rest stay
+/// in `[bigtable]`'s instance.
+///
+/// ```toml
+/// [placement.targets.eu]
+/// instance = "penchant-eu"
+/// [placement.apps]
+/// MYAPPID = "eu"
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementConfig {
+    pub targets: BTreeMap<String, PlacementTarget>,
+    /// App ID → target name.
+    pub apps: BTreeMap<String, String>,
+}
+
+/// Where a placement target differs from `[bigtable]`; unset fields are taken from it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementTarget {
+    pub project: Option<String>,
+    pub instance: Option<String>,
+    pub table_prefix: Option<String>,
+    pub endpoint: Option<String>,
+    pub admin_endpoint: Option<String>,
+}
+
+impl PlacementTarget {
+    /// `[bigtable]` with this target's overrides.
+    pub fn apply(&self, base: &BigtableConfig) -> BigtableConfig {
+        let mut config = base.clone();
+        let set = |field: &mut String, value: &Option<String>| {
+            if let Some(v) = value {
+                field.clone_from(v);
+            }
+        };
+        set(&mut config.project, &self.project);
+        set(&mut config.instance, &self.instance);
+        set(&mut config.table_prefix, &self.table_prefix);
+        if self.endpoint.is_some() {
+            config.endpoint.clone_from(&self.endpoint);
+        }
+        if self.admin_endpoint.is_some() {
+            config.admin_endpoint.clone_from(&self.admin_endpoint);
+        }
+        config
+    }
+}
+
+impl PlacementConfig {
+    /// Every app's target must exist.
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (app, target) in &self.apps {
+            if !self.targets.contains_key(target) {
+                bail!(
+                    "placement.apps.{app} names the target `{target}`, which is not in placement.targets"
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -146,10 +218,15 @@ impl Config {
         figment = figment
             .merge(Env::prefixed(ENV_PREFIX).ignore(&["config"]).split("__"))
             .merge(Serialized::defaults(flags));
-        figment
+        let config: Config = figment
             .extract()
             .map_err(|e| anyhow::anyhow!(describe(e)))
-            .context("invalid configuration")
+            .context("invalid configuration")?;
+        config.placement.check().context("invalid configuration")?;
+        if !config.placement.apps.is_empty() && config.store.backend != Backend::Bigtable {
+            bail!("invalid configuration: placement.apps needs store.backend = \"bigtable\"");
+        }
+        Ok(config)
     }
 }
 
@@ -238,6 +315,51 @@ mod tests {
             jail.set_env("PENCHANT_STORE__SYNC_WRITE", "true");
             let err = load(None, &FlagOverrides::default()).unwrap_err();
             assert!(err.contains("sync_write"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bigtable_and_placement() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "p.toml",
+                r#"
+                [store]
+                backend = "bigtable"
+                [bigtable]
+                project = "proj"
+                instance = "us"
+                app_profile = "serving"
+                batch_app_profile = "batch"
+                [placement.targets.eu]
+                instance = "eu"
+                [placement.apps]
+                APP1 = "eu"
+                "#,
+            )?;
+            jail.set_env("PENCHANT_BIGTABLE__TABLE_PREFIX", "prod_");
+            let c = load(Some("p.toml"), &FlagOverrides::default())?;
+            assert_eq!(c.store.backend, Backend::Bigtable);
+            assert_eq!(c.bigtable.batch_app_profile, "batch");
+            let eu = c.placement.targets["eu"].apply(&c.bigtable);
+            assert_eq!((eu.project.as_str(), eu.instance.as_str()), ("proj", "eu"));
+            assert_eq!(
+                eu.table_prefix, "prod_",
+                "unset fields come from [bigtable]"
+            );
+            jail.create_file(
+                "q.toml",
+                "[store]\nbackend = \"bigtable\"\n[placement.apps]\nX = \"nowhere\"\n",
+            )?;
+            let err = load(Some("q.toml"), &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("nowhere"), "{err}");
+            jail.create_file(
+                "r.toml",
+                "[placement.targets.eu]\ninstance = \"eu\"\n[placement.apps]\nX = \"eu\"\n",
+            )?;
+            let err = load(Some("r.toml"), &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("bigtable"), "{err}");
             Ok(())
         });
     }

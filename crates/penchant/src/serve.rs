@@ -1,19 +1,22 @@
 //! `penchant serve`: open the store, start the server, shut down gracefully.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use bytes::Bytes;
 use penchant_engine::Engine;
 use penchant_server::AppState;
-use penchant_store::Store;
+use penchant_store::{PlacedStore, Store};
+use penchant_store_bigtable::{BigtableConfig, BigtableStore};
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use tokio::sync::watch;
 
 use crate::config::{Backend, Config};
 
 /// Open the configured store.
-pub fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'static str)> {
+pub async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'static str)> {
     match config.store.backend {
         Backend::Embedded => {
             let dir = &config.store.data_dir;
@@ -27,6 +30,33 @@ pub fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'static s
             let store = RocksStore::open(dir, options)
                 .with_context(|| format!("cannot open the embedded store in {}", dir.display()))?;
             Ok((Arc::new(store), "embedded"))
+        }
+        Backend::Bigtable => {
+            let open = |c: BigtableConfig| async move {
+                let what = format!("{}/{}", c.project, c.instance);
+                BigtableStore::connect(c)
+                    .await
+                    .with_context(|| format!("cannot connect to Bigtable instance {what}"))
+            };
+            let default: Arc<dyn Store> = Arc::new(open(config.bigtable.clone()).await?);
+            if config.placement.apps.is_empty() {
+                return Ok((default, "bigtable"));
+            }
+            let mut targets = BTreeMap::new();
+            for (name, target) in &config.placement.targets {
+                let store: Arc<dyn Store> = Arc::new(open(target.apply(&config.bigtable)).await?);
+                targets.insert(name, store);
+            }
+            let placements = config
+                .placement
+                .apps
+                .iter()
+                .map(|(app, target)| {
+                    let prefix = Bytes::from(penchant_engine::keys::app_prefix(app));
+                    (prefix, Arc::clone(&targets[target]))
+                })
+                .collect();
+            Ok((Arc::new(PlacedStore::new(default, placements)), "bigtable"))
         }
     }
 }
@@ -42,7 +72,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives once the server is up must never kill it unflushed.
     let mut signals = Signals::install()?;
-    let (store, backend) = open_store(&config)?;
+    let (store, backend) = open_store(&config).await?;
     let engine = Engine::new(store);
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await

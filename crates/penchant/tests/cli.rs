@@ -146,3 +146,46 @@ fn config_layers_file_env_flags() {
     );
     assert_eq!(config["log"]["level"], "info", "defaults fill the rest");
 }
+
+#[tokio::test]
+async fn serve_runs_on_a_bigtable_emulator() {
+    use penchant_store::Store;
+    use penchant_store_bigtable::BigtableStore;
+    use penchant_store_bigtable::emulator::Emulator;
+
+    let emulator = Emulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = penchant()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("PENCHANT_STORE__BACKEND", "bigtable")
+        .env("PENCHANT_BIGTABLE__TABLE_PREFIX", "node_")
+        .env("BIGTABLE_EMULATOR_HOST", emulator.addr())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let url = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
+        .expect("the server starts");
+    let body = health(&url).await;
+    assert_eq!(body["store"], "bigtable");
+    // The health check reached the emulator: stopping it makes the node unhealthy.
+    let direct = BigtableStore::connect(emulator.config("node_"))
+        .await
+        .unwrap();
+    assert!(direct.list_tables().await.unwrap().is_empty());
+    drop(emulator);
+    let resp = reqwest::get(format!("{url}/health")).await.unwrap();
+    assert_eq!(resp.status(), 503, "an unreachable store is reported");
+    signal(&child, "-TERM");
+    let (status, stderr) = wait(child);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        !dir.path().join("CURRENT").exists(),
+        "no embedded store was opened"
+    );
+}

@@ -51,6 +51,10 @@ pub struct StoreBenchArgs {
     /// Acknowledge writes without fsync (both sides).
     #[arg(long)]
     no_sync: bool,
+    /// Also run Penchant's side on a Bigtable emulator started for the run (informative: the
+    /// emulator is an in-memory test server, not Bigtable).
+    #[arg(long)]
+    bigtable_emulator: bool,
 }
 
 fn row_key(prefix: &str, i: usize) -> String {
@@ -101,7 +105,8 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         sync_writes: !args.no_sync,
         ..RocksOptions::default()
     };
-    let store = RocksStore::open(dir.join("penchant"), options.clone())?;
+    let rocks = Arc::new(RocksStore::open(dir.join("penchant"), options.clone())?);
+    let store: Arc<dyn Store> = rocks.clone();
     let raw = Arc::new(raw_db(&dir.join("raw"), options.block_cache_bytes)?);
     let mut sync = WriteOptions::default();
     sync.set_sync(!args.no_sync);
@@ -122,37 +127,11 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         store
             .create_table(TABLE, [(FAMILY.to_string(), GcRule::None)].into())
             .await?;
-        let mutations = |row: &str| -> RowMutation {
-            RowMutation::new(
-                Bytes::from(row.to_owned()),
-                (0..args.cells)
-                    .map(|q| Mutation::set(FAMILY, Bytes::from(format!("q{q}")), TS, value.clone()))
-                    .collect(),
-            )
-        };
 
         // 1. Single-row durable writes from concurrent writers.
         let per_writer = args.rows / args.writers.max(1);
         let total = per_writer * args.writers;
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..args.writers)
-            .map(|w| {
-                let store = store.clone();
-                let rows: Vec<RowMutation> = (0..per_writer)
-                    .map(|i| mutations(&row_key("s", w * per_writer + i)))
-                    .collect();
-                tokio::spawn(async move {
-                    for r in rows {
-                        store.mutate_row(TABLE, r.row_key, r.mutations).await?;
-                    }
-                    anyhow::Ok(())
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await??;
-        }
-        let p = total as f64 / start.elapsed().as_secs_f64();
+        let p = write_single(store.clone(), &args, &value).await?;
         let start = Instant::now();
         std::thread::scope(|s| {
             for w in 0..args.writers {
@@ -178,14 +157,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         });
 
         // 2. Batched durable writes.
-        let start = Instant::now();
-        for chunk in (0..args.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
-            let entries = chunk.iter().map(|i| mutations(&row_key("b", *i))).collect();
-            for status in store.mutate_rows(TABLE, entries).await? {
-                status?;
-            }
-        }
-        let p = args.rows as f64 / start.elapsed().as_secs_f64();
+        let p = write_batches(&store, &args, &value).await?;
         let start = Instant::now();
         for chunk in (0..args.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
             let mut batch = WriteBatch::default();
@@ -206,31 +178,18 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         });
 
         // Same physical state on both sides before reading: everything in SST files.
-        store.compact()?;
+        rocks.compact()?;
         raw.flush()?;
         raw.compact_range(None::<&[u8]>, None::<&[u8]>);
         let total_cells = (total + args.rows) * args.cells;
 
         // 3. Full scans, without and with a qualifier filter (one qualifier of N).
         for filtered in [false, true] {
-            let request = || {
-                let request = ReadRows::default();
-                if filtered {
-                    request.filter(RowFilter::qualifiers(["q0"]))
-                } else {
-                    request
-                }
-            };
             // Each side scans SCAN_ROUNDS times, alternating; the best round counts.
             let (mut p, mut r) = (0f64, 0f64);
             for _ in 0..SCAN_ROUNDS {
-                let start = Instant::now();
-                let mut cells = 0usize;
-                let mut stream = store.read_rows(TABLE, request()).await?;
-                while let Some(row) = stream.next().await {
-                    cells += row?.cells.len();
-                }
-                p = p.max(total_cells as f64 / start.elapsed().as_secs_f64());
+                let (rate, cells) = scan(&store, filtered, total_cells).await?;
+                p = p.max(rate);
                 let start = Instant::now();
                 let mut raw_cells = 0usize;
                 let mut it = raw.raw_iterator();
@@ -267,18 +226,7 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         let keys: Vec<usize> = (0..args.reads)
             .map(|_| rng.random_range(0..args.rows))
             .collect();
-        let mut p_hist = Histogram::<u64>::new(3)?;
-        let start = Instant::now();
-        for &i in &keys {
-            let t = Instant::now();
-            let row = store
-                .read_row(TABLE, Bytes::from(row_key("b", i)), None)
-                .await?
-                .context("row missing")?;
-            p_hist.record(t.elapsed().as_nanos() as u64)?;
-            anyhow::ensure!(row.cells.len() == args.cells);
-        }
-        let p_rate = keys.len() as f64 / start.elapsed().as_secs_f64();
+        let (p_rate, p_hist) = point_reads(&store, &keys, args.cells).await?;
         let mut r_hist = Histogram::<u64>::new(3)?;
         let start = Instant::now();
         for &i in &keys {
@@ -298,9 +246,6 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
             anyhow::ensure!(n == args.cells);
         }
         let r_rate = keys.len() as f64 / start.elapsed().as_secs_f64();
-        let us = |h: &Histogram<u64>, q: f64| {
-            Duration::from_nanos(h.value_at_quantile(q)).as_secs_f64() * 1e6
-        };
         lines.push(Line {
             workload: "point read, sequential".into(),
             penchant: p_rate,
@@ -310,19 +255,173 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         for (name, q) in [("p50", 0.5), ("p99", 0.99)] {
             lines.push(Line {
                 workload: format!("point read latency {name}"),
-                penchant: us(&p_hist, q),
-                raw: us(&r_hist, q),
+                penchant: micros(&p_hist, q),
+                raw: micros(&r_hist, q),
                 unit: "µs",
             });
         }
         anyhow::Ok(())
     })?;
 
+    print_table(&lines, "penchant", "raw rocksdb");
+    if args.bigtable_emulator {
+        println!();
+        let bigtable = runtime.block_on(on_bigtable(&args, &value, &lines))?;
+        print_table(&bigtable, "bt emulator", "embedded");
+    }
+    Ok(())
+}
+
+fn micros(h: &Histogram<u64>, q: f64) -> f64 {
+    Duration::from_nanos(h.value_at_quantile(q)).as_secs_f64() * 1e6
+}
+
+fn mutations(args: &StoreBenchArgs, value: &Bytes, row: &str) -> RowMutation {
+    RowMutation::new(
+        Bytes::from(row.to_owned()),
+        (0..args.cells)
+            .map(|q| Mutation::set(FAMILY, Bytes::from(format!("q{q}")), TS, value.clone()))
+            .collect(),
+    )
+}
+
+/// Single-row writes from `args.writers` concurrent writers, in rows/s.
+async fn write_single(
+    store: Arc<dyn Store>,
+    args: &StoreBenchArgs,
+    value: &Bytes,
+) -> anyhow::Result<f64> {
+    let per_writer = args.rows / args.writers.max(1);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..args.writers)
+        .map(|w| {
+            let store = store.clone();
+            let rows: Vec<RowMutation> = (0..per_writer)
+                .map(|i| mutations(args, value, &row_key("s", w * per_writer + i)))
+                .collect();
+            tokio::spawn(async move {
+                for r in rows {
+                    store.mutate_row(TABLE, r.row_key, r.mutations).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok((per_writer * args.writers) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Batches of `BATCH_ROWS` rows, in rows/s.
+async fn write_batches(
+    store: &Arc<dyn Store>,
+    args: &StoreBenchArgs,
+    value: &Bytes,
+) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    for chunk in (0..args.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
+        let entries = chunk
+            .iter()
+            .map(|i| mutations(args, value, &row_key("b", *i)))
+            .collect();
+        for status in store.mutate_rows(TABLE, entries).await? {
+            status?;
+        }
+    }
+    Ok(args.rows as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One full scan, optionally keeping one qualifier: (cells scanned/s, cells returned).
+async fn scan(
+    store: &Arc<dyn Store>,
+    filtered: bool,
+    total_cells: usize,
+) -> anyhow::Result<(f64, usize)> {
+    let mut request = ReadRows::default();
+    if filtered {
+        request = request.filter(RowFilter::qualifiers(["q0"]));
+    }
+    let start = Instant::now();
+    let mut cells = 0usize;
+    let mut stream = store.read_rows(TABLE, request).await?;
+    while let Some(row) = stream.next().await {
+        cells += row?.cells.len();
+    }
+    Ok((total_cells as f64 / start.elapsed().as_secs_f64(), cells))
+}
+
+/// Point reads of the given batch rows, one after another: (reads/s, latency histogram in ns).
+async fn point_reads(
+    store: &Arc<dyn Store>,
+    keys: &[usize],
+    cells: usize,
+) -> anyhow::Result<(f64, Histogram<u64>)> {
+    let mut hist = Histogram::<u64>::new(3)?;
+    let start = Instant::now();
+    for &i in keys {
+        let t = Instant::now();
+        let row = store
+            .read_row(TABLE, Bytes::from(row_key("b", i)), None)
+            .await?
+            .context("row missing")?;
+        hist.record(t.elapsed().as_nanos() as u64)?;
+        anyhow::ensure!(row.cells.len() == cells);
+    }
+    Ok((keys.len() as f64 / start.elapsed().as_secs_f64(), hist))
+}
+
+/// The same workloads on a Bigtable emulator, beside the embedded store's numbers.
+async fn on_bigtable(
+    args: &StoreBenchArgs,
+    value: &Bytes,
+    embedded: &[Line],
+) -> anyhow::Result<Vec<Line>> {
+    use penchant_store_bigtable::emulator::Emulator;
+    let emulator = Emulator::start();
+    eprintln!("Bigtable emulator on {}", emulator.addr());
+    let store: Arc<dyn Store> =
+        Arc::new(penchant_store_bigtable::BigtableStore::connect(emulator.config("")).await?);
+    store
+        .create_table(TABLE, [(FAMILY.to_string(), GcRule::None)].into())
+        .await?;
+    let mut results = vec![
+        write_single(store.clone(), args, value).await?,
+        write_batches(&store, args, value).await?,
+    ];
+    let per_writer = args.rows / args.writers.max(1);
+    let total_cells = (per_writer * args.writers + args.rows) * args.cells;
+    for filtered in [false, true] {
+        let mut best = 0f64;
+        for _ in 0..SCAN_ROUNDS {
+            best = best.max(scan(&store, filtered, total_cells).await?.0);
+        }
+        results.push(best);
+    }
+    let mut rng = rand::rng();
+    let keys: Vec<usize> = (0..args.reads)
+        .map(|_| rng.random_range(0..args.rows))
+        .collect();
+    let (rate, hist) = point_reads(&store, &keys, args.cells).await?;
+    results.extend([rate, micros(&hist, 0.5), micros(&hist, 0.99)]);
+    Ok(embedded
+        .iter()
+        .zip(results)
+        .map(|(e, bt)| Line {
+            workload: e.workload.clone(),
+            penchant: bt,
+            raw: e.penchant,
+            unit: e.unit,
+        })
+        .collect())
+}
+
+fn print_table(lines: &[Line], left: &str, right: &str) {
     println!(
         "{:<44} {:>16} {:>16} {:>9}  unit",
-        "workload", "penchant", "raw rocksdb", "ratio"
+        "workload", left, right, "ratio"
     );
-    for l in &lines {
+    for l in lines {
         let fmt = |v: f64| {
             if l.unit == "µs" {
                 format!("{v:.1}")
@@ -339,5 +438,4 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
             l.unit
         );
     }
-    Ok(())
 }

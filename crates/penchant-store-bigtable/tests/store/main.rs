@@ -1,0 +1,5 @@
+//! The Bigtable backend against real Bigtable emulators (started per test, stopped after it).
+
+mod conformance;
+mod faults;
+mod placement;
