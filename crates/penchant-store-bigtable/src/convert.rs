@@ -194,57 +194,31 @@ fn filter(f: Filter) -> v2::RowFilter {
     v2::RowFilter { filter: Some(f) }
 }
 
-fn chain(mut filters: Vec<v2::RowFilter>) -> v2::RowFilter {
-    if filters.len() == 1 {
-        return filters
-            .pop()
-            .unwrap_or_else(|| filter(Filter::PassAllFilter(true)));
-    }
-    filter(Filter::Chain(v2::row_filter::Chain { filters }))
-}
-
-fn interleave(mut filters: Vec<v2::RowFilter>) -> v2::RowFilter {
-    match filters.len() {
-        0 => filter(Filter::BlockAllFilter(true)),
-        1 => filters
-            .pop()
-            .unwrap_or_else(|| filter(Filter::BlockAllFilter(true))),
-        _ => filter(Filter::Interleave(v2::row_filter::Interleave { filters })),
-    }
-}
-
-/// An RE2 pattern matching exactly `name` (family names are `[-_.a-zA-Z0-9]`).
-fn exact_family(name: &str) -> v2::RowFilter {
-    let mut pattern = String::with_capacity(name.len() + 4);
-    for c in name.chars() {
-        if !c.is_ascii_alphanumeric() && c != '_' {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    filter(Filter::FamilyNameRegexFilter(pattern))
-}
-
-fn timestamps(start: i64, end: Option<i64>) -> v2::RowFilter {
-    filter(Filter::TimestampRangeFilter(v2::TimestampRange {
-        start_timestamp_micros: start,
-        end_timestamp_micros: end.unwrap_or(0),
-    }))
-}
-
-fn per_column(n: u32) -> v2::RowFilter {
-    filter(Filter::CellsPerColumnLimitFilter(
-        i32::try_from(n).unwrap_or(i32::MAX),
-    ))
-}
-
 /// The smallest millisecond-granular timestamp at or after `t`.
 fn ceil_ms(t: i64) -> i64 {
     t.div_euclid(1000) * 1000 + if t.rem_euclid(1000) == 0 { 0 } else { 1000 }
 }
 
-/// The cells of one family that its GC rule keeps at time `now`, as a Bigtable filter, or `None`
-/// when the rule keeps everything.
+/// `Chain`, or its only element.
+fn chain(mut filters: Vec<RowFilter>) -> RowFilter {
+    if filters.len() == 1 {
+        filters.pop().unwrap_or(RowFilter::PassAll)
+    } else {
+        RowFilter::Chain(filters)
+    }
+}
+
+/// `Interleave`, or its only element.
+fn interleave(mut filters: Vec<RowFilter>) -> RowFilter {
+    if filters.len() == 1 {
+        filters.pop().unwrap_or(RowFilter::BlockAll)
+    } else {
+        RowFilter::Interleave(filters)
+    }
+}
+
+/// The cells of one family that its GC rule keeps at time `now`, or `None` when the rule keeps
+/// everything.
 ///
 /// Bigtable applies GC rules lazily (at compaction), so a read must filter what the rule has
 /// already expired. A rule expires a cell by its age and by its rank among its column's versions,
@@ -252,29 +226,23 @@ fn ceil_ms(t: i64) -> i64 {
 /// the rule keeps exactly the newest `N` versions for some `N` (0 to unlimited). The filter is
 /// the interleave, over intervals, of "timestamp in the interval, and among the newest `N`":
 /// disjoint, so no cell appears twice.
-pub(crate) fn keep_filter(rule: &GcRule, now: i64) -> Option<v2::RowFilter> {
-    fn ages(rule: &GcRule, out: &mut Vec<Duration>) {
+pub(crate) fn keep_filter(rule: &GcRule, now: i64) -> Option<RowFilter> {
+    fn collect(rule: &GcRule, ages: &mut Vec<Duration>, limits: &mut Vec<u32>) {
         match rule {
-            GcRule::MaxAge(a) => out.push(*a),
-            GcRule::Union(rs) | GcRule::Intersection(rs) => rs.iter().for_each(|r| ages(r, out)),
-            GcRule::None | GcRule::MaxVersions(_) => {}
+            GcRule::None => {}
+            GcRule::MaxAge(a) => ages.push(*a),
+            GcRule::MaxVersions(n) => limits.push(*n),
+            GcRule::Union(rs) | GcRule::Intersection(rs) => {
+                rs.iter().for_each(|r| collect(r, ages, limits))
+            }
         }
     }
-    fn limits(rule: &GcRule, out: &mut Vec<u32>) {
-        match rule {
-            GcRule::MaxVersions(n) => out.push(*n),
-            GcRule::Union(rs) | GcRule::Intersection(rs) => rs.iter().for_each(|r| limits(r, out)),
-            GcRule::None | GcRule::MaxAge(_) => {}
-        }
-    }
-    let mut age_list = Vec::new();
-    ages(rule, &mut age_list);
-    let mut limit_list = Vec::new();
-    limits(rule, &mut limit_list);
-    limit_list.sort_unstable();
-    limit_list.dedup();
-    // Interval boundaries: a cell is younger than age `a` iff its timestamp >= now - a.
-    let mut cuts: Vec<i64> = age_list
+    let (mut ages, mut limits) = (Vec::new(), Vec::new());
+    collect(rule, &mut ages, &mut limits);
+    limits.sort_unstable();
+    limits.dedup();
+    // A cell is younger than age `a` iff its timestamp >= now - a (timestamps are whole ms).
+    let mut cuts: Vec<i64> = ages
         .iter()
         .map(|a| ceil_ms(now.saturating_sub(i64::try_from(a.as_micros()).unwrap_or(i64::MAX))))
         .filter(|c| *c > 0)
@@ -286,34 +254,39 @@ pub(crate) fn keep_filter(rule: &GcRule, now: i64) -> Option<v2::RowFilter> {
     let starts = std::iter::once(0).chain(cuts.iter().copied());
     let ends = cuts.iter().copied().map(Some).chain(std::iter::once(None));
     for (start, end) in starts.zip(ends) {
-        // The interval's newest timestamp stands for all of it: ages expire by `ts < cut`.
-        let probe = end.map_or(now.max(start), |e| e - 1000).max(start);
+        // Any timestamp of the interval stands for all of it: the rule expires by `ts < cut`.
+        let probe = start;
         let keep = if rule.expires(probe, 0, now) {
             Some(0)
         } else {
-            limit_list
+            limits
                 .iter()
                 .copied()
                 .find(|&n| rule.expires(probe, n as usize, now))
         };
-        let in_interval = (start > 0 || end.is_some()).then(|| timestamps(start, end));
+        let range = TimeRange {
+            start: (start > 0).then_some(start),
+            end,
+        };
+        let in_interval = (range != TimeRange::ALL).then_some(RowFilter::TimestampRange(range));
         match keep {
             Some(0) => keeps_all = false,
             Some(n) => {
                 keeps_all = false;
-                pieces.push(chain(
-                    std::iter::once(per_column(n)).chain(in_interval).collect(),
-                ));
+                // The rank counts every version of the column: limit first, then slice by time.
+                let mut steps = vec![RowFilter::CellsPerColumnLimit(n)];
+                steps.extend(in_interval);
+                pieces.push(chain(steps));
             }
-            None => pieces.push(in_interval.unwrap_or_else(|| filter(Filter::PassAllFilter(true)))),
+            None => pieces.push(in_interval.unwrap_or(RowFilter::PassAll)),
         }
     }
     (!keeps_all).then(|| interleave(pieces))
 }
 
 /// The cells of a table that its GC rules keep at `now`, or `None` when every rule keeps all.
-pub(crate) fn visibility(schema: &TableSchema, now: i64) -> Option<v2::RowFilter> {
-    let per_family: Vec<(&String, Option<v2::RowFilter>)> = schema
+pub(crate) fn visibility(schema: &TableSchema, now: i64) -> Option<RowFilter> {
+    let per_family: Vec<(&String, Option<RowFilter>)> = schema
         .families
         .iter()
         .map(|(name, rule)| (name, keep_filter(rule, now)))
@@ -324,7 +297,11 @@ pub(crate) fn visibility(schema: &TableSchema, now: i64) -> Option<v2::RowFilter
     Some(interleave(
         per_family
             .into_iter()
-            .map(|(name, keep)| chain(std::iter::once(exact_family(name)).chain(keep).collect()))
+            .map(|(name, keep)| {
+                let mut steps = vec![RowFilter::Family(name.clone())];
+                steps.extend(keep);
+                chain(steps)
+            })
             .collect(),
     ))
 }
@@ -343,7 +320,7 @@ impl ReadPlan {
         if let Some(f) = user {
             f.compile()?;
         }
-        let mut server: Vec<v2::RowFilter> = visibility(schema, now).into_iter().collect();
+        let mut server: Vec<RowFilter> = visibility(schema, now).into_iter().collect();
         let mut rest: Vec<RowFilter> = Vec::new();
         let steps: Vec<&RowFilter> = match user {
             None => Vec::new(),
@@ -351,27 +328,48 @@ impl ReadPlan {
             Some(f) => vec![f],
         };
         for step in steps {
-            match (rest.is_empty(), pushdown(schema, step)) {
-                (true, Some(f)) => server.push(f),
-                _ => rest.push(step.clone()),
+            if rest.is_empty() && pushable(step) {
+                server.push(step.clone());
+            } else {
+                rest.push(step.clone());
             }
         }
-        let client = match rest.len() {
-            0 => None,
-            1 => Some(rest[0].compile()?),
-            _ => Some(RowFilter::Chain(rest).compile()?),
-        };
-        let server = (!server.is_empty()).then(|| chain(server));
+        let client = (!rest.is_empty())
+            .then(|| chain(rest).compile())
+            .transpose()?;
+        let server = (!server.is_empty()).then(|| proto(schema, &chain(server)));
         Ok(Self { server, client })
     }
 }
 
-/// A filter as Bigtable evaluates it, when Bigtable's result is exactly Penchant's whatever
-/// order it returns families in. Regexes stay here (RE2 on raw bytes and Rust's `regex` differ
-/// on non-UTF-8 input), as do row-level limits (they depend on family order) and conditions.
-fn pushdown(schema: &TableSchema, f: &RowFilter) -> Option<v2::RowFilter> {
+/// Whether Bigtable evaluates a filter exactly like Penchant whatever order it returns families
+/// in. Regexes stay here (RE2 on raw bytes and Rust's `regex` differ on non-UTF-8 input), as do
+/// row-level limits (they depend on family order), interleaves and conditions.
+fn pushable(f: &RowFilter) -> bool {
+    match f {
+        RowFilter::Chain(fs) => fs.iter().all(pushable),
+        RowFilter::PassAll
+        | RowFilter::BlockAll
+        | RowFilter::Family(_)
+        | RowFilter::ColumnRange { .. }
+        | RowFilter::Qualifiers(_)
+        | RowFilter::QualifierPrefix(_)
+        | RowFilter::TimestampRange(_)
+        | RowFilter::CellsPerColumnLimit(_)
+        | RowFilter::StripValue => true,
+        _ => false,
+    }
+}
+
+/// A filter as Bigtable's protocol buffer. Qualifier sets and prefixes (which Bigtable has no
+/// filter for in any family) become one column range per family and qualifier: disjoint, so
+/// their interleave yields each cell once.
+fn proto(schema: &TableSchema, f: &RowFilter) -> v2::RowFilter {
+    use v2::column_range::{EndQualifier, StartQualifier};
+    let all = |fs: &[RowFilter]| fs.iter().map(|f| proto(schema, f)).collect();
+    let regex = |p: &str| Bytes::copy_from_slice(p.as_bytes());
+    let count = |n: &u32| i32::try_from(*n).unwrap_or(i32::MAX);
     let column_range = |family: &str, start: Bound<Bytes>, end: Bound<Bytes>| {
-        use v2::column_range::{EndQualifier, StartQualifier};
         filter(Filter::ColumnRangeFilter(v2::ColumnRange {
             family_name: family.to_owned(),
             start_qualifier: match start {
@@ -386,21 +384,38 @@ fn pushdown(schema: &TableSchema, f: &RowFilter) -> Option<v2::RowFilter> {
             },
         }))
     };
-    Some(match f {
+    let interleaved = |filters: Vec<v2::RowFilter>| match filters.len() {
+        0 => filter(Filter::BlockAllFilter(true)),
+        _ => filter(Filter::Interleave(v2::row_filter::Interleave { filters })),
+    };
+    match f {
         RowFilter::PassAll => filter(Filter::PassAllFilter(true)),
         RowFilter::BlockAll => filter(Filter::BlockAllFilter(true)),
-        RowFilter::Chain(fs) => chain(
-            fs.iter()
-                .map(|f| pushdown(schema, f))
-                .collect::<Option<Vec<_>>>()?,
-        ),
-        RowFilter::Family(name) => exact_family(name),
-        RowFilter::ColumnRange { family, start, end } => {
-            column_range(family, start.clone(), end.clone())
+        RowFilter::Chain(fs) => filter(Filter::Chain(v2::row_filter::Chain { filters: all(fs) })),
+        RowFilter::Interleave(fs) => interleaved(all(fs)),
+        RowFilter::Condition {
+            predicate,
+            on_match,
+            on_no_match,
+        } => filter(Filter::Condition(Box::new(v2::row_filter::Condition {
+            predicate_filter: Some(Box::new(proto(schema, predicate))),
+            true_filter: Some(Box::new(proto(schema, on_match))),
+            false_filter: Some(Box::new(proto(schema, on_no_match))),
+        }))),
+        RowFilter::RowKeyRegex(p) => filter(Filter::RowKeyRegexFilter(regex(p))),
+        RowFilter::Family(name) => {
+            // Family names are `[-_.a-zA-Z0-9]`: escape all but letters, digits and `_`.
+            let mut pattern = String::with_capacity(name.len() * 2);
+            for c in name.chars() {
+                if !c.is_ascii_alphanumeric() && c != '_' {
+                    pattern.push('\\');
+                }
+                pattern.push(c);
+            }
+            filter(Filter::FamilyNameRegexFilter(pattern))
         }
-        // A qualifier set or prefix in any family: one column range per family (and qualifier),
-        // disjoint, so the interleave yields each cell once.
-        RowFilter::Qualifiers(set) => interleave(
+        RowFilter::FamilyRegex(p) => filter(Filter::FamilyNameRegexFilter(p.clone())),
+        RowFilter::Qualifiers(set) => interleaved(
             schema
                 .families
                 .keys()
@@ -420,7 +435,7 @@ fn pushdown(schema: &TableSchema, f: &RowFilter) -> Option<v2::RowFilter> {
                 Some(e) => Bound::Excluded(Bytes::from(e)),
                 None => Bound::Unbounded,
             };
-            interleave(
+            interleaved(
                 schema
                     .families
                     .keys()
@@ -428,57 +443,44 @@ fn pushdown(schema: &TableSchema, f: &RowFilter) -> Option<v2::RowFilter> {
                     .collect(),
             )
         }
-        RowFilter::TimestampRange(r) => timestamps(r.start.unwrap_or(0), r.end),
-        RowFilter::CellsPerColumnLimit(n) => per_column(*n),
+        RowFilter::QualifierRegex(p) => filter(Filter::ColumnQualifierRegexFilter(regex(p))),
+        RowFilter::ColumnRange { family, start, end } => {
+            column_range(family, start.clone(), end.clone())
+        }
+        RowFilter::TimestampRange(r) => {
+            let start = r.start.unwrap_or(0).max(0);
+            match r.end {
+                // Bigtable reads an end of 0 as "no end"; an empty range matches nothing.
+                Some(end) if end <= start => filter(Filter::BlockAllFilter(true)),
+                end => filter(Filter::TimestampRangeFilter(v2::TimestampRange {
+                    start_timestamp_micros: start,
+                    end_timestamp_micros: end.unwrap_or(0),
+                })),
+            }
+        }
+        RowFilter::ValueRegex(p) => filter(Filter::ValueRegexFilter(regex(p))),
+        RowFilter::CellsPerRowOffset(n) => filter(Filter::CellsPerRowOffsetFilter(count(n))),
+        RowFilter::CellsPerRowLimit(n) => filter(Filter::CellsPerRowLimitFilter(count(n))),
+        RowFilter::CellsPerColumnLimit(n) => filter(Filter::CellsPerColumnLimitFilter(count(n))),
         RowFilter::StripValue => filter(Filter::StripValueTransformer(true)),
-        _ => return None,
-    })
+    }
 }
 
-/// The filter a check-and-mutate's predicate runs as: only cells the GC rules keep can match.
+/// The filter a check-and-mutate's predicate runs as, inside Bigtable (to be atomic): only cells
+/// the GC rules keep can match.
 pub(crate) fn predicate(
     schema: &TableSchema,
     user: Option<&RowFilter>,
     now: i64,
 ) -> Result<Option<v2::RowFilter>> {
-    let user = match user {
-        None => None,
-        Some(f) => {
-            f.compile()?;
-            Some(predicate_filter(schema, f))
-        }
-    };
-    let parts: Vec<v2::RowFilter> = visibility(schema, now).into_iter().chain(user).collect();
-    Ok((!parts.is_empty()).then(|| chain(parts)))
-}
-
-/// Every filter, as Bigtable's own (for predicates, which must run inside Bigtable to be atomic).
-fn predicate_filter(schema: &TableSchema, f: &RowFilter) -> v2::RowFilter {
-    let all = |fs: &[RowFilter]| fs.iter().map(|f| predicate_filter(schema, f)).collect();
-    let regex = |p: &str| Bytes::copy_from_slice(p.as_bytes());
-    let count = |n: &u32| i32::try_from(*n).unwrap_or(i32::MAX);
-    match f {
-        RowFilter::Chain(fs) => chain(all(fs)),
-        RowFilter::Interleave(fs) => filter(Filter::Interleave(v2::row_filter::Interleave {
-            filters: all(fs),
-        })),
-        RowFilter::Condition {
-            predicate,
-            on_match,
-            on_no_match,
-        } => filter(Filter::Condition(Box::new(v2::row_filter::Condition {
-            predicate_filter: Some(Box::new(predicate_filter(schema, predicate))),
-            true_filter: Some(Box::new(predicate_filter(schema, on_match))),
-            false_filter: Some(Box::new(predicate_filter(schema, on_no_match))),
-        }))),
-        RowFilter::RowKeyRegex(p) => filter(Filter::RowKeyRegexFilter(regex(p))),
-        RowFilter::FamilyRegex(p) => filter(Filter::FamilyNameRegexFilter(p.clone())),
-        RowFilter::QualifierRegex(p) => filter(Filter::ColumnQualifierRegexFilter(regex(p))),
-        RowFilter::ValueRegex(p) => filter(Filter::ValueRegexFilter(regex(p))),
-        RowFilter::CellsPerRowOffset(n) => filter(Filter::CellsPerRowOffsetFilter(count(n))),
-        RowFilter::CellsPerRowLimit(n) => filter(Filter::CellsPerRowLimitFilter(count(n))),
-        other => pushdown(schema, other).unwrap_or_else(|| filter(Filter::PassAllFilter(true))),
+    if let Some(f) = user {
+        f.compile()?;
     }
+    let parts: Vec<RowFilter> = visibility(schema, now)
+        .into_iter()
+        .chain(user.cloned())
+        .collect();
+    Ok((!parts.is_empty()).then(|| proto(schema, &chain(parts))))
 }
 
 /// Map a gRPC status onto the store's errors.
@@ -520,6 +522,61 @@ mod tests {
         assert!(rows_after(&set, &k("z")).is_none());
         let all = rows_after(&RowSet::all(), &k("q")).unwrap();
         assert!(!all.contains(b"q") && all.contains(b"r"));
+    }
+
+    use penchant_store::Cell;
+    use proptest::prelude::*;
+
+    fn rule() -> impl Strategy<Value = GcRule> {
+        let hour = 3_600_000_000u64;
+        let leaf = prop_oneof![
+            Just(GcRule::None),
+            (1u32..4).prop_map(GcRule::MaxVersions),
+            (1u64..4).prop_map(move |h| GcRule::MaxAge(Duration::from_micros(h * hour))),
+        ];
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(GcRule::Union),
+                prop::collection::vec(inner, 0..3).prop_map(GcRule::Intersection),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The filter sent to Bigtable keeps exactly what the embedded store shows: the cells
+        /// GC rules have not expired, by age and by rank among all versions.
+        #[test]
+        fn visibility_filter_keeps_what_gc_rules_keep(
+            rules in prop::collection::vec(rule(), 1..3),
+            // (family, qualifier, age in half hours, bias) per cell.
+            cells in prop::collection::vec((0usize..3, 0u8..2, 0i64..12, 0i64..3), 0..24),
+        ) {
+            let now = 1_800_000_000_000_000i64;
+            let families: Vec<String> = (0..3).map(|i| format!("f.{i}")).collect();
+            let schema = TableSchema {
+                name: "t".into(),
+                families: rules.iter().enumerate().map(|(i, r)| (families[i].clone(), r.clone())).collect(),
+            };
+            let mut cells: Vec<Cell> = cells
+                .into_iter()
+                .map(|(f, q, age, bias)| Cell {
+                    family: families[f].as_str().into(),
+                    qualifier: Bytes::from(vec![b'a' + q]),
+                    // Around the hour boundaries, exactly on them included.
+                    timestamp: now - age * 1_800_000_000 + (bias - 1) * 1000,
+                    value: Bytes::new(),
+                })
+                .collect();
+            cells.sort_by(|a, b| (&a.family, &a.qualifier, std::cmp::Reverse(a.timestamp))
+                .cmp(&(&b.family, &b.qualifier, std::cmp::Reverse(b.timestamp))));
+            cells.dedup_by(|a, b| (&a.family, &a.qualifier, a.timestamp) == (&b.family, &b.qualifier, b.timestamp));
+            let expected = penchant_store::validate::visible_cells(&schema, now, cells.clone());
+            let got = match visibility(&schema, now) {
+                None => cells.into_iter().filter(|c| schema.families.contains_key(c.family.as_str())).collect(),
+                Some(f) => f.compile().unwrap().apply(b"row", cells),
+            };
+            prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]

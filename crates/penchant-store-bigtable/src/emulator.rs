@@ -25,8 +25,7 @@ pub struct Emulator {
 impl Emulator {
     /// The emulator binary to run.
     pub fn binary() -> PathBuf {
-        if let Some(path) = std::env::var_os("BIGTABLE_EMULATOR_BINARY").filter(|p| !p.is_empty())
-        {
+        if let Some(path) = std::env::var_os("BIGTABLE_EMULATOR_BINARY").filter(|p| !p.is_empty()) {
             return PathBuf::from(path);
         }
         let sdk = PathBuf::from(CLOUD_SDK_EMULATOR);
