@@ -8,37 +8,69 @@ pub mod bloom;
 pub mod catalog;
 pub mod events;
 pub mod jobs;
-pub mod keys;
+pub mod layout;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;
 pub mod strategy;
+pub mod tenancy;
 pub mod vectors;
 
 use std::sync::Arc;
 
-use penchant_store::Store;
+use penchant_store::{Store, StoreError};
+
+use crate::tenancy::{Tenancy, TenancyConfig};
 
 /// What can go wrong in the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
-    Store(#[from] penchant_store::StoreError),
+    Store(#[from] StoreError),
+    /// The request is malformed (the message says how).
+    #[error("{0}")]
+    Invalid(String),
+    /// What the request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// What the request creates exists already.
+    #[error("{0}")]
+    Exists(String),
 }
 
 /// The engine's result type.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
+/// The engine's settings.
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    pub tenancy: TenancyConfig,
+}
+
 /// The engine: one per process, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Engine {
     store: Arc<dyn Store>,
+    tenancy: Arc<Tenancy>,
 }
 
 impl Engine {
-    /// An engine over a store.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+    /// Open the engine over a store, creating the tables it needs if they are missing (several
+    /// nodes may do so at once).
+    pub async fn open(store: Arc<dyn Store>, config: EngineConfig) -> Result<Self> {
+        for (name, families) in tenancy::tables() {
+            match store.create_table(name, families).await {
+                Ok(()) | Err(StoreError::TableExists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy));
+        Ok(Self { store, tenancy })
+    }
+
+    /// Apps and API keys.
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
     }
 
     /// The store the engine writes to.
@@ -59,8 +91,12 @@ mod tests {
     #[tokio::test]
     async fn engine_flushes_its_store() {
         let store = Arc::new(penchant_store::MemStore::new());
-        let engine = Engine::new(store);
+        let engine = Engine::open(store.clone(), EngineConfig::default())
+            .await
+            .unwrap();
+        // Opening again (another node) finds the tables there.
+        Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert!(engine.store().list_tables().await.unwrap().is_empty());
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 2);
     }
 }

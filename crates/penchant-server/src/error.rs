@@ -29,6 +29,9 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Store(e) => e.into(),
+            EngineError::Invalid(m) => ApiError::new(StatusCode::BAD_REQUEST, m),
+            EngineError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, m),
+            EngineError::Exists(m) => ApiError::new(StatusCode::CONFLICT, m),
         }
     }
 }

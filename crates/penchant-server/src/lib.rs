@@ -4,7 +4,9 @@
 //! result. Errors become HTTP responses in one place, [`error::ApiError`]. Routes live one file
 //! per resource under [`routes`].
 
+pub mod auth;
 pub mod error;
+pub mod json;
 pub mod routes;
 
 use std::future::Future;
@@ -39,8 +41,15 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(routes::health::routes())
+        .merge(routes::apps::routes())
+        .merge(routes::keys::routes())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Now, as ISO 8601 (Algolia's `createdAt`/`deletedAt` strings).
+pub(crate) fn iso_now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
 /// Serve `app` (usually [`router`]) until `shutdown` resolves, then stop accepting connections

@@ -11,7 +11,12 @@ use penchant_server::{AppState, router, serve};
 async fn health_answers_json_and_shutdown_drains_in_flight_requests() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let engine = Engine::new(Arc::new(penchant_store::MemStore::new()));
+    let engine = Engine::open(
+        Arc::new(penchant_store::MemStore::new()),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     // A slow route, to have a request in flight when shutdown starts.
     let app = router(AppState::new(engine, "memory")).route(
         "/slow",

@@ -25,7 +25,29 @@ pub struct Config {
     /// `[bigtable]`: used when `store.backend = "bigtable"`.
     pub bigtable: BigtableConfig,
     pub placement: PlacementConfig,
+    pub auth: AuthConfig,
     pub log: LogConfig,
+}
+
+/// `[auth]`: API keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The global admin key: manages apps (`/1/apps`) and acts as an admin key of every app.
+    /// Unset: apps can only be managed by a node that has one.
+    pub admin_key: Option<String>,
+    /// How long a node trusts a cached API-key lookup, in milliseconds: a key created or deleted
+    /// through another node takes effect here within this interval.
+    pub key_cache_ttl_ms: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            admin_key: None,
+            key_cache_ttl_ms: 5_000,
+        }
+    }
 }
 
 /// `[server]`: the HTTP listener.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
-use penchant_engine::Engine;
+use penchant_engine::tenancy::TenancyConfig;
+use penchant_engine::{Engine, EngineConfig};
 use penchant_server::AppState;
 use penchant_store::{PlacedStore, Store};
 use penchant_store_bigtable::{BigtableConfig, BigtableStore};
@@ -52,7 +53,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'st
                 .apps
                 .iter()
                 .map(|(app, target)| {
-                    let prefix = Bytes::from(penchant_engine::keys::app_prefix(app));
+                    let prefix = Bytes::from(penchant_engine::layout::app_prefix(app));
                     (prefix, Arc::clone(&targets[target]))
                 })
                 .collect();
@@ -73,12 +74,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives once the server is up must never kill it unflushed.
     let mut signals = Signals::install()?;
     let (store, backend) = open_store(&config).await?;
-    let engine = Engine::new(store);
+    let engine_config = EngineConfig {
+        tenancy: TenancyConfig {
+            admin_key: config.auth.admin_key.clone(),
+            cache_ttl: Duration::from_millis(config.auth.key_cache_ttl_ms),
+        },
+    };
+    let engine = Engine::open(store, engine_config)
+        .await
+        .context("cannot open the engine")?;
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, backend, data_dir = %config.store.data_dir.display(), "penchant listening");
+    tracing::info!(%addr, backend, "penchant listening");
     // A line for scripts and tests that start the server on port 0.
     println!("penchant listening on http://{addr}");
 

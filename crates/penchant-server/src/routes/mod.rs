@@ -1,3 +1,5 @@
 //! Routes, one module per resource.
 
+pub mod apps;
 pub mod health;
+pub mod keys;

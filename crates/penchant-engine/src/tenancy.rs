@@ -1,0 +1,431 @@
+//! Apps and API keys: multi-tenancy, with Algolia's ACLs.
+//!
+//! An app owns every row whose key starts with its [`app_prefix`]. API keys belong to one app and
+//! carry ACLs; they are stored hashed (SHA-256: keys are 128 random bits, so a fast hash is as safe
+//! as a slow one) under the app's prefix, in table `keys`. A global admin key from the
+//! configuration manages apps (bootstrapping) and acts as an admin key of every app.
+//!
+//! Every node caches key lookups (hits and misses) for a configured interval: a key created or
+//! deleted through one node is seen by the others within that interval.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use penchant_store::{GcRule, Mutation, ReadRows, RowSet, Store, StoreError};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::layout::app_prefix;
+use crate::{EngineError, Result};
+
+pub const APPS_TABLE: &str = "apps";
+pub const KEYS_TABLE: &str = "keys";
+const FAMILY: &str = "m";
+const APP_COLUMN: &[u8] = b"app";
+const KEY_COLUMN: &[u8] = b"key";
+
+/// Algolia's access-control lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Acl {
+    /// Push events, read recommendations.
+    Search,
+    /// Strategy and profiles.
+    Recommendation,
+    AddObject,
+    /// Delete records, and user tokens.
+    DeleteObject,
+    EditSettings,
+    /// Everything, keys included.
+    Admin,
+}
+
+/// An app: a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct App {
+    #[serde(rename = "appID")]
+    pub app_id: String,
+    pub name: String,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// What is stored about an API key (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyInfo {
+    pub acl: BTreeSet<Acl>,
+    pub description: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// The key's first characters, to tell keys apart in a list.
+    pub prefix: String,
+}
+
+/// Who a request acts as: an app, with some ACLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub app_id: String,
+    pub acl: BTreeSet<Acl>,
+}
+
+impl Principal {
+    /// Whether the key grants `acl` (`admin` grants everything).
+    pub fn allows(&self, acl: Acl) -> bool {
+        self.acl.contains(&Acl::Admin) || self.acl.contains(&acl)
+    }
+}
+
+/// Tenancy settings.
+#[derive(Debug, Clone, Default)]
+pub struct TenancyConfig {
+    /// The global admin key (bootstrapping), if any.
+    pub admin_key: Option<String>,
+    /// How long a node trusts a cached key lookup.
+    pub cache_ttl: Duration,
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+fn unix_now() -> i64 {
+    penchant_store::validate::now_micros() / 1_000_000
+}
+
+/// Apps `[A-Za-z0-9_-]{1,64}`.
+pub fn check_app_id(app_id: &str) -> Result<()> {
+    let ok = !app_id.is_empty()
+        && app_id.len() <= 64
+        && app_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "appID `{app_id}` must be 1 to 64 characters of [A-Za-z0-9_-]"
+        )))
+    }
+}
+
+/// (app, key digest) → (when looked up, what was found).
+type KeyCache = HashMap<(String, [u8; 32]), (Instant, Option<KeyInfo>)>;
+
+/// Apps and keys over the store, with a per-node cache of key lookups.
+#[derive(Debug)]
+pub struct Tenancy {
+    store: Arc<dyn Store>,
+    admin_digest: Option<[u8; 32]>,
+    ttl: Duration,
+    cache: Mutex<KeyCache>,
+}
+
+/// The tables this module needs, with their families.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    let family = || BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]);
+    vec![(APPS_TABLE, family()), (KEYS_TABLE, family())]
+}
+
+impl Tenancy {
+    pub fn new(store: Arc<dyn Store>, config: &TenancyConfig) -> Self {
+        Self {
+            store,
+            admin_digest: config
+                .admin_key
+                .as_deref()
+                .filter(|k| !k.is_empty())
+                .map(digest),
+            ttl: config.cache_ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `key` is the global admin key.
+    pub fn is_global_admin(&self, key: &str) -> bool {
+        self.admin_digest.is_some_and(|d| d == digest(key))
+    }
+
+    /// The principal of an (app, key) pair, or `None` if the key is not valid for the app.
+    pub async fn authenticate(&self, app_id: &str, key: &str) -> Result<Option<Principal>> {
+        if check_app_id(app_id).is_err() || key.is_empty() {
+            return Ok(None);
+        }
+        if self.is_global_admin(key) {
+            return Ok(self.app(app_id).await?.map(|_| Principal {
+                app_id: app_id.to_owned(),
+                acl: BTreeSet::from([Acl::Admin]),
+            }));
+        }
+        let hash = digest(key);
+        let cache_key = (app_id.to_owned(), hash);
+        if let Some((at, info)) = self.cache.lock().get(&cache_key)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(info.as_ref().map(|i| Principal {
+                app_id: app_id.to_owned(),
+                acl: i.acl.clone(),
+            }));
+        }
+        let info = self.key_info(app_id, &hash).await?;
+        let mut cache = self.cache.lock();
+        if cache.len() > 100_000 {
+            cache.clear();
+        }
+        cache.insert(cache_key, (Instant::now(), info.clone()));
+        Ok(info.map(|i| Principal {
+            app_id: app_id.to_owned(),
+            acl: i.acl,
+        }))
+    }
+
+    async fn key_info(&self, app_id: &str, hash: &[u8; 32]) -> Result<Option<KeyInfo>> {
+        let row = self
+            .store
+            .read_row(KEYS_TABLE, key_row(app_id, hash), None)
+            .await?;
+        row.and_then(|r| r.latest(FAMILY, KEY_COLUMN).map(|c| c.value.clone()))
+            .map(|v| decode(&v))
+            .transpose()
+    }
+
+    /// Create an app (with a generated ID unless one is given) and its first admin key.
+    pub async fn create_app(&self, app_id: Option<&str>, name: &str) -> Result<(App, String)> {
+        let app_id = match app_id {
+            Some(id) => id.to_owned(),
+            None => random_string(10, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"),
+        };
+        check_app_id(&app_id)?;
+        let app = App {
+            app_id: app_id.clone(),
+            name: name.to_owned(),
+            created_at: unix_now(),
+        };
+        let value = Bytes::from(serde_json::to_vec(&app).map_err(internal)?);
+        let existed = self
+            .store
+            .check_and_mutate_row(
+                APPS_TABLE,
+                Bytes::from(app_prefix(&app_id)),
+                None,
+                vec![],
+                vec![Mutation::set_now(FAMILY, APP_COLUMN, value)],
+            )
+            .await?;
+        if existed {
+            return Err(EngineError::Exists(format!(
+                "app `{app_id}` already exists"
+            )));
+        }
+        let (key, _) = self
+            .create_key(&app_id, BTreeSet::from([Acl::Admin]), "admin key")
+            .await?;
+        Ok((app, key))
+    }
+
+    /// One app, if it exists.
+    pub async fn app(&self, app_id: &str) -> Result<Option<App>> {
+        if check_app_id(app_id).is_err() {
+            return Ok(None);
+        }
+        let row = self
+            .store
+            .read_row(APPS_TABLE, Bytes::from(app_prefix(app_id)), None)
+            .await?;
+        row.and_then(|r| r.latest(FAMILY, APP_COLUMN).map(|c| c.value.clone()))
+            .map(|v| decode(&v))
+            .transpose()
+    }
+
+    /// Every app.
+    pub async fn list_apps(&self) -> Result<Vec<App>> {
+        let rows = self.store.read_all(APPS_TABLE, ReadRows::default()).await?;
+        rows.iter()
+            .filter_map(|r| r.latest(FAMILY, APP_COLUMN))
+            .map(|c| decode(&c.value))
+            .collect()
+    }
+
+    /// Delete an app and every row it owns, in every table.
+    pub async fn delete_app(&self, app_id: &str) -> Result<()> {
+        if self.app(app_id).await?.is_none() {
+            return Err(EngineError::NotFound(format!(
+                "app `{app_id}` does not exist"
+            )));
+        }
+        let prefix = app_prefix(app_id);
+        // The app's own row last: until then the deletion can be retried.
+        for table in self.store.list_tables().await? {
+            if table.name != APPS_TABLE {
+                self.store.drop_row_range(&table.name, &prefix).await?;
+            }
+        }
+        self.store.drop_row_range(APPS_TABLE, &prefix).await?;
+        self.cache.lock().retain(|(app, _), _| app != app_id);
+        Ok(())
+    }
+
+    /// Create an API key of an app; returns the key (the only time it is shown) and its info.
+    pub async fn create_key(
+        &self,
+        app_id: &str,
+        acl: BTreeSet<Acl>,
+        description: &str,
+    ) -> Result<(String, KeyInfo)> {
+        if acl.is_empty() {
+            return Err(EngineError::Invalid(
+                "acl must name at least one ACL".into(),
+            ));
+        }
+        let key = random_string(32, b"0123456789abcdef");
+        let info = KeyInfo {
+            acl,
+            description: description.to_owned(),
+            created_at: unix_now(),
+            prefix: key[..6].to_owned(),
+        };
+        let hash = digest(&key);
+        let value = Bytes::from(serde_json::to_vec(&info).map_err(internal)?);
+        self.store
+            .mutate_row(
+                KEYS_TABLE,
+                key_row(app_id, &hash),
+                vec![Mutation::set_now(FAMILY, KEY_COLUMN, value)],
+            )
+            .await?;
+        self.cache.lock().remove(&(app_id.to_owned(), hash));
+        Ok((key, info))
+    }
+
+    /// One key's info.
+    pub async fn get_key(&self, app_id: &str, key: &str) -> Result<Option<KeyInfo>> {
+        self.key_info(app_id, &digest(key)).await
+    }
+
+    /// Every key of an app (their infos; keys are not stored).
+    pub async fn list_keys(&self, app_id: &str) -> Result<Vec<KeyInfo>> {
+        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app_id))));
+        let rows = self.store.read_all(KEYS_TABLE, request).await?;
+        let mut keys: Vec<KeyInfo> = rows
+            .iter()
+            .filter_map(|r| r.latest(FAMILY, KEY_COLUMN))
+            .map(|c| decode(&c.value))
+            .collect::<Result<_>>()?;
+        keys.sort_by(|a, b| (a.created_at, &a.prefix).cmp(&(b.created_at, &b.prefix)));
+        Ok(keys)
+    }
+
+    /// Delete a key; false if it did not exist.
+    pub async fn delete_key(&self, app_id: &str, key: &str) -> Result<bool> {
+        let hash = digest(key);
+        let row = key_row(app_id, &hash);
+        let existed = self
+            .store
+            .check_and_mutate_row(KEYS_TABLE, row, None, vec![Mutation::DeleteFromRow], vec![])
+            .await?;
+        self.cache.lock().remove(&(app_id.to_owned(), hash));
+        Ok(existed)
+    }
+}
+
+fn key_row(app_id: &str, hash: &[u8; 32]) -> Bytes {
+    let mut row = app_prefix(app_id);
+    row.extend_from_slice(hash);
+    Bytes::from(row)
+}
+
+fn random_string(len: usize, alphabet: &[u8]) -> String {
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
+        .collect()
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(internal)
+}
+
+fn internal(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Store(StoreError::Backend(format!("corrupt tenancy record: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use penchant_store::MemStore;
+
+    async fn tenancy(ttl: Duration) -> (Arc<dyn Store>, Tenancy) {
+        let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        for (name, families) in tables() {
+            store.create_table(name, families).await.unwrap();
+        }
+        let config = TenancyConfig {
+            admin_key: Some("root".into()),
+            cache_ttl: ttl,
+        };
+        (store.clone(), Tenancy::new(store, &config))
+    }
+
+    #[tokio::test]
+    async fn apps_keys_and_acls() {
+        let (_, t) = tenancy(Duration::ZERO).await;
+        let (app, admin) = t.create_app(Some("APP1"), "shop").await.unwrap();
+        assert_eq!(app.app_id, "APP1");
+        assert!(matches!(
+            t.create_app(Some("APP1"), "again").await,
+            Err(EngineError::Exists(_))
+        ));
+        assert!(matches!(
+            t.create_app(Some("bad id"), "x").await,
+            Err(EngineError::Invalid(_))
+        ));
+        let p = t.authenticate("APP1", &admin).await.unwrap().unwrap();
+        assert!(p.allows(Acl::Recommendation));
+        let (search, info) = t
+            .create_key("APP1", BTreeSet::from([Acl::Search]), "front end")
+            .await
+            .unwrap();
+        assert_eq!(info.prefix, search[..6]);
+        let p = t.authenticate("APP1", &search).await.unwrap().unwrap();
+        assert!(p.allows(Acl::Search) && !p.allows(Acl::Recommendation));
+        // A key works only for its app; the global admin key for every existing app.
+        t.create_app(Some("APP2"), "other").await.unwrap();
+        assert!(t.authenticate("APP2", &search).await.unwrap().is_none());
+        assert!(
+            t.authenticate("APP2", "root")
+                .await
+                .unwrap()
+                .unwrap()
+                .allows(Acl::Admin)
+        );
+        assert!(t.authenticate("NOPE", "root").await.unwrap().is_none());
+        assert_eq!(t.list_keys("APP1").await.unwrap().len(), 2);
+        assert!(t.delete_key("APP1", &search).await.unwrap());
+        assert!(!t.delete_key("APP1", &search).await.unwrap());
+        assert!(t.authenticate("APP1", &search).await.unwrap().is_none());
+        assert_eq!(t.list_apps().await.unwrap().len(), 2);
+        t.delete_app("APP1").await.unwrap();
+        assert!(t.authenticate("APP1", &admin).await.unwrap().is_none());
+        assert!(t.list_keys("APP1").await.unwrap().is_empty());
+        assert_eq!(t.list_apps().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn cached_lookups_go_stale_for_at_most_the_ttl() {
+        let (store, t) = tenancy(Duration::from_millis(200)).await;
+        let (_, key) = t.create_app(Some("APP"), "shop").await.unwrap();
+        assert!(t.authenticate("APP", &key).await.unwrap().is_some());
+        // Deleted behind this node's back (as through another node): still cached...
+        let other = Tenancy::new(store, &TenancyConfig::default());
+        assert!(other.delete_key("APP", &key).await.unwrap());
+        assert!(t.authenticate("APP", &key).await.unwrap().is_some());
+        // ...until the TTL passes.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(t.authenticate("APP", &key).await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,90 @@
+//! Authentication: Algolia's credentials, in headers or (as `search-insights` sends them) in the
+//! query string, checked against the app's keys; ACLs checked per route.
+
+use axum::extract::{FromRequestParts, Query};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use penchant_engine::tenancy::{Acl, Principal};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+const APP_HEADER: &str = "x-algolia-application-id";
+const KEY_HEADER: &str = "x-algolia-api-key";
+
+fn invalid_credentials() -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "Invalid credentials")
+}
+
+/// The application ID and API key of a request: headers first, then query parameters (names
+/// compared case-insensitively, as Algolia does).
+fn credentials(parts: &Parts) -> (Option<String>, Option<String>) {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let query: Vec<(String, String)> = Query::try_from_uri(&parts.uri)
+        .map(|Query(q)| q)
+        .unwrap_or_default();
+    let param = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    (
+        header(APP_HEADER).or_else(|| param(APP_HEADER)),
+        header(KEY_HEADER).or_else(|| param(KEY_HEADER)),
+    )
+}
+
+/// The authenticated caller of an app-scoped route. The app comes from the credentials, never
+/// from the body.
+#[derive(Debug)]
+pub struct Auth(pub Principal);
+
+impl Auth {
+    /// The caller, if its key grants `acl`; else 403.
+    pub fn require(&self, acl: Acl) -> Result<&Principal, ApiError> {
+        if self.0.allows(acl) {
+            Ok(&self.0)
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "Method not allowed with this API key",
+            ))
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (Some(app), Some(key)) = credentials(parts) else {
+            return Err(invalid_credentials());
+        };
+        match state.engine.tenancy().authenticate(&app, &key).await? {
+            Some(principal) => Ok(Auth(principal)),
+            None => Err(invalid_credentials()),
+        }
+    }
+}
+
+/// A caller holding the global admin key (managing apps).
+#[derive(Debug)]
+pub struct GlobalAdmin;
+
+impl FromRequestParts<AppState> for GlobalAdmin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match credentials(parts).1 {
+            Some(key) if state.engine.tenancy().is_global_admin(&key) => Ok(GlobalAdmin),
+            _ => Err(invalid_credentials()),
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Apps (Penchant's own admin API; the global admin key only):
+//! `POST /1/apps`, `GET /1/apps`, `DELETE /1/apps/{appID}`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::GlobalAdmin;
+use crate::error::ApiError;
+use crate::json::JsonBody;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/1/apps", get(list).post(create))
+        .route("/1/apps/{app_id}", delete(remove))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewApp {
+    #[serde(rename = "appID")]
+    app_id: Option<String>,
+    #[serde(default)]
+    name: String,
+}
+
+async fn create(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<NewApp>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let (app, admin_key) = state
+        .engine
+        .tenancy()
+        .create_app(body.app_id.as_deref(), &body.name)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "appID": app.app_id,
+            "name": app.name,
+            "createdAt": app.created_at,
+            "adminAPIKey": admin_key,
+        })),
+    ))
+}
+
+async fn list(_: GlobalAdmin, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let apps = state.engine.tenancy().list_apps().await?;
+    Ok(Json(json!({ "apps": apps })))
+}
+
+async fn remove(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    state.engine.tenancy().delete_app(&app_id).await?;
+    Ok(Json(json!({ "deletedAt": crate::iso_now() })))
+}
