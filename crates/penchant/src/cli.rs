@@ -24,28 +24,52 @@ enum Command {
     Serve(ServeArgs),
     /// Print the effective configuration (all layers merged) as JSON.
     Config(ConfigArgs),
+    /// Manage apps on a running server (global admin key).
+    Apps(AppsArgs),
+    /// Manage an app's API keys on a running server (global admin key).
+    Keys(KeysArgs),
     /// Run a benchmark and print its table.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+struct AppsArgs {
+    #[command(subcommand)]
+    command: crate::admin::AppsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct KeysArgs {
+    #[command(subcommand)]
+    command: crate::admin::KeysCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
 }
 
 /// Flags shared by every command that reads the configuration.
 #[derive(Debug, Args)]
 struct ConfigArgs {
     /// TOML configuration file.
-    #[arg(long, short, env = "PENCHANT_CONFIG")]
+    #[arg(long, short, env = "PENCHANT_CONFIG", global = true)]
     config: Option<PathBuf>,
     /// Address to listen on (`server.listen`).
-    #[arg(long)]
+    #[arg(long, global = true)]
     listen: Option<SocketAddr>,
     /// Folder of the embedded store (`store.data_dir`).
-    #[arg(long)]
+    #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
     /// Log format (`log.format`).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, global = true)]
     log_format: Option<LogFormat>,
     /// Log filter (`log.level`), e.g. `debug`.
-    #[arg(long)]
+    #[arg(long, global = true)]
     log_level: Option<String>,
 }
 
@@ -94,6 +118,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&config)?);
             Ok(())
         }
+        Command::Apps(args) => crate::admin::apps(args.command, &args.target, &args.config.load()?),
+        Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
         Command::Bench(BenchCommand::Bloom(args)) => crate::bench::bloom::run(args),
     }

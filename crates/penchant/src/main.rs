@@ -1,5 +1,6 @@
 //! `penchant`: the server, its administration and its benchmarks.
 
+mod admin;
 mod bench;
 mod cli;
 mod config;

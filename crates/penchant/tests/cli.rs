@@ -173,11 +173,19 @@ async fn serve_runs_on_a_bigtable_emulator() {
         .expect("the server starts");
     let body = health(&url).await;
     assert_eq!(body["store"], "bigtable");
-    // The health check reached the emulator: stopping it makes the node unhealthy.
+    // The node created its tables in the emulator, under its prefix.
     let direct = BigtableStore::connect(emulator.config("node_"))
         .await
         .unwrap();
-    assert!(direct.list_tables().await.unwrap().is_empty());
+    let tables: Vec<String> = direct
+        .list_tables()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(tables, ["apps", "keys"]);
+    // The health check reaches the emulator: stopping it makes the node unhealthy.
     drop(emulator);
     let resp = reqwest::get(format!("{url}/health")).await.unwrap();
     assert_eq!(resp.status(), 503, "an unreachable store is reported");
@@ -188,4 +196,72 @@ async fn serve_runs_on_a_bigtable_emulator() {
         !dir.path().join("CURRENT").exists(),
         "no embedded store was opened"
     );
+}
+
+#[test]
+fn apps_and_keys_commands_manage_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = penchant();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let url = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
+        .unwrap();
+    let admin = |args: &[&str]| -> (bool, serde_json::Value, String) {
+        let out = penchant()
+            .args(args)
+            .args(["--server", &url])
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .output()
+            .unwrap();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (
+            out.status.success(),
+            json,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, app, err) = admin(&["apps", "create", "--app-id", "CLIAPP", "--name", "Shop"]);
+    assert!(ok, "{err}");
+    assert_eq!(app["appID"], "CLIAPP");
+    let (ok, key, err) = admin(&[
+        "keys",
+        "create",
+        "--app",
+        "CLIAPP",
+        "--acl",
+        "search,recommendation",
+    ]);
+    assert!(ok, "{err}");
+    let key = key["key"].as_str().unwrap().to_owned();
+    let (_, listed, _) = admin(&["keys", "list", "--app", "CLIAPP"]);
+    let acls: Vec<&serde_json::Value> = listed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| &k["acl"])
+        .collect();
+    assert!(
+        acls.contains(&&serde_json::json!(["search", "recommendation"])),
+        "{listed}"
+    );
+    let (ok, _, err) = admin(&["keys", "delete", "--app", "CLIAPP", &key]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = admin(&["keys", "delete", "--app", "CLIAPP", &key]);
+    assert!(!ok && err.contains("Key does not exist"), "{err}");
+    let (ok, _, err) = admin(&["keys", "create", "--app", "CLIAPP", "--acl", "fly"]);
+    assert!(!ok && err.contains("fly"), "{err}");
+    let (_, apps, _) = admin(&["apps", "list"]);
+    assert_eq!(apps["apps"][0]["appID"], "CLIAPP");
+    let (ok, _, err) = admin(&["apps", "delete", "CLIAPP"]);
+    assert!(ok, "{err}");
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
 }

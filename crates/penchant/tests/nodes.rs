@@ -34,7 +34,7 @@ impl Node {
             .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
             .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", cache_ttl_ms.to_string())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::null());
         if let Some(file) = config {
             cmd.arg("--config").arg(file);
         }
