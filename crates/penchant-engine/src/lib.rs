@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use penchant_store::{Store, StoreError};
 
+use crate::catalog::Catalog;
 use crate::tenancy::{Tenancy, TenancyConfig};
 
 /// What can go wrong in the engine.
@@ -52,20 +53,31 @@ pub struct EngineConfig {
 pub struct Engine {
     store: Arc<dyn Store>,
     tenancy: Arc<Tenancy>,
+    catalog: Catalog,
 }
 
 impl Engine {
     /// Open the engine over a store, creating the tables it needs if they are missing (several
     /// nodes may do so at once).
     pub async fn open(store: Arc<dyn Store>, config: EngineConfig) -> Result<Self> {
-        for (name, families) in tenancy::tables() {
+        for (name, families) in tenancy::tables().into_iter().chain(catalog::tables()) {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy));
-        Ok(Self { store, tenancy })
+        let catalog = Catalog::new(store.clone());
+        Ok(Self {
+            store,
+            tenancy,
+            catalog,
+        })
+    }
+
+    /// Records of the apps' indexes.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
     }
 
     /// Apps and API keys.
@@ -97,6 +109,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 2);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 3);
     }
 }

@@ -39,7 +39,9 @@ impl AppState {
 
 /// The application's routes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    // Algolia's paths have a literal `*` segment (`/1/indexes/*/batch`).
+    let router = routes::indexes::add(Router::new().without_v07_checks());
+    router
         .merge(routes::health::routes())
         .merge(routes::apps::routes())
         .merge(routes::keys::routes())

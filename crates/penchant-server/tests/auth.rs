@@ -1,62 +1,10 @@
 //! Apps, API keys and ACLs over HTTP, on the in-memory store.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use penchant_engine::tenancy::TenancyConfig;
-use penchant_engine::{Engine, EngineConfig};
-use penchant_server::{AppState, router, serve};
-use reqwest::{Client, Method, StatusCode};
+use common::Server;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-
-struct Server {
-    base: String,
-    http: Client,
-}
-
-impl Server {
-    async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let config = EngineConfig {
-            tenancy: TenancyConfig {
-                admin_key: Some("root-key".into()),
-                cache_ttl: Duration::ZERO,
-            },
-        };
-        let engine = Engine::open(Arc::new(penchant_store::MemStore::new()), config)
-            .await
-            .unwrap();
-        let app = router(AppState::new(engine, "memory"));
-        tokio::spawn(serve(listener, app, std::future::pending()));
-        Self {
-            base,
-            http: Client::new(),
-        }
-    }
-
-    /// A request with Algolia's credential headers (when given), returning status and JSON.
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        creds: Option<(&str, &str)>,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some((app, key)) = creds {
-            req = req
-                .header("X-Algolia-Application-Id", app)
-                .header("X-Algolia-API-Key", key);
-        }
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    }
-}
 
 #[tokio::test]
 async fn apps_keys_acls_and_credentials() {

@@ -2,4 +2,5 @@
 
 pub mod apps;
 pub mod health;
+pub mod indexes;
 pub mod keys;

@@ -1,0 +1,91 @@
+//! A server on the in-memory store, and a client that sends Algolia's credential headers.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use penchant_engine::tenancy::TenancyConfig;
+use penchant_engine::{Engine, EngineConfig};
+use penchant_server::{AppState, router, serve};
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+
+pub const ROOT: &str = "root-key";
+
+pub struct Server {
+    pub base: String,
+    pub http: Client,
+}
+
+impl Server {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let config = EngineConfig {
+            tenancy: TenancyConfig {
+                admin_key: Some(ROOT.into()),
+                cache_ttl: Duration::ZERO,
+            },
+        };
+        let engine = Engine::open(Arc::new(penchant_store::MemStore::new()), config)
+            .await
+            .unwrap();
+        let app = router(AppState::new(engine, "memory"));
+        tokio::spawn(serve(listener, app, std::future::pending()));
+        Self {
+            base,
+            http: Client::new(),
+        }
+    }
+
+    /// A request with Algolia's credential headers (when given), returning status and JSON.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        creds: Option<(&str, &str)>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some((app, key)) = creds {
+            req = req
+                .header("X-Algolia-Application-Id", app)
+                .header("X-Algolia-API-Key", key);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Create an app with the global admin key; returns its admin key.
+    pub async fn app(&self, app: &str) -> String {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                "/1/apps",
+                Some(("", ROOT)),
+                Some(json!({"appID": app})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["adminAPIKey"].as_str().unwrap().to_owned()
+    }
+
+    /// A key of `app` with these ACLs.
+    pub async fn key(&self, app: &str, admin: &str, acl: &[&str]) -> String {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                "/1/keys",
+                Some((app, admin)),
+                Some(json!({"acl": acl})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["key"].as_str().unwrap().to_owned()
+    }
+}
