@@ -1,0 +1,104 @@
+//! End to end with Algolia's official clients, unchanged but for the host, against a real
+//! `penchant serve` process. `scripts/test.sh` provides them (`E2E_PYTHON`: a Python with
+//! `algoliasearch` v4); without them these tests fail, they are never skipped.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+const ROOT: &str = "root-key";
+
+struct Node {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_penchant"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("PENCHANT_") || key == "RUST_LOG" {
+                cmd.env_remove(key);
+            }
+        }
+        let mut child = cmd
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let url = stdout
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
+            .expect("the server starts");
+        let port = url.rsplit(':').next().unwrap().parse().unwrap();
+        Self {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// Create an app; returns its admin key.
+    async fn app(&self, app: &str) -> String {
+        let body: Value = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/1/apps", self.port))
+            .header("X-Algolia-API-Key", ROOT)
+            .json(&json!({"appID": app}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["adminAPIKey"].as_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python() -> String {
+    std::env::var("E2E_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "E2E_PYTHON is not set: run the tests with ./scripts/test.sh, which makes a virtual \
+             environment with Algolia's Python client (scripts/e2e-python.sh)"
+        )
+    })
+}
+
+/// Run a script of `e2e/python` against the node; panics with its output if it fails.
+fn run_python(script: &str, node: &Node, app: &str, key: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/python");
+    let out = Command::new(python())
+        .arg(script)
+        .args(["127.0.0.1", &node.port.to_string(), app, key])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn python_client_catalog_and_keys() {
+    let node = Node::start();
+    let key = node.app("E2E").await;
+    run_python("catalog.py", &node, "E2E", &key);
+}
