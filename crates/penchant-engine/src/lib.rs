@@ -21,6 +21,7 @@ use std::sync::Arc;
 use penchant_store::{Store, StoreError};
 
 use crate::catalog::Catalog;
+use crate::events::Events;
 use crate::tenancy::{Tenancy, TenancyConfig};
 
 /// What can go wrong in the engine.
@@ -54,13 +55,18 @@ pub struct Engine {
     store: Arc<dyn Store>,
     tenancy: Arc<Tenancy>,
     catalog: Catalog,
+    events: Events,
 }
 
 impl Engine {
     /// Open the engine over a store, creating the tables it needs if they are missing (several
     /// nodes may do so at once).
     pub async fn open(store: Arc<dyn Store>, config: EngineConfig) -> Result<Self> {
-        for (name, families) in tenancy::tables().into_iter().chain(catalog::tables()) {
+        let tables = tenancy::tables()
+            .into_iter()
+            .chain(catalog::tables())
+            .chain(events::tables());
+        for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
                 Err(e) => return Err(e.into()),
@@ -68,11 +74,18 @@ impl Engine {
         }
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy));
         let catalog = Catalog::new(store.clone());
+        let events = Events::new(store.clone(), catalog.clone());
         Ok(Self {
             store,
             tenancy,
             catalog,
+            events,
         })
+    }
+
+    /// Insights events.
+    pub fn events(&self) -> &Events {
+        &self.events
     }
 
     /// Records of the apps' indexes.
@@ -109,6 +122,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 3);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 4);
     }
 }

@@ -16,6 +16,7 @@ use std::time::Instant;
 use axum::Router;
 use penchant_engine::Engine;
 use tokio::net::TcpListener;
+use tower_http::cors::CorsLayer;
 use tower_http::trace::TraceLayer;
 
 /// What every handler can reach.
@@ -45,6 +46,9 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::health::routes())
         .merge(routes::apps::routes())
         .merge(routes::keys::routes())
+        .merge(routes::events::routes())
+        // Browsers call the Insights API from any origin (search-insights).
+        .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -16,6 +16,8 @@ pub const ROOT: &str = "root-key";
 pub struct Server {
     pub base: String,
     pub http: Client,
+    /// The store behind the server, to check what it wrote.
+    pub store: Arc<dyn penchant_store::Store>,
 }
 
 impl Server {
@@ -28,14 +30,14 @@ impl Server {
                 cache_ttl: Duration::ZERO,
             },
         };
-        let engine = Engine::open(Arc::new(penchant_store::MemStore::new()), config)
-            .await
-            .unwrap();
+        let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
+        let engine = Engine::open(store.clone(), config).await.unwrap();
         let app = router(AppState::new(engine, "memory"));
         tokio::spawn(serve(listener, app, std::future::pending()));
         Self {
             base,
             http: Client::new(),
+            store,
         }
     }
 
