@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use penchant_store::{GcRule, Mutation, RowMutation, Store};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::catalog::{Catalog, facet_values};
@@ -47,7 +47,7 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
 }
 
 /// An event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EventType {
     Click,

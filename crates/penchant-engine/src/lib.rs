@@ -22,6 +22,9 @@ use penchant_store::{Store, StoreError};
 
 use crate::catalog::Catalog;
 use crate::events::Events;
+use crate::jobs::Jobs;
+use crate::profiles::Profiles;
+use crate::strategy::{Strategies, Strategy, Versioned};
 use crate::tenancy::{Tenancy, TenancyConfig};
 
 /// What can go wrong in the engine.
@@ -47,6 +50,8 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
     pub tenancy: TenancyConfig,
+    /// How long a node trusts its cached copy of an app's strategy.
+    pub strategy_cache_ttl: std::time::Duration,
 }
 
 /// The engine: one per process, shared by every request.
@@ -56,6 +61,9 @@ pub struct Engine {
     tenancy: Arc<Tenancy>,
     catalog: Catalog,
     events: Events,
+    strategies: Arc<Strategies>,
+    profiles: Profiles,
+    jobs: Arc<Jobs>,
 }
 
 impl Engine {
@@ -65,7 +73,9 @@ impl Engine {
         let tables = tenancy::tables()
             .into_iter()
             .chain(catalog::tables())
-            .chain(events::tables());
+            .chain(events::tables())
+            .chain(strategy::tables())
+            .chain(profiles::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
@@ -75,12 +85,53 @@ impl Engine {
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy));
         let catalog = Catalog::new(store.clone());
         let events = Events::new(store.clone(), catalog.clone());
+        let strategies = Arc::new(Strategies::new(store.clone(), config.strategy_cache_ttl));
+        let profiles = Profiles::new(store.clone(), strategies.clone());
         Ok(Self {
             store,
             tenancy,
             catalog,
             events,
+            strategies,
+            profiles,
+            jobs: Arc::default(),
         })
+    }
+
+    /// Store valid events and refresh the profiles of their users (the streaming path): a
+    /// profile read after this returns reflects the events.
+    pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        self.events.ingest(app, events).await?;
+        let mut users: Vec<&str> = events.iter().map(events::Event::user).collect();
+        users.sort_unstable();
+        users.dedup();
+        for user in users {
+            self.profiles.refresh(app, user).await?;
+        }
+        Ok(())
+    }
+
+    /// Save an app's strategy and start recomputing every profile of the app under it.
+    pub async fn set_strategy(&self, app: &str, strategy: Strategy) -> Result<Arc<Versioned>> {
+        let versioned = self.strategies.set(app, strategy).await?;
+        self.jobs
+            .start_recompute(self.profiles.clone(), app.to_owned(), versioned.clone());
+        Ok(versioned)
+    }
+
+    /// Strategies.
+    pub fn strategies(&self) -> &Strategies {
+        &self.strategies
+    }
+
+    /// Profiles.
+    pub fn profiles(&self) -> &Profiles {
+        &self.profiles
+    }
+
+    /// Background jobs of this node.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
     }
 
     /// Insights events.
@@ -122,6 +173,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 4);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 6);
     }
 }

@@ -1,1 +1,443 @@
-//! Profiles: per-user affinity scores, kept fresh per event and recomputed in bulk.
+//! User profiles: affinity scores per facet value, computed from a user's events under the app's
+//! strategy.
+//!
+//! **Formula.** Each event the strategy counts (its type and name are in `eventsScoring`) adds,
+//! for each facet of `facetsScoring` and each value of that facet the event touched `n` times,
+//! `eventScore × facetScore × n` to the value's raw score. Events up to the user's
+//! `deletedUntil` (inclusive, in ms) and beyond the retention window do not count. Each facet keeps its 100 best
+//! values; scores are then scaled to integers 1..20 against the user's best raw score:
+//! `max(1, round(20 × raw / best))`. There is no time decay.
+//!
+//! **Streaming equals batch.** Both paths run the one function [`compute`] over the same rows
+//! (the user's events, read through the wide schema's qualifier filter). The streaming path
+//! refreshes a user after each accepted event; the batch path (a strategy change) recomputes
+//! every user of the app. Concurrent writers converge: after writing a profile, a refresh reads
+//! the user's event keys again and recomputes if they changed, and the batch path writes a
+//! profile only if none computed with the current strategy is there already.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use penchant_store::{
+    GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, Workload, for_workload,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::events::{self, EVENTS_TABLE, qualifier, user_prefix};
+use crate::layout::app_prefix;
+use crate::strategy::{Strategies, Strategy, Versioned};
+use crate::{EngineError, Result};
+
+pub const PROFILES_TABLE: &str = "profiles";
+const FAMILY: &str = "p";
+const PROFILE: &[u8] = b"profile";
+const VERSION: &[u8] = b"version";
+const DELETED_UNTIL: &[u8] = b"deletedUntil";
+/// Values kept per facet.
+pub const MAX_VALUES_PER_FACET: usize = 100;
+/// The highest score.
+pub const MAX_SCORE: u64 = 20;
+
+/// The tables this module needs.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    vec![(
+        PROFILES_TABLE,
+        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+    )]
+}
+
+/// Scores per facet and value, 1..20.
+pub type Scores = BTreeMap<String, BTreeMap<String, u32>>;
+
+/// A user's profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    pub user_token: String,
+    /// The user's latest counted event, in ms.
+    pub last_event_at: Option<i64>,
+    pub scores: Scores,
+}
+
+/// The wide-schema qualifiers a strategy reads, with the weight of each: event score × facet
+/// score, and the facet.
+fn weights(strategy: &Strategy) -> HashMap<Bytes, (u64, String)> {
+    let mut out = HashMap::new();
+    for e in &strategy.events_scoring {
+        for f in &strategy.facets_scoring {
+            out.insert(
+                qualifier(e.event_type, &e.event_name, &f.facet_name),
+                (
+                    u64::from(e.score) * u64::from(f.score),
+                    f.facet_name.clone(),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// The filter reading what a strategy needs of a user's events: its qualifiers, and each
+/// event's `event` cell without its value (for `lastEventAt` and the key fingerprint).
+fn read_filter(strategy: &Strategy) -> RowFilter {
+    let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
+    let marker = RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(RowFilter::StripValue);
+    if qualifiers.is_empty() {
+        marker
+    } else {
+        RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
+    }
+}
+
+/// The event time of a row, in ms (its cells carry it).
+fn row_time(row: &Row) -> Option<i64> {
+    row.cells.first().map(|c| c.timestamp / 1000)
+}
+
+/// Compute a profile from a user's event rows (as read with [`read_filter`]).
+pub fn compute(strategy: &Strategy, user: &str, rows: &[Row], deleted_until: i64) -> Profile {
+    let weights = weights(strategy);
+    let mut raw: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut last_event_at = None;
+    for row in rows {
+        let Some(ts) = row_time(row) else { continue };
+        if ts <= deleted_until {
+            continue;
+        }
+        last_event_at = last_event_at.max(Some(ts));
+        for cell in &row.cells {
+            let Some((weight, facet)) = weights.get(&cell.qualifier) else {
+                continue;
+            };
+            let Ok(counts) = serde_json::from_slice::<BTreeMap<String, u64>>(&cell.value) else {
+                continue;
+            };
+            let values = raw.entry(facet.as_str()).or_default();
+            for (value, n) in counts {
+                *values.entry(value).or_default() += weight * n;
+            }
+        }
+    }
+    let best = raw
+        .values()
+        .flat_map(|v| v.values())
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let scores = raw
+        .into_iter()
+        .map(|(facet, values)| {
+            let mut ranked: Vec<(String, u64)> = values.into_iter().collect();
+            ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            ranked.truncate(MAX_VALUES_PER_FACET);
+            let scaled = ranked
+                .into_iter()
+                .map(|(value, r)| {
+                    let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
+                    (value, score as u32)
+                })
+                .collect();
+            (facet.to_owned(), scaled)
+        })
+        .collect();
+    Profile {
+        user_token: user.to_owned(),
+        last_event_at,
+        scores,
+    }
+}
+
+/// An order-independent fingerprint of a user's event rows: which events exist.
+fn fingerprint(rows: &[Row]) -> (usize, u64) {
+    let hash = rows
+        .iter()
+        .map(|r| xxhash_rust::xxh3::xxh3_64(&r.key))
+        .fold(0u64, |acc, h| acc ^ h);
+    (rows.len(), hash)
+}
+
+fn profile_row(app: &str, user: &str) -> Bytes {
+    let mut key = app_prefix(app);
+    key.extend_from_slice(user.as_bytes());
+    Bytes::from(key)
+}
+
+/// What is stored about a user besides their events.
+#[derive(Debug, Default)]
+struct Stored {
+    profile: Option<Profile>,
+    version: Option<i64>,
+    deleted_until: i64,
+}
+
+fn corrupt(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Invalid(format!("corrupt profile: {e}"))
+}
+
+/// Progress of a full recompute.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecomputeStats {
+    pub users: u64,
+    pub events: u64,
+    /// Users skipped because a fresher profile (same strategy) was there.
+    pub skipped: u64,
+}
+
+/// Profiles of every app.
+#[derive(Debug, Clone)]
+pub struct Profiles {
+    store: Arc<dyn Store>,
+    strategies: Arc<Strategies>,
+}
+
+impl Profiles {
+    pub fn new(store: Arc<dyn Store>, strategies: Arc<Strategies>) -> Self {
+        Self { store, strategies }
+    }
+
+    async fn stored(&self, app: &str, user: &str) -> Result<Stored> {
+        let Some(row) = self
+            .store
+            .read_row(PROFILES_TABLE, profile_row(app, user), None)
+            .await?
+        else {
+            return Ok(Stored::default());
+        };
+        let json = |q: &[u8]| row.latest(FAMILY, q).map(|c| c.value.clone());
+        Ok(Stored {
+            profile: json(PROFILE)
+                .map(|v| serde_json::from_slice(&v))
+                .transpose()
+                .map_err(corrupt)?,
+            version: json(VERSION).and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok()),
+            deleted_until: json(DELETED_UNTIL)
+                .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
+                .unwrap_or(i64::MIN),
+        })
+    }
+
+    async fn read_events(&self, app: &str, user: &str, filter: RowFilter) -> Result<Vec<Row>> {
+        let request =
+            ReadRows::new(RowSet::prefix(Bytes::from(user_prefix(app, user)))).filter(filter);
+        Ok(self.store.read_all(EVENTS_TABLE, request).await?)
+    }
+
+    fn profile_mutations(profile: &Profile, version: i64) -> Result<Vec<Mutation>> {
+        let json = serde_json::to_vec(profile).map_err(corrupt)?;
+        Ok(vec![
+            Mutation::set_now(FAMILY, PROFILE, json),
+            Mutation::set_now(FAMILY, VERSION, version.to_string()),
+        ])
+    }
+
+    /// Recompute one user's profile under the app's current strategy and store it (the
+    /// streaming path, after each event). `None` when the app has no strategy.
+    pub async fn refresh(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+        let Some(strategy) = self.strategies.get(app).await? else {
+            return Ok(None);
+        };
+        let filter = read_filter(&strategy.strategy);
+        let keys_only =
+            RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(RowFilter::StripValue);
+        let mut profile = None;
+        // Converges unless events keep arriving for this user; each round sees more of them.
+        for _ in 0..8 {
+            let stored = self.stored(app, user).await?;
+            let rows = self.read_events(app, user, filter.clone()).await?;
+            let computed = compute(&strategy.strategy, user, &rows, stored.deleted_until);
+            self.store
+                .mutate_row(
+                    PROFILES_TABLE,
+                    profile_row(app, user),
+                    Self::profile_mutations(&computed, strategy.version)?,
+                )
+                .await?;
+            profile = Some(computed);
+            let again = self.read_events(app, user, keys_only.clone()).await?;
+            if fingerprint(&again) == fingerprint(&rows) {
+                break;
+            }
+        }
+        Ok(profile)
+    }
+
+    /// A user's profile: as stored if it was computed with the current strategy, else
+    /// recomputed now. `None` for a user without counted events.
+    pub async fn get(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+        let Some(strategy) = self.strategies.get(app).await? else {
+            return Ok(None);
+        };
+        let stored = self.stored(app, user).await?;
+        let profile = match (stored.profile, stored.version) {
+            (Some(p), Some(v)) if v == strategy.version => Some(p),
+            _ => self.refresh(app, user).await?,
+        };
+        Ok(profile.filter(|p| p.last_event_at.is_some()))
+    }
+
+    /// The profile as stored, with the strategy version it was computed with (no refresh).
+    pub async fn stored_profile(&self, app: &str, user: &str) -> Result<Option<(Profile, i64)>> {
+        let stored = self.stored(app, user).await?;
+        Ok(stored.profile.zip(stored.version))
+    }
+
+    /// The profile a full recompute gives now, under the current strategy, without storing it.
+    pub async fn recompute_one(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+        let Some(strategy) = self.strategies.fresh(app).await? else {
+            return Ok(None);
+        };
+        let stored = self.stored(app, user).await?;
+        let rows = self
+            .read_events(app, user, read_filter(&strategy.strategy))
+            .await?;
+        Ok(Some(compute(
+            &strategy.strategy,
+            user,
+            &rows,
+            stored.deleted_until,
+        )))
+    }
+
+    /// Forget a user's events up to `until` (ms, inclusive): they no longer count, from now on.
+    pub async fn delete_profile(&self, app: &str, user: &str, until: i64) -> Result<()> {
+        self.store
+            .mutate_row(
+                PROFILES_TABLE,
+                profile_row(app, user),
+                vec![Mutation::set_now(FAMILY, DELETED_UNTIL, until.to_string())],
+            )
+            .await?;
+        self.refresh(app, user).await?;
+        Ok(())
+    }
+
+    /// Delete every trace of a user: events and profile.
+    pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
+        let keys = RowFilter::column(events::FAMILY, events::EVENT_COLUMN)
+            .and(RowFilter::StripValue)
+            .and(RowFilter::CellsPerRowLimit(1));
+        // Rows whose cells all expired are invisible but still stored: delete by range too.
+        let rows = self.read_events(app, user, keys).await?;
+        for chunk in rows.chunks(1000) {
+            let entries = chunk
+                .iter()
+                .map(|r| RowMutation::new(r.key.clone(), vec![Mutation::DeleteFromRow]))
+                .collect();
+            for status in self.store.mutate_rows(EVENTS_TABLE, entries).await? {
+                status?;
+            }
+        }
+        self.store
+            .mutate_row(
+                PROFILES_TABLE,
+                profile_row(app, user),
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Recompute every profile of an app under `strategy` (the batch path), reading the app's
+    /// events once, in key order, as a batch workload. `progress` is called after each user.
+    pub async fn recompute_all(
+        &self,
+        app: &str,
+        strategy: &Versioned,
+        mut progress: impl FnMut(&RecomputeStats),
+    ) -> Result<RecomputeStats> {
+        let store = for_workload(&self.store, Workload::Batch);
+        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app))))
+            .filter(read_filter(&strategy.strategy));
+        let mut stream = store.read_rows(EVENTS_TABLE, request).await?;
+        let prefix_len = app_prefix(app).len();
+        let mut stats = RecomputeStats::default();
+        let mut current: Option<(String, Vec<Row>)> = None;
+        loop {
+            let next = stream.next().await.transpose()?;
+            let user = next.as_ref().and_then(|row| {
+                let rest = row.key.get(prefix_len..)?;
+                let end = rest.iter().position(|b| *b == 0)?;
+                Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+            });
+            let done = match (&current, &user) {
+                (Some((u, _)), Some(n)) => u != n,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if done && let Some((u, rows)) = current.take() {
+                stats.events += rows.len() as u64;
+                if self.write_batch_profile(app, &u, &rows, strategy).await? {
+                    stats.users += 1;
+                } else {
+                    stats.skipped += 1;
+                }
+                progress(&stats);
+            }
+            match (next, user) {
+                (Some(row), Some(u)) => match &mut current {
+                    Some((_, rows)) => rows.push(row),
+                    None => current = Some((u, vec![row])),
+                },
+                (Some(_), None) => continue,
+                (None, _) => break,
+            }
+        }
+        // Profiles of users without events left (deleted, or expired) are recomputed too.
+        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app))))
+            .filter(RowFilter::column(FAMILY, VERSION));
+        let mut profiles = store.read_rows(PROFILES_TABLE, request).await?;
+        while let Some(row) = profiles.next().await.transpose()? {
+            let fresh = row
+                .latest(FAMILY, VERSION)
+                .is_some_and(|c| c.value == strategy.version.to_string().as_bytes());
+            if fresh {
+                continue;
+            }
+            let user = String::from_utf8_lossy(&row.key[prefix_len..]).into_owned();
+            let rows = self
+                .read_events(app, &user, read_filter(&strategy.strategy))
+                .await?;
+            if self
+                .write_batch_profile(app, &user, &rows, strategy)
+                .await?
+            {
+                stats.users += 1;
+            }
+            progress(&stats);
+        }
+        Ok(stats)
+    }
+
+    /// Write a batch-computed profile unless one computed with this strategy is there (a
+    /// streaming refresh got there first, with events at least as fresh). Returns whether it
+    /// wrote.
+    async fn write_batch_profile(
+        &self,
+        app: &str,
+        user: &str,
+        rows: &[Row],
+        strategy: &Versioned,
+    ) -> Result<bool> {
+        let stored = self.stored(app, user).await?;
+        if stored.version == Some(strategy.version) {
+            return Ok(false);
+        }
+        let profile = compute(&strategy.strategy, user, rows, stored.deleted_until);
+        let current = RowFilter::column(FAMILY, VERSION)
+            .and(RowFilter::ValueRegex(strategy.version.to_string()));
+        let matched = self
+            .store
+            .check_and_mutate_row(
+                PROFILES_TABLE,
+                profile_row(app, user),
+                Some(current),
+                vec![],
+                Self::profile_mutations(&profile, strategy.version)?,
+            )
+            .await?;
+        Ok(!matched)
+    }
+}

@@ -1,1 +1,212 @@
-//! Strategy: per-app event and facet weights and the personalization impact.
+//! The personalization strategy of an app: which events count and how much, which facets count
+//! and how much, and how strongly results are re-ranked. Algolia's
+//! `GET/POST /1/strategies/personalization` body.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use penchant_store::{GcRule, Mutation, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::events::EventType;
+use crate::layout::app_prefix;
+use crate::{EngineError, Result};
+
+pub const STRATEGIES_TABLE: &str = "strategies";
+const FAMILY: &str = "s";
+const COLUMN: &[u8] = b"strategy";
+pub const MAX_EVENTS_SCORING: usize = 15;
+pub const MAX_FACETS_SCORING: usize = 15;
+
+/// The tables this module needs.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    vec![(
+        STRATEGIES_TABLE,
+        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+    )]
+}
+
+/// How much one event counts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EventScoring {
+    pub event_name: String,
+    pub event_type: EventType,
+    pub score: u32,
+}
+
+/// How much one facet counts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FacetScoring {
+    pub facet_name: String,
+    pub score: u32,
+}
+
+/// A personalization strategy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Strategy {
+    pub events_scoring: Vec<EventScoring>,
+    pub facets_scoring: Vec<FacetScoring>,
+    pub personalization_impact: u32,
+}
+
+impl Strategy {
+    /// Check the limits (the JSON shape is checked when it is parsed).
+    pub fn check(&self) -> Result<()> {
+        let invalid = |m: String| Err(EngineError::Invalid(m));
+        if self.events_scoring.len() > MAX_EVENTS_SCORING {
+            return invalid(format!(
+                "eventsScoring can contain at most {MAX_EVENTS_SCORING} events"
+            ));
+        }
+        if self.facets_scoring.len() > MAX_FACETS_SCORING {
+            return invalid(format!(
+                "facetsScoring can contain at most {MAX_FACETS_SCORING} facets"
+            ));
+        }
+        for e in &self.events_scoring {
+            if e.event_name.is_empty() || e.event_name.len() > 64 {
+                return invalid("eventsScoring.eventName must be 1 to 64 characters".into());
+            }
+            if !(1..=100).contains(&e.score) {
+                return invalid(format!(
+                    "eventsScoring.score of `{}` must be between 1 and 100",
+                    e.event_name
+                ));
+            }
+        }
+        for f in &self.facets_scoring {
+            if f.facet_name.is_empty() {
+                return invalid("facetsScoring.facetName must not be empty".into());
+            }
+            if !(1..=100).contains(&f.score) {
+                return invalid(format!(
+                    "facetsScoring.score of `{}` must be between 1 and 100",
+                    f.facet_name
+                ));
+            }
+        }
+        if self.personalization_impact > 100 {
+            return invalid("personalizationImpact must be between 0 and 100".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for e in &self.events_scoring {
+            if !seen.insert((e.event_type, e.event_name.as_str())) {
+                return invalid(format!(
+                    "eventsScoring lists the {} event `{}` twice",
+                    e.event_type.as_str(),
+                    e.event_name
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in &self.facets_scoring {
+            if !seen.insert(f.facet_name.as_str()) {
+                return invalid(format!("facetsScoring lists `{}` twice", f.facet_name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The weight of an event, if the strategy counts it.
+    pub fn event_score(&self, event_type: EventType, event_name: &str) -> Option<u32> {
+        self.events_scoring
+            .iter()
+            .find(|e| e.event_type == event_type && e.event_name == event_name)
+            .map(|e| e.score)
+    }
+}
+
+/// A strategy as stored, with its version (unique per save).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Versioned {
+    pub strategy: Strategy,
+    pub version: i64,
+}
+
+/// A version no other save gets: nanoseconds since the epoch, plus random low digits (two saves
+/// in the same instant, on two nodes, still differ). Versions are only compared for equality.
+fn new_version() -> i64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let nanos = i64::try_from(nanos).unwrap_or(i64::MAX / 2);
+    nanos - nanos % 1000 + rand::random_range(0..1000)
+}
+
+/// When a strategy was read, and what was found.
+type Cached = (Instant, Option<Arc<Versioned>>);
+
+/// Apps' strategies, with a per-node cache.
+#[derive(Debug)]
+pub struct Strategies {
+    store: Arc<dyn Store>,
+    ttl: Duration,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+impl Strategies {
+    pub fn new(store: Arc<dyn Store>, ttl: Duration) -> Self {
+        Self {
+            store,
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The app's strategy (cached for the TTL), if it has one.
+    pub async fn get(&self, app: &str) -> Result<Option<Arc<Versioned>>> {
+        if let Some((at, s)) = self.cache.lock().get(app)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(s.clone());
+        }
+        self.fresh(app).await
+    }
+
+    /// The app's strategy as stored now.
+    pub async fn fresh(&self, app: &str) -> Result<Option<Arc<Versioned>>> {
+        let row = self
+            .store
+            .read_row(STRATEGIES_TABLE, Bytes::from(app_prefix(app)), None)
+            .await?;
+        let strategy = row
+            .and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
+            .map(|v| serde_json::from_slice::<Versioned>(&v))
+            .transpose()
+            .map_err(|e| EngineError::Invalid(format!("corrupt strategy: {e}")))?
+            .map(Arc::new);
+        self.cache
+            .lock()
+            .insert(app.to_owned(), (Instant::now(), strategy.clone()));
+        Ok(strategy)
+    }
+
+    /// Save a new strategy; returns it with its version.
+    pub async fn set(&self, app: &str, strategy: Strategy) -> Result<Arc<Versioned>> {
+        strategy.check()?;
+        let versioned = Arc::new(Versioned {
+            strategy,
+            version: new_version(),
+        });
+        let value =
+            serde_json::to_vec(&*versioned).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        self.store
+            .mutate_row(
+                STRATEGIES_TABLE,
+                Bytes::from(app_prefix(app)),
+                vec![Mutation::set_now(FAMILY, COLUMN, value)],
+            )
+            .await?;
+        self.cache
+            .lock()
+            .insert(app.to_owned(), (Instant::now(), Some(versioned.clone())));
+        Ok(versioned)
+    }
+}

@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::apps::routes())
         .merge(routes::keys::routes())
         .merge(routes::events::routes())
+        .merge(routes::personalization::routes())
         // Browsers call the Insights API from any origin (search-insights).
         .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())

@@ -26,7 +26,26 @@ pub struct Config {
     pub bigtable: BigtableConfig,
     pub placement: PlacementConfig,
     pub auth: AuthConfig,
+    pub personalization: PersonalizationConfig,
     pub log: LogConfig,
+}
+
+/// `[personalization]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PersonalizationConfig {
+    /// How long a node trusts its cached copy of an app's strategy, in milliseconds: a strategy
+    /// changed through another node is used here within this interval (profiles read through
+    /// `GET /1/profiles/...` are recomputed if they lag behind the stored strategy).
+    pub strategy_cache_ttl_ms: u64,
+}
+
+impl Default for PersonalizationConfig {
+    fn default() -> Self {
+        Self {
+            strategy_cache_ttl_ms: 5_000,
+        }
+    }
 }
 
 /// `[auth]`: API keys.

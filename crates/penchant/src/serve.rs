@@ -79,6 +79,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             admin_key: config.auth.admin_key.clone(),
             cache_ttl: Duration::from_millis(config.auth.key_cache_ttl_ms),
         },
+        strategy_cache_ttl: Duration::from_millis(config.personalization.strategy_cache_ttl_ms),
     };
     let engine = Engine::open(store, engine_config)
         .await

@@ -184,7 +184,17 @@ async fn serve_runs_on_a_bigtable_emulator() {
         .into_iter()
         .map(|t| t.name)
         .collect();
-    assert_eq!(tables, ["apps", "catalog", "events", "keys"]);
+    assert_eq!(
+        tables,
+        [
+            "apps",
+            "catalog",
+            "events",
+            "keys",
+            "profiles",
+            "strategies"
+        ]
+    );
     // The health check reaches the emulator: stopping it makes the node unhealthy.
     drop(emulator);
     let resp = reqwest::get(format!("{url}/health")).await.unwrap();

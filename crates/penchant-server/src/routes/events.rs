@@ -39,6 +39,6 @@ async fn push(
         let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
         ApiError::new(status, r.message)
     })?;
-    state.engine.events().ingest(app, &events).await?;
+    state.engine.push_events(app, &events).await?;
     Ok(Json(json!({"status": 200, "message": "OK"})))
 }

@@ -5,3 +5,4 @@ pub mod events;
 pub mod health;
 pub mod indexes;
 pub mod keys;
+pub mod personalization;

@@ -29,6 +29,7 @@ impl Server {
                 admin_key: Some(ROOT.into()),
                 cache_ttl: Duration::ZERO,
             },
+            strategy_cache_ttl: Duration::ZERO,
         };
         let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
         let engine = Engine::open(store.clone(), config).await.unwrap();
