@@ -12,4 +12,5 @@ echo "Bigtable emulator: $BIGTABLE_EMULATOR_BINARY" >&2
 # The official Algolia clients for the end-to-end tests.
 E2E_PYTHON="$(./scripts/e2e-python.sh)"
 export E2E_PYTHON
+./scripts/e2e-node.sh
 exec cargo test --workspace --release "$@"

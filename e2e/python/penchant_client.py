@@ -3,6 +3,10 @@
 import sys
 
 from algoliasearch.http.hosts import Host, HostsCollection
+from algoliasearch.insights.client import InsightsClientSync
+from algoliasearch.insights.config import InsightsConfig
+from algoliasearch.personalization.client import PersonalizationClientSync
+from algoliasearch.personalization.config import PersonalizationConfig
 from algoliasearch.search.client import SearchClientSync
 from algoliasearch.search.config import SearchConfig
 
@@ -21,3 +25,15 @@ def search_client(host, port, app_id, api_key):
     config = SearchConfig(app_id, api_key)
     config.hosts = hosts(host, port)
     return SearchClientSync.create_with_config(config)
+
+
+def insights_client(host, port, app_id, api_key):
+    config = InsightsConfig(app_id, api_key, "us")
+    config.hosts = hosts(host, port)
+    return InsightsClientSync.create_with_config(config)
+
+
+def personalization_client(host, port, app_id, api_key):
+    config = PersonalizationConfig(app_id, api_key, "us")
+    config.hosts = hosts(host, port)
+    return PersonalizationClientSync.create_with_config(config)

@@ -1,6 +1,7 @@
 //! End to end with Algolia's official clients, unchanged but for the host, against a real
 //! `penchant serve` process. `scripts/test.sh` provides them (`E2E_PYTHON`: a Python with
-//! `algoliasearch` v4); without them these tests fail, they are never skipped.
+//! `algoliasearch` v4; `e2e/node/node_modules`: `search-insights`); without them these tests
+//! fail, they are never skipped.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -101,4 +102,88 @@ async fn python_client_catalog_and_keys() {
     let node = Node::start();
     let key = node.app("E2E").await;
     run_python("catalog.py", &node, "E2E", &key);
+}
+
+#[tokio::test]
+async fn python_clients_events_strategy_profiles_and_deletion() {
+    let node = Node::start();
+    let key = node.app("E2E").await;
+    run_python("personalization.py", &node, "E2E", &key);
+}
+
+/// A request to the node with an app's credentials.
+async fn call(node: &Node, method: reqwest::Method, path: &str, app: &str, key: &str, body: Value) {
+    let resp = reqwest::Client::new()
+        .request(method, format!("http://127.0.0.1:{}{path}", node.port))
+        .header("X-Algolia-Application-Id", app)
+        .header("X-Algolia-API-Key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        resp.status().is_success(),
+        "{path}: {}",
+        resp.text().await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn search_insights_events() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/node");
+    assert!(
+        dir.join("node_modules/search-insights").is_dir(),
+        "search-insights is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"
+    );
+    let node = Node::start();
+    let key = node.app("E2E").await;
+    let catalog = json!({"requests": [
+        {"action": "addObject", "body": {"objectID": "iphone", "brand": "Apple"}},
+        {"action": "addObject", "body": {"objectID": "airpods", "brand": "Apple"}},
+        {"action": "addObject", "body": {"objectID": "pixel", "brand": "Google"}},
+    ]});
+    call(
+        &node,
+        reqwest::Method::POST,
+        "/1/indexes/products/batch",
+        "E2E",
+        &key,
+        catalog,
+    )
+    .await;
+    let strategy = json!({
+        "eventsScoring": [
+            {"eventName": "Product Viewed", "eventType": "view", "score": 10},
+            {"eventName": "Filter Clicked", "eventType": "click", "score": 20},
+            {"eventName": "Product Purchased", "eventType": "conversion", "score": 50},
+        ],
+        "facetsScoring": [{"facetName": "brand", "score": 100}, {"facetName": "discount", "score": 50}],
+        "personalizationImpact": 50,
+    });
+    call(
+        &node,
+        reqwest::Method::POST,
+        "/1/strategies/personalization",
+        "E2E",
+        &key,
+        strategy,
+    )
+    .await;
+    let out = Command::new("node")
+        .args([
+            "events.mjs",
+            "127.0.0.1",
+            &node.port.to_string(),
+            "E2E",
+            &key,
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "events.mjs failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
