@@ -168,3 +168,99 @@ async fn strategy_profiles_jobs_and_deletion() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn rerank_and_optional_filters() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let a = Some(("SHOP", admin.as_str()));
+    let k = Some(("SHOP", search.as_str()));
+    let catalog = json!({"requests": [
+        {"action": "addObject", "body": {"objectID": "s1", "brand": "Samsung"}},
+        {"action": "addObject", "body": {"objectID": "a1", "brand": "Apple"}},
+        {"action": "addObject", "body": {"objectID": "n1", "brand": "Nokia"}},
+    ]});
+    s.call(Method::POST, "/1/indexes/phones/batch", a, Some(catalog))
+        .await;
+    s.call(
+        Method::POST,
+        "/1/strategies/personalization",
+        a,
+        Some(strategy()),
+    )
+    .await;
+    let events = json!({"events": [
+        event("conversion", "Bought", "dan", &["brand:Apple"]),
+        event("view", "Viewed", "dan", &["brand:Nokia"]),
+    ]});
+    s.call(Method::POST, "/1/events", k, Some(events)).await;
+
+    // Hits by objectID (resolved from the catalog) and inline; the strategy's impact is 60.
+    let body = json!({"userToken": "dan", "hits": [
+        {"objectID": "s1"}, {"objectID": "n1"}, {"objectID": "x9", "brand": "Apple", "name": "inline"},
+    ]});
+    let (status, out) = s
+        .call(
+            Method::POST,
+            "/1/indexes/phones/rerank",
+            k,
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(out["personalizationImpact"], 60);
+    let ids: Vec<&str> = out["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["objectID"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["x9", "s1", "n1"]);
+    let first = &out["hits"][0];
+    assert_eq!(first["name"], "inline", "hits come back as given");
+    assert_eq!(first["_rankingInfo"]["personalization"]["filtersScore"], 20);
+    // Impact 0 keeps the original order; an unknown user too.
+    let mut zero = body.clone();
+    zero["personalizationImpact"] = json!(0);
+    let (_, out) = s
+        .call(Method::POST, "/1/indexes/phones/rerank", k, Some(zero))
+        .await;
+    let ids: Vec<&str> = out["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["objectID"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s1", "n1", "x9"]);
+    let mut stranger = body;
+    stranger["userToken"] = json!("nobody");
+    let (_, out) = s
+        .call(Method::POST, "/1/indexes/phones/rerank", k, Some(stranger))
+        .await;
+    assert_eq!(out["hits"][0]["objectID"], "s1");
+    let (status, _) = s
+        .call(
+            Method::POST,
+            "/1/indexes/phones/rerank",
+            k,
+            Some(json!({"userToken": "dan", "hits": [{"id": 1}]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let (status, out) = s
+        .call(
+            Method::GET,
+            "/1/profiles/personalization/dan/optionalFilters",
+            k,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Apple 50*100 = 5000 (20); Nokia 10*100 = 1000 (4).
+    assert_eq!(
+        out["optionalFilters"],
+        json!(["brand:Apple<score=20>", "brand:Nokia<score=4>"])
+    );
+}
