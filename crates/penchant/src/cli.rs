@@ -104,6 +104,9 @@ enum BenchCommand {
     Store(crate::bench::store::StoreBenchArgs),
     /// Bloom filters: lookups beside the `fastbloom` crate, and a bulk seen-filter check.
     Bloom(crate::bench::bloom::BloomBenchArgs),
+    /// Personalization on MovieLens 100k: ingestion over HTTP, event-to-profile latency, full
+    /// recompute.
+    Personalization(crate::bench::personalization::PersonalizationBenchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
@@ -122,5 +125,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
         Command::Bench(BenchCommand::Bloom(args)) => crate::bench::bloom::run(args),
+        Command::Bench(BenchCommand::Personalization(args)) => {
+            crate::bench::personalization::run(args)
+        }
     }
 }

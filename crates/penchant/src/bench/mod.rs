@@ -1,6 +1,7 @@
 //! Benchmarks that print tables: each workload beside a reference run in the same process.
 
 pub mod bloom;
+pub mod personalization;
 pub mod store;
 
 /// Format a rate with thousands separators.

@@ -1,0 +1,308 @@
+//! `penchant bench personalization`: MovieLens 100k as Insights events, through a real HTTP
+//! server on the embedded store (durable writes).
+//!
+//! Items become catalog records (`genres`, `year`); ratings become events (4-5 stars: a
+//! conversion "Movie Loved", else a view "Movie Viewed"), timestamps spread over the last 20
+//! days. It measures ingestion over loopback HTTP in batches of 1000 (each batch refreshes the
+//! profiles of its users before the 200), the latency of a single event until its profile
+//! reflects it (the push returns after the refresh), and a full recompute (a strategy change)
+//! beside a plain scan of the same events: the reference, run in the same process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::{ReadRows, RowSet, Store};
+use penchant_store_rocksdb::{RocksOptions, RocksStore};
+use rand::Rng;
+use serde_json::{Value, json};
+
+use super::rate;
+
+#[derive(Debug, clap::Args)]
+pub struct PersonalizationBenchArgs {
+    /// MovieLens 100k in RecBole's format (ml-100k.inter, ml-100k.item).
+    #[arg(long, default_value = "../shared/data/ml-100k")]
+    movielens: PathBuf,
+    /// Concurrent HTTP clients sending batches.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Single-event pushes for the latency measurement.
+    #[arg(long, default_value_t = 1000)]
+    pushes: usize,
+    /// Acknowledge writes without fsync.
+    #[arg(long)]
+    no_sync: bool,
+}
+
+const APP: &str = "BENCH";
+const BATCH: usize = 1000;
+
+struct MovieLens {
+    items: Vec<Value>,
+    /// (user, item, rating, unix seconds), in time order.
+    ratings: Vec<(String, String, u8, i64)>,
+}
+
+fn load(dir: &std::path::Path) -> anyhow::Result<MovieLens> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let items = read("ml-100k.item")?
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            Some(json!({
+                "objectID": f.first()?,
+                "title": f.get(1)?,
+                "year": f.get(2)?,
+                "genres": f.get(3)?.split(' ').collect::<Vec<_>>(),
+            }))
+        })
+        .collect();
+    let mut ratings: Vec<(String, String, u8, i64)> = read("ml-100k.inter")?
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            Some((
+                format!("user{}", f.first()?),
+                (*f.get(1)?).to_owned(),
+                f.get(2)?.parse::<f64>().ok()? as u8,
+                f.get(3)?.parse::<f64>().ok()? as i64,
+            ))
+        })
+        .collect();
+    ratings.sort_by_key(|r| r.3);
+    if ratings.is_empty() {
+        bail!("no ratings in {}", dir.display());
+    }
+    Ok(MovieLens { items, ratings })
+}
+
+fn strategy(genre_weight: u32) -> Value {
+    json!({
+        "eventsScoring": [
+            {"eventName": "Movie Viewed", "eventType": "view", "score": 10},
+            {"eventName": "Movie Loved", "eventType": "conversion", "score": 50},
+        ],
+        "facetsScoring": [
+            {"facetName": "genres", "score": genre_weight},
+            {"facetName": "year", "score": 10},
+        ],
+        "personalizationImpact": 50,
+    })
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("X-Algolia-Application-Id", APP)
+            .header("X-Algolia-API-Key", &self.key)
+            .json(body)
+            .send()
+            .await?;
+        if !resp.status().is_success() {
+            bail!("{path}: {} {}", resp.status(), resp.text().await?);
+        }
+        Ok(())
+    }
+}
+
+pub fn run(args: PersonalizationBenchArgs) -> anyhow::Result<()> {
+    let data = load(&args.movielens)?;
+    let dir = tempfile::tempdir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(bench(args, data, dir.path()))
+}
+
+async fn bench(
+    args: PersonalizationBenchArgs,
+    data: MovieLens,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let options = RocksOptions {
+        sync_writes: !args.no_sync,
+        ..RocksOptions::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
+    let engine = Engine::open(store.clone(), EngineConfig::default()).await?;
+    let (_, key) = engine.tenancy().create_app(Some(APP), "bench").await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let app = penchant_server::router(penchant_server::AppState::new(engine.clone(), "embedded"));
+    tokio::spawn(penchant_server::serve(
+        listener,
+        app,
+        std::future::pending(),
+    ));
+    let client = Arc::new(Client {
+        http: reqwest::Client::new(),
+        base,
+        key,
+    });
+    eprintln!(
+        "penchant bench personalization: {} ratings, {} items, {} clients, {} WAL",
+        data.ratings.len(),
+        data.items.len(),
+        args.clients,
+        if args.no_sync { "unsynced" } else { "fsynced" }
+    );
+    for chunk in data.items.chunks(BATCH) {
+        let requests: Vec<Value> = chunk
+            .iter()
+            .map(|r| json!({"action": "addObject", "body": r}))
+            .collect();
+        client
+            .post("/1/indexes/movies/batch", &json!({"requests": requests}))
+            .await?;
+    }
+    client
+        .post("/1/strategies/personalization", &strategy(100))
+        .await?;
+
+    // 1. Ingestion: batches of 1000 events, concurrent clients.
+    let now = penchant_store::validate::now_micros() / 1000;
+    let (first, last) = (data.ratings[0].3, data.ratings[data.ratings.len() - 1].3);
+    let span = (last - first).max(1);
+    let twenty_days = 20 * 86_400_000i64;
+    let events: Vec<Value> = data
+        .ratings
+        .iter()
+        .map(|(user, item, rating, ts)| {
+            let (kind, name) = if *rating >= 4 {
+                ("conversion", "Movie Loved")
+            } else {
+                ("view", "Movie Viewed")
+            };
+            json!({
+                "eventType": kind, "eventName": name, "index": "movies", "userToken": user,
+                "objectIDs": [item], "timestamp": now - twenty_days + (ts - first) * twenty_days / span,
+            })
+        })
+        .collect();
+    let batches: Vec<Value> = events
+        .chunks(BATCH)
+        .map(|c| json!({ "events": c }))
+        .collect();
+    let queue = Arc::new(std::sync::Mutex::new(batches.into_iter()));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..args.clients)
+        .map(|_| {
+            let (queue, client) = (queue.clone(), client.clone());
+            tokio::spawn(async move {
+                loop {
+                    let next = queue
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .next();
+                    let Some(batch) = next else {
+                        return anyhow::Ok(());
+                    };
+                    client.post("/1/events", &batch).await?;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let ingest = events.len() as f64 / start.elapsed().as_secs_f64();
+
+    // 2. Event → profile latency: one event per request; the 200 comes after the refresh.
+    let mut rng = rand::rng();
+    let mut hist = Histogram::<u64>::new(3)?;
+    for _ in 0..args.pushes {
+        let (user, item, _, _) = &data.ratings[rng.random_range(0..data.ratings.len())];
+        let event = json!({"events": [{"eventType": "view", "eventName": "Movie Viewed",
+            "index": "movies", "userToken": user, "objectIDs": [item]}]});
+        let t = Instant::now();
+        client.post("/1/events", &event).await?;
+        hist.record(t.elapsed().as_micros() as u64)?;
+    }
+    let (user, _, _, _) = &data.ratings[0];
+    let profile = engine
+        .profiles()
+        .get(APP, user)
+        .await?
+        .context("a profile after the pushes")?;
+    anyhow::ensure!(
+        profile.scores.contains_key("genres"),
+        "profile without genres"
+    );
+
+    // 3. Full recompute under a new strategy, beside a plain scan of the same events.
+    let strategy: penchant_engine::strategy::Strategy = serde_json::from_value(strategy(90))?;
+    let versioned = engine.strategies().set(APP, strategy).await?;
+    let start = Instant::now();
+    let stats = engine
+        .profiles()
+        .recompute_all(APP, &versioned, |_| {})
+        .await?;
+    let recompute = stats.events as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let mut scanned = 0u64;
+    let prefix = penchant_engine::layout::app_prefix(APP);
+    let mut stream = store
+        .read_rows("events", ReadRows::new(RowSet::prefix(prefix)))
+        .await?;
+    while let Some(row) = stream.next().await {
+        std::hint::black_box(row?);
+        scanned += 1;
+    }
+    let scan = scanned as f64 / start.elapsed().as_secs_f64();
+
+    let ms = |q: f64| Duration::from_micros(hist.value_at_quantile(q)).as_secs_f64() * 1e3;
+    println!("{:<52} {:>14}  unit", "workload", "value");
+    println!(
+        "{:<52} {:>14}  events/s",
+        format!(
+            "ingestion, HTTP, batches of {BATCH}, {} clients",
+            args.clients
+        ),
+        rate(ingest)
+    );
+    println!(
+        "{:<52} {:>14}  ms",
+        "event -> profile latency p50 (1 event per request)",
+        format!("{:.2}", ms(0.5))
+    );
+    println!(
+        "{:<52} {:>14}  ms",
+        "event -> profile latency p99",
+        format!("{:.2}", ms(0.99))
+    );
+    println!(
+        "{:<52} {:>14}  events/s ({} users)",
+        "full recompute from raw events",
+        rate(recompute),
+        stats.users + stats.skipped
+    );
+    println!(
+        "{:<52} {:>14}  events/s (reference; recompute/scan = {:.2})",
+        "plain scan of the same events",
+        rate(scan),
+        recompute / scan
+    );
+    println!(
+        "{:<52} {:>14}",
+        "full recompute from aggregates", "not built yet"
+    );
+    Ok(())
+}
