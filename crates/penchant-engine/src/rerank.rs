@@ -45,11 +45,7 @@ pub fn rerank(records: &[Record], scores: &Scores, impact: u32) -> Vec<(usize, P
         .enumerate()
         .map(|(i, &f)| {
             let ranking = (100 * (n - i as u64) + n / 2) / n;
-            let norm = if best == 0 {
-                0
-            } else {
-                100 * u64::from(f) / best
-            };
+            let norm = (100 * u64::from(f)).checked_div(best).unwrap_or(0);
             let score = ((100 - impact) * ranking + impact * norm) / 100;
             (
                 i,
