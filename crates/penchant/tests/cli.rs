@@ -1,41 +1,19 @@
 //! The `penchant` binary as a user runs it: serve, health, signals, configuration errors.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::process::{Child, Command, Stdio};
 
-fn penchant() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_penchant"));
-    // The developer's environment must not leak into the tests.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("PENCHANT_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
+use common::penchant;
 
 /// Start `penchant serve` on a free port; returns the child and its base URL.
 fn serve(data_dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
-    let mut child = penchant()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if let Some(url) = line.strip_prefix("penchant listening on ") {
-            return (child, url.to_owned());
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    panic!(
-        "server did not start: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .stderr(Stdio::piped());
+    })
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -155,22 +133,14 @@ async fn serve_runs_on_a_bigtable_emulator() {
 
     let emulator = Emulator::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = penchant()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .env("PENCHANT_STORE__BACKEND", "bigtable")
-        .env("PENCHANT_BIGTABLE__TABLE_PREFIX", "node_")
-        .env("BIGTABLE_EMULATOR_HOST", emulator.addr())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let url = stdout
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
-        .expect("the server starts");
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_STORE__BACKEND", "bigtable")
+            .env("PENCHANT_BIGTABLE__TABLE_PREFIX", "node_")
+            .env("BIGTABLE_EMULATOR_HOST", emulator.addr())
+            .stderr(Stdio::piped());
+    });
     let body = health(&url).await;
     assert_eq!(body["store"], "bigtable");
     // The node created its tables in the emulator, under its prefix.
@@ -211,19 +181,12 @@ async fn serve_runs_on_a_bigtable_emulator() {
 #[test]
 fn apps_and_keys_commands_manage_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = penchant();
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = cmd.spawn().unwrap();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    let url = stdout
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
-        .unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .stderr(Stdio::null());
+    });
     let admin = |args: &[&str]| -> (bool, serde_json::Value, String) {
         let out = penchant()
             .args(args)

@@ -3,7 +3,8 @@
 //! `algoliasearch` v4; `e2e/node/node_modules`: `search-insights`); without them these tests
 //! fail, they are never skipped.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -20,26 +21,12 @@ struct Node {
 impl Node {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_penchant"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("PENCHANT_") || key == "RUST_LOG" {
-                cmd.env_remove(key);
-            }
-        }
-        let mut child = cmd
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let url = stdout
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
-            .expect("the server starts");
+        let (child, url) = common::serve(|cmd| {
+            cmd.arg("--data-dir")
+                .arg(dir.path())
+                .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
+                .stderr(Stdio::null());
+        });
         let port = url.rsplit(':').next().unwrap().parse().unwrap();
         Self {
             child,

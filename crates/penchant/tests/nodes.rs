@@ -1,8 +1,9 @@
 //! Several `penchant serve` processes on Bigtable emulators: one store shared by two nodes, and
 //! data residency with two emulators standing for two regions.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use penchant_store::{ReadRows, Store};
@@ -22,29 +23,16 @@ struct Node {
 
 impl Node {
     fn start(emulator: &Emulator, config: Option<&std::path::Path>, cache_ttl_ms: u64) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_penchant"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("PENCHANT_") || key == "RUST_LOG" {
-                cmd.env_remove(key);
+        let (child, url) = common::serve(|cmd| {
+            cmd.env("PENCHANT_STORE__BACKEND", "bigtable")
+                .env("PENCHANT_BIGTABLE__ENDPOINT", emulator.endpoint())
+                .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
+                .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", cache_ttl_ms.to_string())
+                .stderr(Stdio::null());
+            if let Some(file) = config {
+                cmd.arg("--config").arg(file);
             }
-        }
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("PENCHANT_STORE__BACKEND", "bigtable")
-            .env("PENCHANT_BIGTABLE__ENDPOINT", emulator.endpoint())
-            .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
-            .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", cache_ttl_ms.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(file) = config {
-            cmd.arg("--config").arg(file);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let url = stdout
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("penchant listening on ").map(str::to_owned))
-            .expect("the node starts");
+        });
         Self {
             child,
             url,
