@@ -10,7 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::profiles::{Profiles, RecomputeStats};
+use crate::profiles::{Profiles, RecomputeStats, Source};
 use crate::strategy::Versioned;
 
 /// Where a job stands.
@@ -81,7 +81,9 @@ impl Jobs {
                     s.stats = stats.clone();
                 }
             };
-            let result = profiles.recompute_all(&app, &strategy, update).await;
+            let result = profiles
+                .recompute_all(&app, &strategy, Source::Aggregates, update)
+                .await;
             let mut all = jobs.status.lock();
             let Some(s) = all.get_mut(&app) else { return };
             if s.strategy_version != version {

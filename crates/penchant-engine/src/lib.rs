@@ -4,6 +4,7 @@
 //! on every backend. Its modules follow the data flow of the product brief; most are filled in by
 //! the issues that build each system.
 
+pub mod aggregates;
 pub mod bloom;
 pub mod catalog;
 pub mod events;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use penchant_store::{Store, StoreError};
 
+use crate::aggregates::Aggregates;
 use crate::catalog::Catalog;
 use crate::events::Events;
 use crate::jobs::Jobs;
@@ -61,6 +63,7 @@ pub struct Engine {
     tenancy: Arc<Tenancy>,
     catalog: Catalog,
     events: Events,
+    aggregates: Aggregates,
     strategies: Arc<Strategies>,
     profiles: Profiles,
     jobs: Arc<Jobs>,
@@ -75,7 +78,8 @@ impl Engine {
             .chain(catalog::tables())
             .chain(events::tables())
             .chain(strategy::tables())
-            .chain(profiles::tables());
+            .chain(profiles::tables())
+            .chain(aggregates::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
@@ -87,11 +91,13 @@ impl Engine {
         let events = Events::new(store.clone(), catalog.clone());
         let strategies = Arc::new(Strategies::new(store.clone(), config.strategy_cache_ttl));
         let profiles = Profiles::new(store.clone(), strategies.clone());
+        let aggregates = Aggregates::new(store.clone());
         Ok(Self {
             store,
             tenancy,
             catalog,
             events,
+            aggregates,
             strategies,
             profiles,
             jobs: Arc::default(),
@@ -102,6 +108,7 @@ impl Engine {
     /// profile read after this returns reflects the events.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         self.events.ingest(app, events).await?;
+        self.aggregates.rebuild_for(app, events).await?;
         let mut users: Vec<&str> = events.iter().map(events::Event::user).collect();
         users.sort_unstable();
         users.dedup();
@@ -173,6 +180,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 6);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 7);
     }
 }

@@ -25,7 +25,8 @@ use penchant_store::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::events::{self, EVENTS_TABLE, qualifier, user_prefix};
+use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
+use crate::events::{self, EVENTS_TABLE, RETENTION, qualifier, user_prefix};
 use crate::layout::app_prefix;
 use crate::strategy::{Strategies, Strategy, Versioned};
 use crate::{EngineError, Result};
@@ -174,6 +175,26 @@ struct Stored {
 
 fn corrupt(e: impl std::fmt::Display) -> EngineError {
     EngineError::Invalid(format!("corrupt profile: {e}"))
+}
+
+/// What a full recompute reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Every raw event.
+    Raw,
+    /// The per-day aggregates (raw events only for a day cut by a deletion or the retention).
+    Aggregates,
+}
+
+/// The filter reading what a strategy needs of aggregate rows.
+fn aggregate_filter(strategy: &Strategy) -> RowFilter {
+    let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
+    let marker = RowFilter::column(aggregates::FAMILY, aggregates::LAST).and(RowFilter::StripValue);
+    if qualifiers.is_empty() {
+        marker
+    } else {
+        RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
+    }
 }
 
 /// Progress of a full recompute.
@@ -346,12 +367,16 @@ impl Profiles {
         &self,
         app: &str,
         strategy: &Versioned,
+        source: Source,
         mut progress: impl FnMut(&RecomputeStats),
     ) -> Result<RecomputeStats> {
         let store = for_workload(&self.store, Workload::Batch);
-        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app))))
-            .filter(read_filter(&strategy.strategy));
-        let mut stream = store.read_rows(EVENTS_TABLE, request).await?;
+        let (table, filter) = match source {
+            Source::Raw => (EVENTS_TABLE, read_filter(&strategy.strategy)),
+            Source::Aggregates => (AGGREGATES_TABLE, aggregate_filter(&strategy.strategy)),
+        };
+        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app)))).filter(filter);
+        let mut stream = store.read_rows(table, request).await?;
         let prefix_len = app_prefix(app).len();
         let mut stats = RecomputeStats::default();
         let mut current: Option<(String, Vec<Row>)> = None;
@@ -369,6 +394,10 @@ impl Profiles {
             };
             if done && let Some((u, rows)) = current.take() {
                 stats.events += rows.len() as u64;
+                let rows = match source {
+                    Source::Raw => rows,
+                    Source::Aggregates => self.cut_days(app, &u, rows, strategy).await?,
+                };
                 if self.write_batch_profile(app, &u, &rows, strategy).await? {
                     stats.users += 1;
                 } else {
@@ -409,6 +438,41 @@ impl Profiles {
             progress(&stats);
         }
         Ok(stats)
+    }
+
+    /// Aggregate rows of a user, with the days a deletion or the retention window cuts replaced
+    /// by their raw events (an aggregate counts the whole day).
+    async fn cut_days(
+        &self,
+        app: &str,
+        user: &str,
+        rows: Vec<Row>,
+        strategy: &Versioned,
+    ) -> Result<Vec<Row>> {
+        let stored = self.stored(app, user).await?;
+        let now = penchant_store::validate::now_micros() / 1000;
+        let mut cut = vec![day_of(now - RETENTION.as_millis() as i64)];
+        if stored.deleted_until > i64::MIN {
+            cut.push(day_of(stored.deleted_until));
+        }
+        let day = |row: &Row| {
+            let bytes: [u8; 4] = row
+                .key
+                .get(row.key.len().saturating_sub(4)..)?
+                .try_into()
+                .ok()?;
+            Some(i64::from(u32::from_be_bytes(bytes)))
+        };
+        let mut out: Vec<Row> = rows
+            .into_iter()
+            .filter(|r| day(r).is_some_and(|d| !cut.contains(&d)))
+            .collect();
+        for d in cut {
+            let request = ReadRows::new(aggregates::raw_day(app, user, d))
+                .filter(read_filter(&strategy.strategy));
+            out.extend(self.store.read_all(EVENTS_TABLE, request).await?);
+        }
+        Ok(out)
     }
 
     /// Write a batch-computed profile unless one computed with this strategy is there (a

@@ -127,6 +127,14 @@ async fn run(ops: Vec<Op>) {
             }
         }
     }
+    check(&engine).await;
+    // Once more after a recompute from the aggregates: every user with events is rewritten.
+    engine.set_strategy(APP, personalization(9)).await.unwrap();
+    wait_for_job(&engine).await;
+    check(&engine).await;
+}
+
+async fn check(engine: &Engine) {
     let current = engine.strategies().fresh(APP).await.unwrap().unwrap();
     for user in USERS {
         let full = engine

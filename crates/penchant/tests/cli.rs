@@ -157,6 +157,7 @@ async fn serve_runs_on_a_bigtable_emulator() {
     assert_eq!(
         tables,
         [
+            "aggregates",
             "apps",
             "catalog",
             "events",
