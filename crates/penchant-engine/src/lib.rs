@@ -54,6 +54,8 @@ pub struct EngineConfig {
     pub tenancy: TenancyConfig,
     /// How long a node trusts its cached copy of an app's strategy.
     pub strategy_cache_ttl: std::time::Duration,
+    /// Ranges a profile recompute runs in parallel (0 counts as 1).
+    pub recompute_parallelism: usize,
 }
 
 /// The engine: one per process, shared by every request.
@@ -79,7 +81,8 @@ impl Engine {
             .chain(events::tables())
             .chain(strategy::tables())
             .chain(profiles::tables())
-            .chain(aggregates::tables());
+            .chain(aggregates::tables())
+            .chain(jobs::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
@@ -92,6 +95,12 @@ impl Engine {
         let strategies = Arc::new(Strategies::new(store.clone(), config.strategy_cache_ttl));
         let profiles = Profiles::new(store.clone(), strategies.clone());
         let aggregates = Aggregates::new(store.clone());
+        let jobs = Arc::new(Jobs::new(
+            store.clone(),
+            profiles.clone(),
+            strategies.clone(),
+            config.recompute_parallelism,
+        ));
         Ok(Self {
             store,
             tenancy,
@@ -100,7 +109,7 @@ impl Engine {
             aggregates,
             strategies,
             profiles,
-            jobs: Arc::default(),
+            jobs,
         })
     }
 
@@ -121,9 +130,13 @@ impl Engine {
     /// Save an app's strategy and start recomputing every profile of the app under it.
     pub async fn set_strategy(&self, app: &str, strategy: Strategy) -> Result<Arc<Versioned>> {
         let versioned = self.strategies.set(app, strategy).await?;
-        self.jobs
-            .start_recompute(self.profiles.clone(), app.to_owned(), versioned.clone());
+        self.jobs.start(app, versioned.clone()).await?;
         Ok(versioned)
+    }
+
+    /// Resume the recompute jobs a stopped node left unfinished (at start).
+    pub async fn resume_jobs(&self) -> Result<usize> {
+        Ok(self.jobs.resume_all().await?.len())
     }
 
     /// Strategies.
@@ -180,6 +193,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 7);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 8);
     }
 }

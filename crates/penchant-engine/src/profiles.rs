@@ -177,6 +177,63 @@ fn corrupt(e: impl std::fmt::Display) -> EngineError {
     EngineError::Invalid(format!("corrupt profile: {e}"))
 }
 
+/// A range of an app's users, by user token: `[start, end)`, minus everything up to `after`
+/// (a checkpoint). Unset bounds are the app's first and last users.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserRange {
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// The last user done: the range resumes after it.
+    pub after: Option<String>,
+}
+
+impl UserRange {
+    /// `n` ranges cut at evenly spaced users of `users` (sorted), covering every user once.
+    pub fn split(users: &[String], n: usize) -> Vec<UserRange> {
+        let n = n.max(1).min(users.len() + 1);
+        let mut cuts: Vec<String> = (1..n).map(|i| users[i * users.len() / n].clone()).collect();
+        cuts.dedup();
+        let starts = std::iter::once(None).chain(cuts.iter().cloned().map(Some));
+        let ends = cuts.iter().cloned().map(Some).chain(std::iter::once(None));
+        starts
+            .zip(ends)
+            .map(|(start, end)| UserRange {
+                start,
+                end,
+                after: None,
+            })
+            .collect()
+    }
+
+    /// The rows of the range, in a table keyed `app 0x00 | user 0x00 | ...`.
+    pub fn rows(&self, app: &str) -> penchant_store::RowRange {
+        use std::ops::Bound;
+        let prefix = app_prefix(app);
+        let at = |user: &str, tail: &[u8]| {
+            let mut k = prefix.clone();
+            k.extend_from_slice(user.as_bytes());
+            k.extend_from_slice(tail);
+            Bytes::from(k)
+        };
+        // User tokens never contain bytes below 0x2b: `user 0x01` is past every row of `user`
+        // and before every other user's.
+        let start = match (&self.after, &self.start) {
+            (Some(after), _) => Bound::Included(at(after, b"\x01")),
+            (None, Some(start)) => Bound::Included(at(start, b"")),
+            (None, None) => Bound::Included(Bytes::from(prefix.clone())),
+        };
+        let end = match &self.end {
+            Some(end) => Bound::Excluded(at(end, b"")),
+            None => match penchant_store::prefix_successor(&prefix) {
+                Some(e) => Bound::Excluded(Bytes::from(e)),
+                None => Bound::Unbounded,
+            },
+        };
+        penchant_store::RowRange { start, end }
+    }
+}
+
 /// What a full recompute reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -198,7 +255,7 @@ fn aggregate_filter(strategy: &Strategy) -> RowFilter {
 }
 
 /// Progress of a full recompute.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecomputeStats {
     pub users: u64,
@@ -361,8 +418,9 @@ impl Profiles {
         Ok(())
     }
 
-    /// Recompute every profile of an app under `strategy` (the batch path), reading the app's
-    /// events once, in key order, as a batch workload. `progress` is called after each user.
+    /// Recompute every profile of an app under `strategy` (the batch path), in one pass: the
+    /// whole key range, then the profiles of users without events. Jobs run the same in parallel
+    /// ranges ([`Profiles::recompute_range`], [`Profiles::recompute_stale`]).
     pub async fn recompute_all(
         &self,
         app: &str,
@@ -370,12 +428,35 @@ impl Profiles {
         source: Source,
         mut progress: impl FnMut(&RecomputeStats),
     ) -> Result<RecomputeStats> {
+        let mut stats = self
+            .recompute_range(app, strategy, source, &UserRange::default(), |_, s| {
+                progress(s);
+                true
+            })
+            .await?;
+        let stale = self.recompute_stale(app, strategy).await?;
+        stats.users += stale.users;
+        progress(&stats);
+        Ok(stats)
+    }
+
+    /// Recompute the profiles of the users of one range, reading the app's events (or their
+    /// aggregates) once, in key order, as a batch workload. After each user, `progress` gets the
+    /// user and the range's totals so far; returning `false` stops the scan.
+    pub async fn recompute_range(
+        &self,
+        app: &str,
+        strategy: &Versioned,
+        source: Source,
+        range: &UserRange,
+        mut progress: impl FnMut(&str, &RecomputeStats) -> bool,
+    ) -> Result<RecomputeStats> {
         let store = for_workload(&self.store, Workload::Batch);
         let (table, filter) = match source {
             Source::Raw => (EVENTS_TABLE, read_filter(&strategy.strategy)),
             Source::Aggregates => (AGGREGATES_TABLE, aggregate_filter(&strategy.strategy)),
         };
-        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app)))).filter(filter);
+        let request = ReadRows::new(RowSet::range(range.rows(app))).filter(filter);
         let mut stream = store.read_rows(table, request).await?;
         let prefix_len = app_prefix(app).len();
         let mut stats = RecomputeStats::default();
@@ -403,7 +484,9 @@ impl Profiles {
                 } else {
                     stats.skipped += 1;
                 }
-                progress(&stats);
+                if !progress(&u, &stats) {
+                    return Ok(stats);
+                }
             }
             match (next, user) {
                 (Some(row), Some(u)) => match &mut current {
@@ -414,10 +497,18 @@ impl Profiles {
                 (None, _) => break,
             }
         }
-        // Profiles of users without events left (deleted, or expired) are recomputed too.
+        Ok(stats)
+    }
+
+    /// Recompute the profiles not computed with `strategy` whose users have no events left
+    /// (deleted or expired): the users a scan of events does not meet.
+    pub async fn recompute_stale(&self, app: &str, strategy: &Versioned) -> Result<RecomputeStats> {
+        let store = for_workload(&self.store, Workload::Batch);
+        let prefix_len = app_prefix(app).len();
         let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app))))
             .filter(RowFilter::column(FAMILY, VERSION));
         let mut profiles = store.read_rows(PROFILES_TABLE, request).await?;
+        let mut stats = RecomputeStats::default();
         while let Some(row) = profiles.next().await.transpose()? {
             let fresh = row
                 .latest(FAMILY, VERSION)
@@ -435,9 +526,25 @@ impl Profiles {
             {
                 stats.users += 1;
             }
-            progress(&stats);
         }
         Ok(stats)
+    }
+
+    /// Up to `n` ranges of an app's users of about the same size, from the store's split points
+    /// of the aggregates table.
+    pub async fn plan_ranges(&self, app: &str, n: usize) -> Result<Vec<UserRange>> {
+        let samples = self.store.sample_row_keys(AGGREGATES_TABLE).await?;
+        let prefix = app_prefix(app);
+        let mut users: Vec<String> = samples
+            .iter()
+            .filter_map(|s| {
+                let rest = s.row_key.strip_prefix(prefix.as_slice())?;
+                let end = rest.iter().position(|b| *b == 0)?;
+                Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+            })
+            .collect();
+        users.dedup();
+        Ok(UserRange::split(&users, n))
     }
 
     /// Aggregate rows of a user, with the days a deletion or the retention window cuts replaced

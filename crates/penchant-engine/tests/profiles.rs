@@ -66,9 +66,10 @@ fn op() -> impl Strategy<Value = Op> {
 
 async fn wait_for_job(engine: &Engine) {
     loop {
-        match engine.jobs().status(APP).map(|s| s.state) {
+        let status = engine.jobs().status(APP).await.unwrap();
+        match status.as_ref().map(|s| s.state) {
             Some(JobState::Running) => tokio::time::sleep(Duration::from_millis(1)).await,
-            Some(JobState::Failed) => panic!("{:?}", engine.jobs().status(APP)),
+            Some(JobState::Failed) => panic!("{status:?}"),
             _ => return,
         }
     }
@@ -76,7 +77,11 @@ async fn wait_for_job(engine: &Engine) {
 
 async fn run(ops: Vec<Op>) {
     let store = Arc::new(penchant_store::MemStore::new());
-    let engine = Engine::open(store, EngineConfig::default()).await.unwrap();
+    let config = EngineConfig {
+        recompute_parallelism: 3,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(store, config).await.unwrap();
     let start = penchant_store::validate::now_micros() / 1000 - 1_000_000;
     engine.set_strategy(APP, personalization(0)).await.unwrap();
     wait_for_job(&engine).await;

@@ -61,6 +61,15 @@ pub enum KeysCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Follow an app's profile recompute (after a strategy change) with a progress bar.
+    Watch {
+        #[arg(long)]
+        app: String,
+    },
+}
+
 struct Client {
     base: String,
     key: String,
@@ -172,5 +181,35 @@ pub fn keys(command: KeysCommand, target: &Target, config: &Config) -> anyhow::R
             }
         };
         print(&out)
+    })
+}
+
+pub fn jobs(command: JobsCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
+    let client = Client::new(target, config)?;
+    let JobsCommand::Watch { app } = command;
+    block_on(async {
+        let bar = indicatif::ProgressBar::new(1);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} recompute {bar:30} {pos}/{len} ranges  {msg}",
+            )?
+            .progress_chars("=> "),
+        );
+        loop {
+            let job = client
+                .call(Method::GET, "/1/strategies/personalization/job", &app, None)
+                .await?;
+            bar.set_length(job["ranges"].as_array().map_or(1, Vec::len) as u64);
+            bar.set_position(job["rangesDone"].as_u64().unwrap_or(0));
+            bar.set_message(format!(
+                "{} users, {} rows, {} already current",
+                job["users"], job["events"], job["skipped"]
+            ));
+            if job["state"] != "running" {
+                bar.finish();
+                return print(&job);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     })
 }

@@ -28,9 +28,21 @@ enum Command {
     Apps(AppsArgs),
     /// Manage an app's API keys on a running server (global admin key).
     Keys(KeysArgs),
+    /// Follow background jobs on a running server (global admin key).
+    Jobs(JobsArgs),
     /// Run a benchmark and print its table.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+struct JobsArgs {
+    #[command(subcommand)]
+    command: crate::admin::JobsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +135,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apps(args) => crate::admin::apps(args.command, &args.target, &args.config.load()?),
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
+        Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
         Command::Bench(BenchCommand::Bloom(args)) => crate::bench::bloom::run(args),
         Command::Bench(BenchCommand::Personalization(args)) => {

@@ -38,12 +38,15 @@ pub struct PersonalizationConfig {
     /// changed through another node is used here within this interval (profiles read through
     /// `GET /1/profiles/...` are recomputed if they lag behind the stored strategy).
     pub strategy_cache_ttl_ms: u64,
+    /// Ranges of users a profile recompute (after a strategy change) runs in parallel.
+    pub recompute_parallelism: usize,
 }
 
 impl Default for PersonalizationConfig {
     fn default() -> Self {
         Self {
             strategy_cache_ttl_ms: 5_000,
+            recompute_parallelism: 4,
         }
     }
 }

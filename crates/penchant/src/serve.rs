@@ -80,10 +80,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             cache_ttl: Duration::from_millis(config.auth.key_cache_ttl_ms),
         },
         strategy_cache_ttl: Duration::from_millis(config.personalization.strategy_cache_ttl_ms),
+        recompute_parallelism: config.personalization.recompute_parallelism,
     };
     let engine = Engine::open(store, engine_config)
         .await
         .context("cannot open the engine")?;
+    let resumed = engine
+        .resume_jobs()
+        .await
+        .context("cannot resume unfinished jobs")?;
+    if resumed > 0 {
+        tracing::info!(resumed, "resumed unfinished profile recomputes");
+    }
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;

@@ -161,6 +161,7 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "apps",
             "catalog",
             "events",
+            "jobs",
             "keys",
             "profiles",
             "strategies"
@@ -236,6 +237,53 @@ fn apps_and_keys_commands_manage_a_running_server() {
     assert_eq!(apps["apps"][0]["appID"], "CLIAPP");
     let (ok, _, err) = admin(&["apps", "delete", "CLIAPP"]);
     assert!(ok, "{err}");
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+#[tokio::test]
+async fn jobs_watch_follows_a_recompute_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .stderr(Stdio::null());
+    });
+    let http = reqwest::Client::new();
+    let post = |path: &str, app: &str, body: serde_json::Value| {
+        http.post(format!("{url}{path}"))
+            .header("X-Algolia-Application-Id", app)
+            .header("X-Algolia-API-Key", "root")
+            .json(&body)
+            .send()
+    };
+    let resp = post("/1/apps", "", serde_json::json!({"appID": "JOBS"}))
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let strategy = serde_json::json!({
+        "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
+        "facetsScoring": [{"facetName": "brand", "score": 10}],
+        "personalizationImpact": 10,
+    });
+    let resp = post("/1/strategies/personalization", "JOBS", strategy)
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let out = penchant()
+        .args(["jobs", "watch", "--app", "JOBS", "--server", &url])
+        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["rangesDone"], job["ranges"].as_array().unwrap().len());
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }

@@ -169,11 +169,11 @@ async fn set_strategy(
 
 async fn job(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Recommendation)?.app_id;
-    match state.engine.jobs().status(app) {
+    match state.engine.jobs().status(app).await? {
         Some(status) => Ok(Json(serde_json::to_value(status).unwrap_or_default())),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "No recompute job has run on this node for this application",
+            "No recompute job has run for this application",
         )),
     }
 }

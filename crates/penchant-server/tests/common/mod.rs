@@ -30,6 +30,7 @@ impl Server {
                 cache_ttl: Duration::ZERO,
             },
             strategy_cache_ttl: Duration::ZERO,
+            recompute_parallelism: 2,
         };
         let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
         let engine = Engine::open(store.clone(), config).await.unwrap();
