@@ -36,6 +36,8 @@ const FAMILY: &str = "p";
 const PROFILE: &[u8] = b"profile";
 const VERSION: &[u8] = b"version";
 const DELETED_UNTIL: &[u8] = b"deletedUntil";
+/// Users a recompute writes at once.
+const RECOMPUTE_CHUNK: usize = 64;
 /// Values kept per facet.
 pub const MAX_VALUES_PER_FACET: usize = 100;
 /// The highest score.
@@ -461,6 +463,9 @@ impl Profiles {
         let prefix_len = app_prefix(app).len();
         let mut stats = RecomputeStats::default();
         let mut current: Option<(String, Vec<Row>)> = None;
+        // Users are written a chunk at a time, concurrently (a durable store commits their
+        // writes as a group); progress is reported after each chunk, at its last user.
+        let mut chunk: Vec<(String, Vec<Row>)> = Vec::with_capacity(RECOMPUTE_CHUNK);
         loop {
             let next = stream.next().await.transpose()?;
             let user = next.as_ref().and_then(|row| {
@@ -473,18 +478,30 @@ impl Profiles {
                 (Some(_), None) => true,
                 (None, _) => false,
             };
-            if done && let Some((u, rows)) = current.take() {
-                stats.events += rows.len() as u64;
-                let rows = match source {
-                    Source::Raw => rows,
-                    Source::Aggregates => self.cut_days(app, &u, rows, strategy).await?,
-                };
-                if self.write_batch_profile(app, &u, &rows, strategy).await? {
-                    stats.users += 1;
-                } else {
-                    stats.skipped += 1;
+            if done && let Some(finished) = current.take() {
+                chunk.push(finished);
+            }
+            let last = next.is_none();
+            if chunk.len() >= RECOMPUTE_CHUNK || (last && !chunk.is_empty()) {
+                let users = std::mem::take(&mut chunk);
+                let results = futures::future::join_all(users.iter().map(|(u, rows)| async move {
+                    let rows = match source {
+                        Source::Raw => rows.clone(),
+                        Source::Aggregates => self.cut_days(app, u, rows.clone(), strategy).await?,
+                    };
+                    self.write_batch_profile(app, u, &rows, strategy).await
+                }))
+                .await;
+                for ((_, rows), wrote) in users.iter().zip(results) {
+                    stats.events += rows.len() as u64;
+                    if wrote? {
+                        stats.users += 1;
+                    } else {
+                        stats.skipped += 1;
+                    }
                 }
-                if !progress(&u, &stats) {
+                let last_user = users.last().map(|(u, _)| u.as_str()).unwrap_or_default();
+                if !progress(last_user, &stats) {
                     return Ok(stats);
                 }
             }

@@ -183,3 +183,156 @@ async fn events_are_validated_and_stored_in_the_wide_schema() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(rows(&s).await.len(), 2);
 }
+
+/// Every 422 over HTTP, with its exact body, and nothing stored for any of them.
+#[tokio::test]
+async fn every_rejection_has_algolias_message_over_http() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let k = Some(("SHOP", admin.as_str()));
+    let base = || json!({"eventType": "view", "eventName": "Viewed", "index": "items", "userToken": "u1", "objectIDs": ["a"]});
+    let with = |edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut e = base();
+        edit(e.as_object_mut().unwrap());
+        json!({"events": [e]})
+    };
+    let qid = json!("0123456789abcdef0123456789abcdef");
+    let old = penchant_store::validate::now_micros() / 1000 - 31 * 86_400_000;
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"events": []}), "No events to process"),
+        (
+            json!([base()]),
+            "Invalid type for field : expected insights.PublicEventsBatch, got array",
+        ),
+        (
+            json!({"events": vec![base(); 1001]}),
+            "Cannot process more than 1000 events in a batch",
+        ),
+        (
+            with(&|e| {
+                e.remove("eventName");
+            }),
+            "EventName is required",
+        ),
+        (
+            with(&|e| {
+                e.insert("eventName".into(), json!("x".repeat(65)));
+            }),
+            "EventName must contain only visible ASCII characters, and be between 1 and 64 characters long",
+        ),
+        (
+            with(&|e| {
+                e.remove("eventType");
+            }),
+            "EventType is required",
+        ),
+        (
+            with(&|e| {
+                e.insert("eventType".into(), json!("like"));
+            }),
+            r#"EventType must be one of "click", "conversion" or "view""#,
+        ),
+        (
+            with(&|e| {
+                e.insert("eventSubtype".into(), json!("purchase"));
+            }),
+            "Only event of type conversion should specify the eventSubtype attribute",
+        ),
+        (
+            with(&|e| {
+                e.remove("index");
+            }),
+            "The index field is required",
+        ),
+        (
+            with(&|e| {
+                e.remove("userToken");
+            }),
+            "The userToken field is required",
+        ),
+        (
+            with(&|e| {
+                e.insert("userToken".into(), json!("a b"));
+            }),
+            "UserToken must contain only alphanumeric, equal, plus, slash, hyphen, or underscore characters, and be between 1 and 128 characters long",
+        ),
+        (
+            with(&|e| {
+                e.remove("objectIDs");
+            }),
+            "Event should specify either some ObjectIDs or some Filters",
+        ),
+        (
+            with(&|e| {
+                e.insert("filters".into(), json!(["a:b"]));
+            }),
+            "Event should specify ObjectIDs or Filters, but not both",
+        ),
+        (
+            with(&|e| {
+                e.insert("objectIDs".into(), json!(vec!["x"; 21]));
+            }),
+            "Cannot process more that 20 objects in an event",
+        ),
+        (
+            with(&|e| {
+                e.insert("positions".into(), json!([1]));
+            }),
+            "Only event of type click should specify the positions attribute",
+        ),
+        (
+            with(&|e| {
+                e.insert("eventType".into(), json!("click"));
+                e.insert("positions".into(), json!([1]));
+            }),
+            "Event of type click with positions should specify a queryID",
+        ),
+        (
+            with(&|e| {
+                e.insert("eventType".into(), json!("click"));
+                e.insert("queryID".into(), qid.clone());
+                e.insert("positions".into(), json!([0]));
+            }),
+            "Event of type click may only have strictly positive positions",
+        ),
+        (
+            with(&|e| {
+                e.insert("eventType".into(), json!("click"));
+                e.insert("queryID".into(), qid.clone());
+            }),
+            "Event of type click should have the same number of ObjectIDs and Positions",
+        ),
+        (
+            with(&|e| {
+                e.insert("queryID".into(), json!("nope"));
+            }),
+            "Query ID must be a search query ID (32 characters hexadecimal string)",
+        ),
+        (
+            with(&|e| {
+                e.insert("timestamp".into(), json!(old));
+            }),
+            "The timestamp must be at most 30 days in the past",
+        ),
+        (
+            with(&|e| {
+                e.insert("userToken".into(), json!(7));
+            }),
+            "Invalid type for field events: expected string, got number",
+        ),
+    ];
+    for (body, message) in cases {
+        let (status, got) = s.call(Method::POST, "/1/events", k, Some(body)).await;
+        assert_eq!(
+            (status, got),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!({"status": 422, "message": message})
+            )
+        );
+    }
+    assert!(
+        rows(&s).await.is_empty(),
+        "nothing of a rejected request is stored"
+    );
+}
