@@ -82,16 +82,21 @@ fn weights(strategy: &Strategy) -> HashMap<Bytes, (u64, String)> {
     out
 }
 
-/// The filter reading what a strategy needs of a user's events: its qualifiers, and each
-/// event's `event` cell without its value (for `lastEventAt` and the key fingerprint).
-fn read_filter(strategy: &Strategy) -> RowFilter {
+/// The filter reading what a strategy needs of a row: its qualifiers, and a marker cell without
+/// its value (every row has one: it gives the row's time even when no qualifier matches).
+fn strategy_filter(strategy: &Strategy, family: &str, marker: &'static [u8]) -> RowFilter {
     let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
-    let marker = RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(RowFilter::StripValue);
+    let marker = RowFilter::column(family, marker).and(RowFilter::StripValue);
     if qualifiers.is_empty() {
         marker
     } else {
         RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
     }
+}
+
+/// What a strategy needs of a user's raw events (marker: each event's `event` cell).
+fn read_filter(strategy: &Strategy) -> RowFilter {
+    strategy_filter(strategy, events::FAMILY, events::EVENT_COLUMN)
 }
 
 /// The event time of a row, in ms (its cells carry it).
@@ -245,15 +250,9 @@ pub enum Source {
     Aggregates,
 }
 
-/// The filter reading what a strategy needs of aggregate rows.
+/// What a strategy needs of aggregate rows (marker: each day's `_last` cell).
 fn aggregate_filter(strategy: &Strategy) -> RowFilter {
-    let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
-    let marker = RowFilter::column(aggregates::FAMILY, aggregates::LAST).and(RowFilter::StripValue);
-    if qualifiers.is_empty() {
-        marker
-    } else {
-        RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
-    }
+    strategy_filter(strategy, aggregates::FAMILY, aggregates::LAST)
 }
 
 /// Progress of a full recompute.

@@ -32,6 +32,19 @@ fn user(i: usize) -> String {
     format!("u{i:03}")
 }
 
+/// Store a job record as a node that stopped mid-job left it.
+async fn save_job(store: &Arc<dyn Store>, status: &JobStatus) {
+    let json = serde_json::to_vec(status).unwrap();
+    store
+        .mutate_row(
+            "jobs",
+            Bytes::from_static(b"APP\0"),
+            vec![Mutation::set_now("j", "recompute", json)],
+        )
+        .await
+        .unwrap();
+}
+
 async fn wait(engine: &Engine) -> JobStatus {
     loop {
         let status = engine.jobs().status(APP).await.unwrap().unwrap();
@@ -109,18 +122,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
         error: None,
     };
     assert!(status.ranges[1].range.start.as_deref() < Some(checkpoint.as_str()));
-    store
-        .mutate_row(
-            "jobs",
-            Bytes::from_static(b"APP\0"),
-            vec![Mutation::set_now(
-                "j",
-                "recompute",
-                serde_json::to_vec(&status).unwrap(),
-            )],
-        )
-        .await
-        .unwrap();
+    save_job(&store, &status).await;
     assert_eq!(engine.resume_jobs().await.unwrap(), 1);
     let resumed = wait(&engine).await;
     assert_eq!(resumed.state, JobState::Done, "{resumed:?}");
@@ -168,18 +170,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
         state: JobState::Running,
         ..resumed
     };
-    store
-        .mutate_row(
-            "jobs",
-            Bytes::from_static(b"APP\0"),
-            vec![Mutation::set_now(
-                "j",
-                "recompute",
-                serde_json::to_vec(&stale).unwrap(),
-            )],
-        )
-        .await
-        .unwrap();
+    save_job(&store, &stale).await;
     assert_eq!(engine.resume_jobs().await.unwrap(), 0);
     assert_eq!(
         engine.jobs().status(APP).await.unwrap().unwrap().state,
