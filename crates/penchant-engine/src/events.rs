@@ -5,7 +5,8 @@
 //! `app 0x00 | user 0x00 | timestamp ms (u64 BE) | discriminator (u64 BE)`, so one user's events
 //! are one contiguous key range in time order. The user is the `authenticatedUserToken` when
 //! there is one, else the `userToken`. The discriminator is a hash of the event and its place in
-//! the request: a retried request writes the same rows (no double counting), two identical events
+//! the request: a retried request whose events carry their `timestamp` writes the same rows (no
+//! double counting; an event without one is stamped when it arrives), two identical events
 //! of one request stay two. Qualifiers are `CSV(event type, event name, facet)` with the counts
 //! of the facet's values as a JSON object (`{"Apple": 2}`), resolved from the catalog (objectIDs)
 //! or the filters when the event arrives; qualifier `event` keeps the event itself. Every cell's
@@ -557,7 +558,8 @@ impl Events {
             .collect())
     }
 
-    /// Store valid events of an app (idempotently: a retried request writes the same cells).
+    /// Store valid events of an app (idempotently for events with a timestamp: a retried request
+    /// writes the same cells).
     pub async fn ingest(&self, app: &str, events: &[Event]) -> Result<()> {
         let facets = self.facets(app, events).await?;
         let mut rows = Vec::with_capacity(events.len());

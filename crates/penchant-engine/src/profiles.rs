@@ -484,11 +484,19 @@ impl Profiles {
             if chunk.len() >= RECOMPUTE_CHUNK || (last && !chunk.is_empty()) {
                 let users = std::mem::take(&mut chunk);
                 let results = futures::future::join_all(users.iter().map(|(u, rows)| async move {
+                    let stored = self.stored(app, u).await?;
+                    if stored.version == Some(strategy.version) {
+                        return Ok(false);
+                    }
                     let rows = match source {
                         Source::Raw => rows.clone(),
-                        Source::Aggregates => self.cut_days(app, u, rows.clone(), strategy).await?,
+                        Source::Aggregates => {
+                            self.cut_days(app, u, rows.clone(), strategy, &stored)
+                                .await?
+                        }
                     };
-                    self.write_batch_profile(app, u, &rows, strategy).await
+                    self.write_batch_profile(app, u, &rows, strategy, &stored)
+                        .await
                 }))
                 .await;
                 for ((_, rows), wrote) in users.iter().zip(results) {
@@ -536,8 +544,9 @@ impl Profiles {
             let rows = self
                 .read_events(app, &user, read_filter(&strategy.strategy))
                 .await?;
+            let stored = self.stored(app, &user).await?;
             if self
-                .write_batch_profile(app, &user, &rows, strategy)
+                .write_batch_profile(app, &user, &rows, strategy, &stored)
                 .await?
             {
                 stats.users += 1;
@@ -571,8 +580,8 @@ impl Profiles {
         user: &str,
         rows: Vec<Row>,
         strategy: &Versioned,
+        stored: &Stored,
     ) -> Result<Vec<Row>> {
-        let stored = self.stored(app, user).await?;
         let now = penchant_store::validate::now_micros() / 1000;
         let mut cut = vec![day_of(now - RETENTION.as_millis() as i64)];
         if stored.deleted_until > i64::MIN {
@@ -586,6 +595,9 @@ impl Profiles {
                 .ok()?;
             Some(i64::from(u32::from_be_bytes(bytes)))
         };
+        // A day without an aggregate has no raw events either (aggregates are rebuilt after
+        // every raw write, and expire with their day's last event).
+        cut.retain(|d| rows.iter().any(|r| day(r) == Some(*d)));
         let mut out: Vec<Row> = rows
             .into_iter()
             .filter(|r| day(r).is_some_and(|d| !cut.contains(&d)))
@@ -607,8 +619,8 @@ impl Profiles {
         user: &str,
         rows: &[Row],
         strategy: &Versioned,
+        stored: &Stored,
     ) -> Result<bool> {
-        let stored = self.stored(app, user).await?;
         if stored.version == Some(strategy.version) {
             return Ok(false);
         }

@@ -40,10 +40,11 @@ async fn events_are_validated_and_stored_in_the_wide_schema() {
     );
 
     // Items: facets come from the catalog.
+    let at = penchant_store::validate::now_micros() / 1000 - 5000;
     let click = json!({"events": [{
         "eventType": "click", "eventName": "Product Clicked", "index": "products",
         "userToken": "anon-1", "authenticatedUserToken": "user-1",
-        "objectIDs": ["iphone", "case", "unknown"],
+        "objectIDs": ["iphone", "case", "unknown"], "timestamp": at,
     }]});
     let (status, body) = s
         .call(Method::POST, "/1/events", k, Some(click.clone()))
@@ -68,7 +69,7 @@ async fn events_are_validated_and_stored_in_the_wide_schema() {
         Some(json!({"Accessories": 1, "Phones": 1}))
     );
     assert!(cell(row, "event").is_some());
-    // A retried request writes the same row: nothing counts twice.
+    // A retried request (events with their timestamps) writes the same row: nothing counts twice.
     s.call(Method::POST, "/1/events", k, Some(click)).await;
     assert_eq!(rows(&s).await.len(), 1);
 
