@@ -93,7 +93,7 @@ impl Engine {
         let catalog = Catalog::new(store.clone());
         let events = Events::new(store.clone(), catalog.clone());
         let strategies = Arc::new(Strategies::new(store.clone(), config.strategy_cache_ttl));
-        let profiles = Profiles::new(store.clone(), strategies.clone());
+        let profiles = Profiles::new(store.clone(), strategies.clone(), tenancy.clone());
         let aggregates = Aggregates::new(store.clone());
         let jobs = Arc::new(Jobs::new(
             store.clone(),

@@ -26,9 +26,10 @@ use penchant_store::{
 use serde::{Deserialize, Serialize};
 
 use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
-use crate::events::{self, EVENTS_TABLE, RETENTION, qualifier, user_prefix};
+use crate::events::{self, EVENTS_TABLE, qualifier, user_prefix};
 use crate::layout::app_prefix;
 use crate::strategy::{Strategies, Strategy, Versioned};
+use crate::tenancy::Tenancy;
 use crate::{EngineError, Result};
 
 pub const PROFILES_TABLE: &str = "profiles";
@@ -104,14 +105,21 @@ fn row_time(row: &Row) -> Option<i64> {
     row.cells.first().map(|c| c.timestamp / 1000)
 }
 
-/// Compute a profile from a user's event rows (as read with [`read_filter`]).
-pub fn compute(strategy: &Strategy, user: &str, rows: &[Row], deleted_until: i64) -> Profile {
+/// Compute a profile from a user's event rows (as read with [`read_filter`]), counting the
+/// events after `deleted_until` and from `since` on (the app's retention window), both in ms.
+pub fn compute(
+    strategy: &Strategy,
+    user: &str,
+    rows: &[Row],
+    deleted_until: i64,
+    since: i64,
+) -> Profile {
     let weights = weights(strategy);
     let mut raw: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     let mut last_event_at = None;
     for row in rows {
         let Some(ts) = row_time(row) else { continue };
-        if ts <= deleted_until {
+        if ts <= deleted_until || ts < since {
             continue;
         }
         last_event_at = last_event_at.max(Some(ts));
@@ -270,11 +278,22 @@ pub struct RecomputeStats {
 pub struct Profiles {
     store: Arc<dyn Store>,
     strategies: Arc<Strategies>,
+    tenancy: Arc<Tenancy>,
 }
 
 impl Profiles {
-    pub fn new(store: Arc<dyn Store>, strategies: Arc<Strategies>) -> Self {
-        Self { store, strategies }
+    pub fn new(store: Arc<dyn Store>, strategies: Arc<Strategies>, tenancy: Arc<Tenancy>) -> Self {
+        Self {
+            store,
+            strategies,
+            tenancy,
+        }
+    }
+
+    /// The oldest event time (ms) that counts for the app: its retention window.
+    async fn window_start(&self, app: &str) -> Result<i64> {
+        let retention = self.tenancy.retention(app).await?;
+        Ok(penchant_store::validate::now_micros() / 1000 - retention.as_millis() as i64)
     }
 
     async fn stored(&self, app: &str, user: &str) -> Result<Stored> {
@@ -326,7 +345,8 @@ impl Profiles {
         for _ in 0..8 {
             let stored = self.stored(app, user).await?;
             let rows = self.read_events(app, user, filter.clone()).await?;
-            let computed = compute(&strategy.strategy, user, &rows, stored.deleted_until);
+            let since = self.window_start(app).await?;
+            let computed = compute(&strategy.strategy, user, &rows, stored.deleted_until, since);
             self.store
                 .mutate_row(
                     PROFILES_TABLE,
@@ -372,11 +392,13 @@ impl Profiles {
         let rows = self
             .read_events(app, user, read_filter(&strategy.strategy))
             .await?;
+        let since = self.window_start(app).await?;
         Ok(Some(compute(
             &strategy.strategy,
             user,
             &rows,
             stored.deleted_until,
+            since,
         )))
     }
 
@@ -582,8 +604,7 @@ impl Profiles {
         strategy: &Versioned,
         stored: &Stored,
     ) -> Result<Vec<Row>> {
-        let now = penchant_store::validate::now_micros() / 1000;
-        let mut cut = vec![day_of(now - RETENTION.as_millis() as i64)];
+        let mut cut = vec![day_of(self.window_start(app).await?)];
         if stored.deleted_until > i64::MIN {
             cut.push(day_of(stored.deleted_until));
         }
@@ -624,7 +645,8 @@ impl Profiles {
         if stored.version == Some(strategy.version) {
             return Ok(false);
         }
-        let profile = compute(&strategy.strategy, user, rows, stored.deleted_until);
+        let since = self.window_start(app).await?;
+        let profile = compute(&strategy.strategy, user, rows, stored.deleted_until, since);
         let current = RowFilter::column(FAMILY, VERSION)
             .and(RowFilter::ValueRegex(strategy.version.to_string()));
         let matched = self

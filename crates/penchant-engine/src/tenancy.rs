@@ -53,6 +53,26 @@ pub struct App {
     pub name: String,
     /// Unix seconds.
     pub created_at: i64,
+    /// How many days of events count for the app's profiles (1 to 90).
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u32,
+}
+
+/// The longest (and default) retention: the events table's GC rule.
+pub const MAX_RETENTION_DAYS: u32 = 90;
+
+fn default_retention_days() -> u32 {
+    MAX_RETENTION_DAYS
+}
+
+fn check_retention(days: u32) -> Result<()> {
+    if (1..=MAX_RETENTION_DAYS).contains(&days) {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "retentionDays must be between 1 and {MAX_RETENTION_DAYS}"
+        )))
+    }
 }
 
 /// What is stored about an API key (never the key itself).
@@ -124,6 +144,8 @@ pub struct Tenancy {
     admin_digest: Option<[u8; 32]>,
     ttl: Duration,
     cache: Mutex<KeyCache>,
+    /// App → (when read, retention days).
+    retention: Mutex<HashMap<String, (Instant, u32)>>,
 }
 
 /// The tables this module needs, with their families.
@@ -143,6 +165,7 @@ impl Tenancy {
                 .map(digest),
             ttl: config.cache_ttl,
             cache: Mutex::new(HashMap::new()),
+            retention: Mutex::new(HashMap::new()),
         }
     }
 
@@ -196,6 +219,17 @@ impl Tenancy {
 
     /// Create an app (with a generated ID unless one is given) and its first admin key.
     pub async fn create_app(&self, app_id: Option<&str>, name: &str) -> Result<(App, String)> {
+        self.create_app_with(app_id, name, MAX_RETENTION_DAYS).await
+    }
+
+    /// [`Tenancy::create_app`] with a retention window.
+    pub async fn create_app_with(
+        &self,
+        app_id: Option<&str>,
+        name: &str,
+        retention_days: u32,
+    ) -> Result<(App, String)> {
+        check_retention(retention_days)?;
         let app_id = match app_id {
             Some(id) => id.to_owned(),
             None => random_string(10, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"),
@@ -205,6 +239,7 @@ impl Tenancy {
             app_id: app_id.clone(),
             name: name.to_owned(),
             created_at: unix_now(),
+            retention_days,
         };
         let value = Bytes::from(serde_json::to_vec(&app).map_err(internal)?);
         let existed = self
@@ -240,6 +275,53 @@ impl Tenancy {
         row.and_then(|r| r.latest(FAMILY, APP_COLUMN).map(|c| c.value.clone()))
             .map(|v| decode(&v))
             .transpose()
+    }
+
+    /// Change an app's name or retention window.
+    pub async fn update_app(
+        &self,
+        app_id: &str,
+        name: Option<String>,
+        retention_days: Option<u32>,
+    ) -> Result<App> {
+        let mut app = self
+            .app(app_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(format!("app `{app_id}` does not exist")))?;
+        if let Some(days) = retention_days {
+            check_retention(days)?;
+            app.retention_days = days;
+        }
+        if let Some(name) = name {
+            app.name = name;
+        }
+        let value = Bytes::from(serde_json::to_vec(&app).map_err(internal)?);
+        self.store
+            .mutate_row(
+                APPS_TABLE,
+                Bytes::from(app_prefix(app_id)),
+                vec![Mutation::set_now(FAMILY, APP_COLUMN, value)],
+            )
+            .await?;
+        self.retention.lock().remove(app_id);
+        Ok(app)
+    }
+
+    /// An app's retention window (cached like keys; the default for an unknown app).
+    pub async fn retention(&self, app_id: &str) -> Result<Duration> {
+        if let Some((at, days)) = self.retention.lock().get(app_id)
+            && at.elapsed() < self.ttl
+        {
+            return Ok(Duration::from_secs(u64::from(*days) * 86_400));
+        }
+        let days = self
+            .app(app_id)
+            .await?
+            .map_or(MAX_RETENTION_DAYS, |a| a.retention_days);
+        self.retention
+            .lock()
+            .insert(app_id.to_owned(), (Instant::now(), days));
+        Ok(Duration::from_secs(u64::from(days) * 86_400))
     }
 
     /// Every app.

@@ -1,5 +1,6 @@
-//! Streaming equals batch: after any sequence of events, profile deletions and strategy changes
-//! (each followed by its recompute job), every stored profile is the one a full recompute gives.
+//! Streaming equals batch: after any sequence of events (some older than the app's 7-day
+//! retention window), profile deletions and strategy changes (each followed by its recompute
+//! job), every stored profile is the one a full recompute gives.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,8 @@ enum Op {
         kind: usize,
         name: usize,
         filters: Vec<(usize, usize)>,
+        /// Days before now: the app keeps 7, so some events fall outside its window.
+        age_days: i64,
     },
     DeleteProfile(usize),
 }
@@ -57,9 +60,16 @@ fn op() -> impl Strategy<Value = Op> {
             0..USERS.len(),
             0..3usize,
             0..NAMES.len(),
-            prop::collection::vec((0..3usize, 0..3usize), 1..4)
+            prop::collection::vec((0..3usize, 0..3usize), 1..4),
+            prop_oneof![3 => Just(0i64), 1 => 1..12i64],
         )
-            .prop_map(|(user, kind, name, filters)| Op::Event { user, kind, name, filters }),
+            .prop_map(|(user, kind, name, filters, age_days)| Op::Event {
+                user,
+                kind,
+                name,
+                filters,
+                age_days,
+            }),
         1 => (0..USERS.len()).prop_map(Op::DeleteProfile),
     ]
 }
@@ -82,6 +92,11 @@ async fn run(ops: Vec<Op>) {
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, config).await.unwrap();
+    engine
+        .tenancy()
+        .create_app_with(Some(APP), "test", 7)
+        .await
+        .unwrap();
     let start = penchant_store::validate::now_micros() / 1000 - 1_000_000;
     engine.set_strategy(APP, personalization(0)).await.unwrap();
     wait_for_job(&engine).await;
@@ -100,6 +115,7 @@ async fn run(ops: Vec<Op>) {
                 kind,
                 name,
                 filters,
+                age_days,
             } => {
                 let event = Event {
                     event_type: KINDS[kind],
@@ -108,7 +124,7 @@ async fn run(ops: Vec<Op>) {
                     index: "items".into(),
                     user_token: USERS[user].into(),
                     authenticated_user_token: None,
-                    timestamp: at,
+                    timestamp: at - age_days * 86_400_000,
                     target: Target::Filters(
                         filters
                             .iter()
@@ -155,6 +171,12 @@ async fn check(engine: &Engine) {
                     "{user}: stored under an old strategy"
                 );
                 assert_eq!(stored, full, "{user}");
+                // Independently of `compute`: nothing older than the app's window counts.
+                let window = penchant_store::validate::now_micros() / 1000 - 7 * 86_400_000;
+                assert!(
+                    stored.last_event_at.is_none_or(|t| t >= window),
+                    "{user}: an event outside the retention window counts: {stored:?}"
+                );
             }
             None => assert!(
                 full.last_event_at.is_none(),

@@ -38,6 +38,38 @@ async fn apps_keys_acls_and_credentials() {
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    // Retention: 90 days by default, 1 to 90, changed with PUT.
+    let (status, body) = s
+        .call(
+            Method::PUT,
+            "/1/apps/SHOP1",
+            root,
+            Some(json!({"retentionDays": 30})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["retentionDays"].clone()),
+        (StatusCode::OK, json!(30)),
+        "{body}"
+    );
+    let (status, body) = s
+        .call(
+            Method::PUT,
+            "/1/apps/SHOP1",
+            root,
+            Some(json!({"retentionDays": 91})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _) = s
+        .call(
+            Method::PUT,
+            "/1/apps/NOPE",
+            root,
+            Some(json!({"retentionDays": 10})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = s
         .call(
             Method::POST,

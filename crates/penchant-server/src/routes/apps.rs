@@ -1,5 +1,5 @@
 //! Apps (Penchant's own admin API; the global admin key only):
-//! `POST /1/apps`, `GET /1/apps`, `DELETE /1/apps/{appID}`.
+//! `POST /1/apps`, `GET /1/apps`, `PUT /1/apps/{appID}`, `DELETE /1/apps/{appID}`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -16,16 +16,38 @@ use crate::json::JsonBody;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/1/apps", get(list).post(create))
-        .route("/1/apps/{app_id}", delete(remove))
+        .route("/1/apps/{app_id}", delete(remove).put(update))
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct NewApp {
     #[serde(rename = "appID")]
     app_id: Option<String>,
     #[serde(default)]
     name: String,
+    retention_days: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AppChange {
+    name: Option<String>,
+    retention_days: Option<u32>,
+}
+
+async fn update(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    JsonBody(body): JsonBody<AppChange>,
+) -> Result<Json<Value>, ApiError> {
+    let app = state
+        .engine
+        .tenancy()
+        .update_app(&app_id, body.name, body.retention_days)
+        .await?;
+    Ok(Json(serde_json::to_value(app).unwrap_or_default()))
 }
 
 async fn create(
@@ -36,7 +58,12 @@ async fn create(
     let (app, admin_key) = state
         .engine
         .tenancy()
-        .create_app(body.app_id.as_deref(), &body.name)
+        .create_app_with(
+            body.app_id.as_deref(),
+            &body.name,
+            body.retention_days
+                .unwrap_or(penchant_engine::tenancy::MAX_RETENTION_DAYS),
+        )
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -44,6 +71,7 @@ async fn create(
             "appID": app.app_id,
             "name": app.name,
             "createdAt": app.created_at,
+            "retentionDays": app.retention_days,
             "adminAPIKey": admin_key,
         })),
     ))
