@@ -417,18 +417,21 @@ impl Profiles {
 
     /// Delete every trace of a user: events and profile.
     pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
-        let keys = RowFilter::column(events::FAMILY, events::EVENT_COLUMN)
-            .and(RowFilter::StripValue)
-            .and(RowFilter::CellsPerRowLimit(1));
-        // Rows whose cells all expired are invisible but still stored: delete by range too.
-        let rows = self.read_events(app, user, keys).await?;
-        for chunk in rows.chunks(1000) {
-            let entries = chunk
-                .iter()
-                .map(|r| RowMutation::new(r.key.clone(), vec![Mutation::DeleteFromRow]))
-                .collect();
-            for status in self.store.mutate_rows(EVENTS_TABLE, entries).await? {
-                status?;
+        // Rows are listed with every cell's value stripped, and deleted row by row (Bigtable's
+        // DropRowRange is an admin operation, not meant for per-user traffic).
+        let prefix = Bytes::from(user_prefix(app, user));
+        for table in [EVENTS_TABLE, AGGREGATES_TABLE] {
+            let keys = ReadRows::new(RowSet::prefix(prefix.clone()))
+                .filter(RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1)));
+            let rows = self.store.read_all(table, keys).await?;
+            for chunk in rows.chunks(1000) {
+                let entries = chunk
+                    .iter()
+                    .map(|r| RowMutation::new(r.key.clone(), vec![Mutation::DeleteFromRow]))
+                    .collect();
+                for status in self.store.mutate_rows(table, entries).await? {
+                    status?;
+                }
             }
         }
         self.store

@@ -163,6 +163,16 @@ async fn strategy_profiles_jobs_and_deletion() {
         rows.iter().any(|r| r.key.starts_with(b"SHOP\0alice\0")),
         "alice's remain"
     );
+    let days = s
+        .store
+        .read_all("aggregates", ReadRows::default())
+        .await
+        .unwrap();
+    assert!(
+        days.iter().all(|r| !r.key.starts_with(b"SHOP\0bob\0")),
+        "bob's aggregates are gone"
+    );
+    assert!(days.iter().any(|r| r.key.starts_with(b"SHOP\0alice\0")));
     let (status, _) = s
         .call(Method::GET, "/1/profiles/personalization/bob", r, None)
         .await;
