@@ -56,7 +56,13 @@ pub fn router(state: AppState) -> Router {
 
 /// Now, as ISO 8601 (Algolia's `createdAt`/`deletedAt` strings).
 pub(crate) fn iso_now() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+    iso(penchant_store::validate::now_micros() / 1000)
+}
+
+/// A time in ms since the epoch, as ISO 8601.
+pub(crate) fn iso(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// Serve `app` (usually [`router`]) until `shutdown` resolves, then stop accepting connections

@@ -20,10 +20,10 @@ use penchant_engine::tenancy::Acl;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::AppState;
 use crate::auth::Auth;
 use crate::error::ApiError;
 use crate::json::JsonBody;
+use crate::{AppState, iso};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -136,11 +136,6 @@ async fn optional_filters(
         "userToken": user,
         "optionalFilters": penchant_engine::rerank::optional_filters(&scores),
     })))
-}
-
-fn iso(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
 }
 
 async fn get_strategy(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
