@@ -1008,7 +1008,7 @@ impl Store for BigtableStore {
     async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>> {
         self.schema(table, false).await?;
         let table_name = self.table_path(table);
-        let mut samples = self
+        let samples = self
             .retry(table, || async {
                 let message = proto::v2::SampleRowKeysRequest {
                     table_name: table_name.clone(),
@@ -1037,23 +1037,8 @@ impl Store for BigtableStore {
                 Ok(out)
             })
             .await?;
-        // Key order with the end of the table last; offsets made to grow with the keys.
-        samples.sort_by(|a, b| {
-            (a.row_key.is_empty(), &a.row_key).cmp(&(b.row_key.is_empty(), &b.row_key))
-        });
-        samples.dedup_by(|a, b| a.row_key == b.row_key);
-        let mut offset = 0;
-        for s in &mut samples {
-            offset = offset.max(s.offset_bytes);
-            s.offset_bytes = offset;
-        }
-        if samples.last().is_none_or(|s| !s.row_key.is_empty()) {
-            samples.push(KeySample {
-                row_key: Bytes::new(),
-                offset_bytes: offset,
-            });
-        }
-        Ok(samples)
+        // The emulator returns sampled rows in no order, and the end of the table among them.
+        Ok(penchant_store::normalize_samples(samples))
     }
 
     async fn flush(&self) -> Result<()> {

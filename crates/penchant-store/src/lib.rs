@@ -154,6 +154,26 @@ pub fn for_workload(store: &Arc<dyn Store>, workload: Workload) -> Arc<dyn Store
         .unwrap_or_else(|| Arc::clone(store))
 }
 
+/// Split points as [`Store::sample_row_keys`] promises them, from samples in any order (several
+/// sources, or a backend that does not sort them): distinct keys in order, offsets growing with
+/// them, and the end of the table (an empty key, at the largest offset seen) last.
+pub fn normalize_samples(mut samples: Vec<KeySample>) -> Vec<KeySample> {
+    let total = samples.iter().map(|s| s.offset_bytes).max().unwrap_or(0);
+    samples.retain(|s| !s.row_key.is_empty());
+    samples.sort_by(|a, b| a.row_key.cmp(&b.row_key));
+    samples.dedup_by(|a, b| a.row_key == b.row_key);
+    let mut offset = 0;
+    for s in &mut samples {
+        offset = offset.max(s.offset_bytes);
+        s.offset_bytes = offset;
+    }
+    samples.push(KeySample {
+        row_key: Bytes::new(),
+        offset_bytes: offset.max(total),
+    });
+    samples
+}
+
 /// Key ranges that split a table for `n` parallel scans, from its sampled split points. The
 /// ranges are disjoint, in key order, and cover the whole table.
 pub fn split_ranges(samples: &[KeySample], n: usize) -> Vec<RowRange> {
@@ -187,6 +207,34 @@ mod tests {
             row_key: Bytes::copy_from_slice(k.as_bytes()),
             offset_bytes: 0,
         }
+    }
+
+    #[test]
+    fn samples_are_normalized() {
+        let raw = vec![
+            KeySample {
+                row_key: Bytes::from_static(b"m"),
+                offset_bytes: 50,
+            },
+            KeySample {
+                row_key: Bytes::new(),
+                offset_bytes: 90,
+            },
+            KeySample {
+                row_key: Bytes::from_static(b"c"),
+                offset_bytes: 70,
+            },
+            KeySample {
+                row_key: Bytes::from_static(b"m"),
+                offset_bytes: 50,
+            },
+        ];
+        let got: Vec<(Bytes, u64)> = normalize_samples(raw)
+            .into_iter()
+            .map(|s| (s.row_key, s.offset_bytes))
+            .collect();
+        let want = [("c", 70), ("m", 70), ("", 90)].map(|(k, o)| (Bytes::from(k), o));
+        assert_eq!(got, want);
     }
 
     #[test]

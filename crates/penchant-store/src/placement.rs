@@ -327,19 +327,7 @@ impl Store for PlacedStore {
         for (_, store) in self.stores() {
             samples.extend(store.sample_row_keys(table).await?);
         }
-        samples.retain(|s| !s.row_key.is_empty());
-        samples.sort_by(|a, b| a.row_key.cmp(&b.row_key));
-        samples.dedup_by(|a, b| a.row_key == b.row_key);
-        let mut offset = 0;
-        for s in &mut samples {
-            offset = offset.max(s.offset_bytes);
-            s.offset_bytes = offset;
-        }
-        samples.push(KeySample {
-            row_key: Bytes::new(),
-            offset_bytes: offset,
-        });
-        Ok(samples)
+        Ok(crate::normalize_samples(samples))
     }
 
     async fn flush(&self) -> Result<()> {
