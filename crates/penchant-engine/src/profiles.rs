@@ -12,8 +12,10 @@
 //! (the user's events, read through the wide schema's qualifier filter). The streaming path
 //! refreshes a user after each accepted event; the batch path (a strategy change) recomputes
 //! every user of the app. Concurrent writers converge: after writing a profile, a refresh reads
-//! the user's event keys again and recomputes if they changed, and the batch path writes a
-//! profile only if none computed with the current strategy is there already.
+//! the user's event keys again and recomputes if they changed. The batch path skips profiles
+//! already computed with the current strategy and writes the others in batches, stamped with the
+//! time it started reading: a streaming refresh stamps its profile later (from events at least
+//! as fresh), so the newest cell wins in whichever order the writes land.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -114,55 +116,89 @@ pub fn compute(
     deleted_until: i64,
     since: i64,
 ) -> Profile {
-    let weights = weights(strategy);
-    let mut raw: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
-    let mut last_event_at = None;
-    for row in rows {
-        let Some(ts) = row_time(row) else { continue };
-        if ts <= deleted_until || ts < since {
-            continue;
+    Scorer::new(strategy).compute(user, rows, deleted_until, since)
+}
+
+/// A strategy's weights per qualifier, built once and used for every user of a recompute.
+#[derive(Debug)]
+pub struct Scorer {
+    weights: HashMap<Bytes, (u64, String)>,
+}
+
+impl Scorer {
+    pub fn new(strategy: &Strategy) -> Self {
+        Self {
+            weights: weights(strategy),
         }
-        last_event_at = last_event_at.max(Some(ts));
-        for cell in &row.cells {
-            let Some((weight, facet)) = weights.get(&cell.qualifier) else {
+    }
+
+    /// [`compute`] with this scorer's strategy.
+    pub fn compute(&self, user: &str, rows: &[Row], deleted_until: i64, since: i64) -> Profile {
+        let weights = &self.weights;
+        let mut raw: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut last_event_at = None;
+        for row in rows {
+            let Some(ts) = row_time(row) else { continue };
+            if ts <= deleted_until || ts < since {
                 continue;
-            };
-            let Ok(counts) = serde_json::from_slice::<BTreeMap<String, u64>>(&cell.value) else {
-                continue;
-            };
-            let values = raw.entry(facet.as_str()).or_default();
-            for (value, n) in counts {
-                *values.entry(value).or_default() += weight * n;
+            }
+            last_event_at = last_event_at.max(Some(ts));
+            for cell in &row.cells {
+                let Some((weight, facet)) = weights.get(&cell.qualifier) else {
+                    continue;
+                };
+                let Ok(counts) = serde_json::from_slice::<BTreeMap<String, u64>>(&cell.value)
+                else {
+                    continue;
+                };
+                let values = raw.entry(facet.as_str()).or_default();
+                for (value, n) in counts {
+                    *values.entry(value).or_default() += weight * n;
+                }
             }
         }
+        let best = raw
+            .values()
+            .flat_map(|v| v.values())
+            .copied()
+            .max()
+            .unwrap_or(0);
+        let scores = raw
+            .into_iter()
+            .map(|(facet, values)| {
+                let mut ranked: Vec<(String, u64)> = values.into_iter().collect();
+                ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                ranked.truncate(MAX_VALUES_PER_FACET);
+                let scaled = ranked
+                    .into_iter()
+                    .map(|(value, r)| {
+                        let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
+                        (value, score as u32)
+                    })
+                    .collect();
+                (facet.to_owned(), scaled)
+            })
+            .collect();
+        Profile {
+            user_token: user.to_owned(),
+            last_event_at,
+            scores,
+        }
     }
-    let best = raw
-        .values()
-        .flat_map(|v| v.values())
-        .copied()
-        .max()
-        .unwrap_or(0);
-    let scores = raw
-        .into_iter()
-        .map(|(facet, values)| {
-            let mut ranked: Vec<(String, u64)> = values.into_iter().collect();
-            ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            ranked.truncate(MAX_VALUES_PER_FACET);
-            let scaled = ranked
-                .into_iter()
-                .map(|(value, r)| {
-                    let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
-                    (value, score as u32)
-                })
-                .collect();
-            (facet.to_owned(), scaled)
-        })
-        .collect();
-    Profile {
-        user_token: user.to_owned(),
-        last_event_at,
-        scores,
+}
+
+/// The timestamp (µs, whole ms) a batch under `strategy` stamps its profiles with: later than
+/// the strategy's save (profiles computed before it lose) and earlier than any read of the
+/// batch (refreshes that start after the batch's reads win). It waits for the clock to pass the
+/// stamp before returning, so that the batch's reads come after it.
+async fn batch_stamp(strategy: &Versioned) -> i64 {
+    let now_ms = || penchant_store::validate::now_micros() / 1000;
+    // Versions are nanoseconds at the save (see `strategy::new_version`).
+    let stamp = (now_ms() - 1).max(strategy.version / 1_000_000 + 1);
+    while now_ms() <= stamp {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
+    stamp * 1000
 }
 
 /// An order-independent fingerprint of a user's event rows: which events exist.
@@ -186,6 +222,21 @@ struct Stored {
     profile: Option<Profile>,
     version: Option<i64>,
     deleted_until: i64,
+}
+
+impl Stored {
+    fn from_row(row: &Row) -> Result<Stored> {
+        let value = |q: &[u8]| row.latest(FAMILY, q).map(|c| &c.value[..]);
+        let number = |q: &[u8]| value(q).and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+        Ok(Stored {
+            profile: value(PROFILE)
+                .map(serde_json::from_slice)
+                .transpose()
+                .map_err(corrupt)?,
+            version: number(VERSION),
+            deleted_until: number(DELETED_UNTIL).unwrap_or(i64::MIN),
+        })
+    }
 }
 
 fn corrupt(e: impl std::fmt::Display) -> EngineError {
@@ -297,24 +348,14 @@ impl Profiles {
     }
 
     async fn stored(&self, app: &str, user: &str) -> Result<Stored> {
-        let Some(row) = self
+        match self
             .store
             .read_row(PROFILES_TABLE, profile_row(app, user), None)
             .await?
-        else {
-            return Ok(Stored::default());
-        };
-        let json = |q: &[u8]| row.latest(FAMILY, q).map(|c| c.value.clone());
-        Ok(Stored {
-            profile: json(PROFILE)
-                .map(|v| serde_json::from_slice(&v))
-                .transpose()
-                .map_err(corrupt)?,
-            version: json(VERSION).and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok()),
-            deleted_until: json(DELETED_UNTIL)
-                .and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())
-                .unwrap_or(i64::MIN),
-        })
+        {
+            Some(row) => Stored::from_row(&row),
+            None => Ok(Stored::default()),
+        }
     }
 
     async fn read_events(&self, app: &str, user: &str, filter: RowFilter) -> Result<Vec<Row>> {
@@ -323,11 +364,20 @@ impl Profiles {
         Ok(self.store.read_all(EVENTS_TABLE, request).await?)
     }
 
-    fn profile_mutations(profile: &Profile, version: i64) -> Result<Vec<Mutation>> {
+    /// The cells of a profile, stamped with the store's clock (`None`) or at a given time.
+    fn profile_mutations(
+        profile: &Profile,
+        version: i64,
+        stamp: Option<i64>,
+    ) -> Result<Vec<Mutation>> {
         let json = serde_json::to_vec(profile).map_err(corrupt)?;
+        let set = |q: &'static [u8], v: Vec<u8>| match stamp {
+            Some(ts) => Mutation::set(FAMILY, q, ts, v),
+            None => Mutation::set_now(FAMILY, q, v),
+        };
         Ok(vec![
-            Mutation::set_now(FAMILY, PROFILE, json),
-            Mutation::set_now(FAMILY, VERSION, version.to_string()),
+            set(PROFILE, json),
+            set(VERSION, version.to_string().into_bytes()),
         ])
     }
 
@@ -351,7 +401,7 @@ impl Profiles {
                 .mutate_row(
                     PROFILES_TABLE,
                     profile_row(app, user),
-                    Self::profile_mutations(&computed, strategy.version)?,
+                    Self::profile_mutations(&computed, strategy.version, None)?,
                 )
                 .await?;
             profile = Some(computed);
@@ -444,25 +494,40 @@ impl Profiles {
         Ok(())
     }
 
-    /// Recompute every profile of an app under `strategy` (the batch path), in one pass: the
-    /// whole key range, then the profiles of users without events. Jobs run the same in parallel
-    /// ranges ([`Profiles::recompute_range`], [`Profiles::recompute_stale`]).
+    /// Recompute every profile of an app under `strategy` (the batch path): up to
+    /// `parallelism` ranges of users at once (see [`Profiles::plan_ranges`]), then the profiles
+    /// of users without events. Jobs run the same with checkpoints ([`Profiles::recompute_range`],
+    /// [`Profiles::recompute_stale`]).
     pub async fn recompute_all(
         &self,
         app: &str,
         strategy: &Versioned,
         source: Source,
-        mut progress: impl FnMut(&RecomputeStats),
+        parallelism: usize,
     ) -> Result<RecomputeStats> {
-        let mut stats = self
-            .recompute_range(app, strategy, source, &UserRange::default(), |_, s| {
-                progress(s);
-                true
+        let ranges = self.plan_ranges(app, parallelism).await?;
+        let tasks: Vec<_> = ranges
+            .into_iter()
+            .map(|range| {
+                let (this, app, strategy) = (self.clone(), app.to_owned(), strategy.clone());
+                tokio::spawn(async move {
+                    this.recompute_range(&app, &strategy, source, &range, |_, _| true)
+                        .await
+                })
             })
-            .await?;
+            .collect();
+        let mut stats = RecomputeStats::default();
+        for task in tasks {
+            // A range's panic is this call's panic.
+            let range = task
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            stats.events += range.events;
+            stats.users += range.users;
+            stats.skipped += range.skipped;
+        }
         let stale = self.recompute_stale(app, strategy).await?;
         stats.users += stale.users;
-        progress(&stats);
         Ok(stats)
     }
 
@@ -478,6 +543,8 @@ impl Profiles {
         mut progress: impl FnMut(&str, &RecomputeStats) -> bool,
     ) -> Result<RecomputeStats> {
         let store = for_workload(&self.store, Workload::Batch);
+        let scorer = Scorer::new(&strategy.strategy);
+        let stamp = batch_stamp(strategy).await;
         let (table, filter) = match source {
             Source::Raw => (EVENTS_TABLE, read_filter(&strategy.strategy)),
             Source::Aggregates => (AGGREGATES_TABLE, aggregate_filter(&strategy.strategy)),
@@ -508,30 +575,12 @@ impl Profiles {
             let last = next.is_none();
             if chunk.len() >= RECOMPUTE_CHUNK || (last && !chunk.is_empty()) {
                 let users = std::mem::take(&mut chunk);
-                let results = futures::future::join_all(users.iter().map(|(u, rows)| async move {
-                    let stored = self.stored(app, u).await?;
-                    if stored.version == Some(strategy.version) {
-                        return Ok(false);
-                    }
-                    let rows = match source {
-                        Source::Raw => rows.clone(),
-                        Source::Aggregates => {
-                            self.cut_days(app, u, rows.clone(), strategy, &stored)
-                                .await?
-                        }
-                    };
-                    self.write_batch_profile(app, u, &rows, strategy, &stored)
-                        .await
-                }))
-                .await;
-                for ((_, rows), wrote) in users.iter().zip(results) {
-                    stats.events += rows.len() as u64;
-                    if wrote? {
-                        stats.users += 1;
-                    } else {
-                        stats.skipped += 1;
-                    }
-                }
+                let (wrote, skipped) = self
+                    .recompute_chunk(app, strategy, &scorer, source, &users, stamp)
+                    .await?;
+                stats.events += users.iter().map(|(_, rows)| rows.len() as u64).sum::<u64>();
+                stats.users += wrote;
+                stats.skipped += skipped;
                 let last_user = users.last().map(|(u, _)| u.as_str()).unwrap_or_default();
                 if !progress(last_user, &stats) {
                     return Ok(stats);
@@ -553,31 +602,39 @@ impl Profiles {
     /// (deleted or expired): the users a scan of events does not meet.
     pub async fn recompute_stale(&self, app: &str, strategy: &Versioned) -> Result<RecomputeStats> {
         let store = for_workload(&self.store, Workload::Batch);
+        let scorer = Scorer::new(&strategy.strategy);
+        let stamp = batch_stamp(strategy).await;
         let prefix_len = app_prefix(app).len();
         let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app))))
             .filter(RowFilter::column(FAMILY, VERSION));
         let mut profiles = store.read_rows(PROFILES_TABLE, request).await?;
         let mut stats = RecomputeStats::default();
-        while let Some(row) = profiles.next().await.transpose()? {
-            let fresh = row
-                .latest(FAMILY, VERSION)
-                .is_some_and(|c| c.value == strategy.version.to_string().as_bytes());
-            if fresh {
-                continue;
+        let mut chunk = Vec::new();
+        loop {
+            let row = profiles.next().await.transpose()?;
+            if let Some(row) = &row {
+                let fresh = row
+                    .latest(FAMILY, VERSION)
+                    .is_some_and(|c| c.value == strategy.version.to_string().as_bytes());
+                if !fresh {
+                    let user = String::from_utf8_lossy(&row.key[prefix_len..]).into_owned();
+                    let rows = self
+                        .read_events(app, &user, read_filter(&strategy.strategy))
+                        .await?;
+                    chunk.push((user, rows));
+                }
             }
-            let user = String::from_utf8_lossy(&row.key[prefix_len..]).into_owned();
-            let rows = self
-                .read_events(app, &user, read_filter(&strategy.strategy))
-                .await?;
-            let stored = self.stored(app, &user).await?;
-            if self
-                .write_batch_profile(app, &user, &rows, strategy, &stored)
-                .await?
-            {
-                stats.users += 1;
+            if chunk.len() >= RECOMPUTE_CHUNK || (row.is_none() && !chunk.is_empty()) {
+                let users = std::mem::take(&mut chunk);
+                let (wrote, _) = self
+                    .recompute_chunk(app, strategy, &scorer, Source::Raw, &users, stamp)
+                    .await?;
+                stats.users += wrote;
+            }
+            if row.is_none() {
+                return Ok(stats);
             }
         }
-        Ok(stats)
     }
 
     /// Up to `n` ranges of an app's users of about the same size, from the store's split points
@@ -597,17 +654,19 @@ impl Profiles {
         Ok(UserRange::split(&users, n))
     }
 
-    /// Aggregate rows of a user, with the days a deletion or the retention window cuts replaced
-    /// by their raw events (an aggregate counts the whole day).
+    /// Aggregate rows of a user, with the days a deletion or the retention window (from
+    /// `since`, ms) cuts replaced by their raw events (an aggregate counts the whole day).
+    /// `None` when no day is cut.
     async fn cut_days(
         &self,
         app: &str,
         user: &str,
-        rows: Vec<Row>,
+        rows: &[Row],
         strategy: &Versioned,
         stored: &Stored,
-    ) -> Result<Vec<Row>> {
-        let mut cut = vec![day_of(self.window_start(app).await?)];
+        since: i64,
+    ) -> Result<Option<Vec<Row>>> {
+        let mut cut = vec![day_of(since)];
         if stored.deleted_until > i64::MIN {
             cut.push(day_of(stored.deleted_until));
         }
@@ -622,46 +681,76 @@ impl Profiles {
         // A day without an aggregate has no raw events either (aggregates are rebuilt after
         // every raw write, and expire with their day's last event).
         cut.retain(|d| rows.iter().any(|r| day(r) == Some(*d)));
+        if cut.is_empty() {
+            return Ok(None);
+        }
         let mut out: Vec<Row> = rows
-            .into_iter()
+            .iter()
             .filter(|r| day(r).is_some_and(|d| !cut.contains(&d)))
+            .cloned()
             .collect();
         for d in cut {
             let request = ReadRows::new(aggregates::raw_day(app, user, d))
                 .filter(read_filter(&strategy.strategy));
             out.extend(self.store.read_all(EVENTS_TABLE, request).await?);
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
-    /// Write a batch-computed profile unless one computed with this strategy is there (a
-    /// streaming refresh got there first, with events at least as fresh). Returns whether it
-    /// wrote.
-    async fn write_batch_profile(
+    /// Compute and write the profiles of a chunk of users from their rows (events, or
+    /// aggregates), skipping the users whose profile is already computed with `strategy`.
+    /// Returns how many profiles it wrote and how many it skipped.
+    ///
+    /// The profiles are written in one batch, each cell stamped `stamp` ([`batch_stamp`]: from
+    /// before the rows were read) rather than now: a streaming refresh racing with the batch
+    /// stamps its profile later, from events at least as fresh, so the newest cell wins
+    /// whichever write lands last (the profile family keeps one version).
+    async fn recompute_chunk(
         &self,
         app: &str,
-        user: &str,
-        rows: &[Row],
         strategy: &Versioned,
-        stored: &Stored,
-    ) -> Result<bool> {
-        if stored.version == Some(strategy.version) {
-            return Ok(false);
+        scorer: &Scorer,
+        source: Source,
+        users: &[(String, Vec<Row>)],
+        stamp: i64,
+    ) -> Result<(u64, u64)> {
+        let store = for_workload(&self.store, Workload::Batch);
+        let keys = users.iter().map(|(u, _)| profile_row(app, u));
+        let mut stored: HashMap<Bytes, Stored> = HashMap::new();
+        for row in store
+            .read_all(PROFILES_TABLE, ReadRows::new(RowSet::keys(keys)))
+            .await?
+        {
+            stored.insert(row.key.clone(), Stored::from_row(&row)?);
         }
         let since = self.window_start(app).await?;
-        let profile = compute(&strategy.strategy, user, rows, stored.deleted_until, since);
-        let current = RowFilter::column(FAMILY, VERSION)
-            .and(RowFilter::ValueRegex(strategy.version.to_string()));
-        let matched = self
-            .store
-            .check_and_mutate_row(
-                PROFILES_TABLE,
-                profile_row(app, user),
-                Some(current),
-                vec![],
-                Self::profile_mutations(&profile, strategy.version)?,
-            )
-            .await?;
-        Ok(!matched)
+        let mut entries = Vec::with_capacity(users.len());
+        for (user, rows) in users {
+            let key = profile_row(app, user);
+            let stored = stored.remove(&key).unwrap_or_default();
+            if stored.version == Some(strategy.version) {
+                continue;
+            }
+            let cut;
+            let rows = match source {
+                Source::Raw => rows,
+                Source::Aggregates => {
+                    cut = self
+                        .cut_days(app, user, rows, strategy, &stored, since)
+                        .await?;
+                    cut.as_deref().unwrap_or(rows)
+                }
+            };
+            let profile = scorer.compute(user, rows, stored.deleted_until, since);
+            let mutations = Self::profile_mutations(&profile, strategy.version, Some(stamp))?;
+            entries.push(RowMutation::new(key, mutations));
+        }
+        let wrote = entries.len() as u64;
+        if !entries.is_empty() {
+            for status in store.mutate_rows(PROFILES_TABLE, entries).await? {
+                status?;
+            }
+        }
+        Ok((wrote, users.len() as u64 - wrote))
     }
 }

@@ -508,6 +508,7 @@ impl Inner {
         let now = now_micros();
         let cf = self.data_cf()?;
         let mut reader = RowReader::new(table, now);
+        reader.skip_columns(filter);
         for (start, end) in ranges {
             let one_row = keys::is_one_row(&start, &end);
             let mut it = self.db.raw_iterator_cf_opt(cf, read_options(end, one_row));
@@ -583,6 +584,8 @@ enum BatchOp {
 struct RowReader<'a> {
     table: &'a Table,
     now: i64,
+    /// A filter judging cells one by one: the columns it rejects are skipped as they are read.
+    column_filter: Option<&'a CompiledFilter>,
     buf: BytesMut,
     pending: Vec<PendingCell<'a>>,
 }
@@ -600,9 +603,17 @@ impl<'a> RowReader<'a> {
         Self {
             table,
             now,
+            column_filter: None,
             buf: BytesMut::new(),
             pending: Vec::new(),
         }
+    }
+
+    /// Skip, as they are read, the cells `filter` would drop anyway when it judges each cell on
+    /// its own (see [`CompiledFilter::keeps_column`]).
+    fn skip_columns(&mut self, filter: Option<&'a CompiledFilter>) {
+        // Any probe answers `None` for a filter that looks at whole rows.
+        self.column_filter = filter.filter(|f| f.keeps_column("", b"").is_some());
     }
 
     /// Add one stored cell to the current row; keys of dropped families are skipped.
@@ -614,7 +625,11 @@ impl<'a> RowReader<'a> {
             return;
         };
         let q_start = self.buf.len();
-        if !keys::decode_qualifier_into(parsed.row_start.len(), parsed.column, &mut self.buf) {
+        if !keys::decode_qualifier_into(parsed.row_start.len(), parsed.column, &mut self.buf)
+            || self
+                .column_filter
+                .is_some_and(|f| f.keeps_column(family, &self.buf[q_start..]) == Some(false))
+        {
             self.buf.truncate(q_start);
             return;
         }

@@ -180,6 +180,48 @@ impl CompiledFilter {
         })
     }
 
+    /// Whether a cell of column `family:qualifier` can be in the filter's output, for a filter
+    /// that judges every cell on its own (`None` for one that looks at the whole row: cell
+    /// limits, conditions, row-key regexes). A store may skip the cells of a column this rejects
+    /// before it builds the row: the output stays the same.
+    pub fn keeps_column(&self, family: &str, qualifier: &[u8]) -> Option<bool> {
+        Some(match self {
+            Self::Chain(filters) => {
+                let mut keep = true;
+                for f in filters {
+                    keep &= f.keeps_column(family, qualifier)?;
+                }
+                keep
+            }
+            Self::Interleave(filters) => {
+                let mut keep = false;
+                for f in filters {
+                    keep |= f.keeps_column(family, qualifier)?;
+                }
+                keep
+            }
+            Self::PassAll | Self::StripValue | Self::TimestampRange(_) | Self::ValueRegex(_) => {
+                true
+            }
+            Self::BlockAll => false,
+            Self::Family(f) => f == family,
+            Self::FamilyRegex(re) => re.is_match(family.as_bytes()),
+            Self::Qualifiers(set) => set.contains(qualifier),
+            Self::QualifierPrefix(p) => qualifier.starts_with(p),
+            Self::QualifierRegex(re) => re.is_match(qualifier),
+            Self::ColumnRange {
+                family: f,
+                start,
+                end,
+            } => f == family && in_bounds(qualifier, start, end),
+            Self::Condition(_)
+            | Self::RowKey(_)
+            | Self::CellsPerRowOffset(_)
+            | Self::CellsPerRowLimit(_)
+            | Self::CellsPerColumnLimit(_) => return None,
+        })
+    }
+
     /// Whether the filter yields any cell of the row.
     pub fn matches(&self, row_key: &[u8], cells: &[Cell]) -> bool {
         !self.apply(row_key, cells.to_vec()).is_empty()

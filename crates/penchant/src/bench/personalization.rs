@@ -39,6 +39,9 @@ pub struct PersonalizationBenchArgs {
     /// Acknowledge writes without fsync.
     #[arg(long)]
     no_sync: bool,
+    /// Ranges of users a full recompute runs at once (as a job does).
+    #[arg(long, default_value_t = 2)]
+    parallelism: usize,
 }
 
 const APP: &str = "BENCH";
@@ -255,7 +258,7 @@ async fn bench(
     let start = Instant::now();
     let stats = engine
         .profiles()
-        .recompute_all(APP, &versioned, Source::Raw, |_| {})
+        .recompute_all(APP, &versioned, Source::Raw, args.parallelism)
         .await?;
     let recompute = stats.events as f64 / start.elapsed().as_secs_f64();
     // Again from the aggregates, under yet another strategy (else every profile is current).
@@ -264,7 +267,7 @@ async fn bench(
     let start = Instant::now();
     let agg_stats = engine
         .profiles()
-        .recompute_all(APP, &versioned, Source::Aggregates, |_| {})
+        .recompute_all(APP, &versioned, Source::Aggregates, args.parallelism)
         .await?;
     let from_aggregates = stats.events as f64 / start.elapsed().as_secs_f64();
     let start = Instant::now();
