@@ -386,6 +386,33 @@ mod tests {
     }
 
     #[test]
+    fn skipping_rejected_columns_keeps_the_output() {
+        let cell_local = [
+            RowFilter::Interleave(vec![
+                RowFilter::qualifiers(["y"]),
+                RowFilter::column("b", "x").and(RowFilter::StripValue),
+            ]),
+            RowFilter::Family("a".into()).and(RowFilter::QualifierRegex("x".into())),
+            RowFilter::TimestampRange(TimeRange::new(0, 2500)).and(RowFilter::Family("a".into())),
+            RowFilter::BlockAll,
+        ];
+        for f in cell_local {
+            let c = f.compile().unwrap();
+            let mut kept = row();
+            kept.retain(|cell| c.keeps_column(&cell.family, &cell.qualifier) == Some(true));
+            assert!(kept.len() < row().len(), "{f:?} skips nothing here");
+            assert_eq!(c.apply(b"row", kept), run(f.clone()), "{f:?}");
+        }
+        // Filters that look at whole rows are not judged column by column.
+        for f in [
+            RowFilter::CellsPerRowLimit(1),
+            RowFilter::Family("a".into()).and(RowFilter::CellsPerColumnLimit(1)),
+        ] {
+            assert_eq!(f.compile().unwrap().keeps_column("a", b"x"), None, "{f:?}");
+        }
+    }
+
+    #[test]
     fn condition_picks_branch() {
         let f = RowFilter::Condition {
             predicate: Box::new(RowFilter::ValueRegex("4".into())),
