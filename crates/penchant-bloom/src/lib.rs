@@ -23,7 +23,7 @@ mod format;
 mod sets;
 
 pub use format::{DecodeError, FORMAT_VERSION, HEADER_LEN};
-pub use sets::{PartitionedFilter, RotatingFilter, partition_of};
+pub use sets::{PartitionedFilter, RotatingFilter, keys_per_partition, partition_of};
 
 /// Bits in a block: one cache line.
 pub const BLOCK_BITS: usize = 512;

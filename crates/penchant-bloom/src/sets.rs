@@ -24,7 +24,7 @@ pub struct PartitionedFilter {
 }
 
 /// How many keys a filter of `bytes` holds at `fp_rate`, and its best probes.
-fn keys_per_partition(bytes: u64, fp_rate: f64) -> Result<(u64, u32), BloomError> {
+pub fn keys_per_partition(bytes: u64, fp_rate: f64) -> Result<(u64, u32), BloomError> {
     if !(fp_rate > 0.0 && fp_rate < 1.0) {
         return Err(BloomError::FpRateOutOfRange(fp_rate));
     }

@@ -136,7 +136,8 @@ fn type_error(expected: &str, got: &Value) -> Rejection {
     ))
 }
 
-fn token_ok(token: &str) -> bool {
+/// Whether a user token is valid: 1 to 129 of `a-z A-Z 0-9 _ = / + -`.
+pub fn token_ok(token: &str) -> bool {
     (1..=129).contains(&token.len())
         && token
             .bytes()

@@ -5,7 +5,6 @@
 //! the issues that build each system.
 
 pub mod aggregates;
-pub mod bloom;
 pub mod catalog;
 pub mod events;
 pub mod jobs;
@@ -13,6 +12,8 @@ pub mod layout;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;
+pub mod seen;
+pub mod sets;
 pub mod strategy;
 pub mod tenancy;
 pub mod vectors;
@@ -26,6 +27,8 @@ use crate::catalog::Catalog;
 use crate::events::Events;
 use crate::jobs::Jobs;
 use crate::profiles::Profiles;
+use crate::seen::Seen;
+use crate::sets::Sets;
 use crate::strategy::{Strategies, Strategy, Versioned};
 use crate::tenancy::{Tenancy, TenancyConfig};
 
@@ -43,6 +46,9 @@ pub enum EngineError {
     /// What the request creates exists already.
     #[error("{0}")]
     Exists(String),
+    /// The operation ran and was refused, leaving things as they were (the message says why).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The engine's result type.
@@ -56,6 +62,10 @@ pub struct EngineConfig {
     pub strategy_cache_ttl: std::time::Duration,
     /// Ranges a profile recompute runs in parallel (0 counts as 1).
     pub recompute_parallelism: usize,
+    /// Bytes of set partitions a node caches.
+    pub set_cache_bytes: u64,
+    /// How long a node trusts cached set partitions and descriptions, and seen-filter settings.
+    pub bloom_cache_ttl: std::time::Duration,
 }
 
 /// The engine: one per process, shared by every request.
@@ -69,6 +79,8 @@ pub struct Engine {
     strategies: Arc<Strategies>,
     profiles: Profiles,
     jobs: Arc<Jobs>,
+    sets: Arc<Sets>,
+    seen: Arc<Seen>,
 }
 
 impl Engine {
@@ -82,7 +94,9 @@ impl Engine {
             .chain(strategy::tables())
             .chain(profiles::tables())
             .chain(aggregates::tables())
-            .chain(jobs::tables());
+            .chain(jobs::tables())
+            .chain(sets::tables())
+            .chain(seen::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
@@ -101,7 +115,15 @@ impl Engine {
             strategies.clone(),
             config.recompute_parallelism,
         ));
+        let sets = Arc::new(Sets::new(
+            store.clone(),
+            config.set_cache_bytes,
+            config.bloom_cache_ttl,
+        ));
+        let seen = Arc::new(Seen::new(store.clone(), config.bloom_cache_ttl));
         Ok(Self {
+            sets,
+            seen,
             store,
             tenancy,
             catalog,
@@ -118,11 +140,32 @@ impl Engine {
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         self.events.ingest(app, events).await?;
         self.aggregates.rebuild_for(app, events).await?;
+        self.mark_seen(app, events).await?;
         let mut users: Vec<&str> = events.iter().map(events::Event::user).collect();
         users.sort_unstable();
         users.dedup();
         for user in users {
             self.profiles.refresh(app, user).await?;
+        }
+        Ok(())
+    }
+
+    /// Mark the objectIDs of the app's seen-marking events as seen by their users.
+    async fn mark_seen(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        let settings = self.seen.settings(app).await?;
+        let mut by_user: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for event in events {
+            if let events::Target::ObjectIds(ids) = &event.target
+                && settings.event_types.contains(&event.event_type)
+            {
+                by_user
+                    .entry(event.user())
+                    .or_default()
+                    .extend(ids.iter().map(String::as_str));
+            }
+        }
+        for (user, ids) in by_user {
+            self.seen.add(app, user, &ids).await?;
         }
         Ok(())
     }
@@ -137,6 +180,16 @@ impl Engine {
     /// Resume the recompute jobs a stopped node left unfinished (at start).
     pub async fn resume_jobs(&self) -> Result<usize> {
         Ok(self.jobs.resume_all().await?.len())
+    }
+
+    /// Named key sets.
+    pub fn sets(&self) -> &Sets {
+        &self.sets
+    }
+
+    /// Users' seen filters.
+    pub fn seen(&self) -> &Seen {
+        &self.seen
     }
 
     /// Strategies.
@@ -193,6 +246,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 8);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 11);
     }
 }

@@ -465,12 +465,12 @@ impl Profiles {
         Ok(())
     }
 
-    /// Delete every trace of a user: events and profile.
+    /// Delete every trace of a user: events, aggregates, seen filter and profile.
     pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
         // Rows are listed with every cell's value stripped, and deleted row by row (Bigtable's
         // DropRowRange is an admin operation, not meant for per-user traffic).
         let prefix = Bytes::from(user_prefix(app, user));
-        for table in [EVENTS_TABLE, AGGREGATES_TABLE] {
+        for table in [EVENTS_TABLE, AGGREGATES_TABLE, crate::seen::SEEN_TABLE] {
             let keys = ReadRows::new(RowSet::prefix(prefix.clone()))
                 .filter(RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1)));
             let rows = self.store.read_all(table, keys).await?;

@@ -32,6 +32,7 @@ impl From<EngineError> for ApiError {
             EngineError::Invalid(m) => ApiError::new(StatusCode::BAD_REQUEST, m),
             EngineError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, m),
             EngineError::Exists(m) => ApiError::new(StatusCode::CONFLICT, m),
+            EngineError::Refused(m) => ApiError::new(StatusCode::CONFLICT, m),
         }
     }
 }

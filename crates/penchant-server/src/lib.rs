@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::keys::routes())
         .merge(routes::events::routes())
         .merge(routes::personalization::routes())
+        .merge(routes::bloom::routes())
         // Browsers call the Insights API from any origin (search-insights).
         .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())

@@ -27,7 +27,29 @@ pub struct Config {
     pub placement: PlacementConfig,
     pub auth: AuthConfig,
     pub personalization: PersonalizationConfig,
+    pub bloom: BloomConfig,
     pub log: LogConfig,
+}
+
+/// `[bloom]`: key sets and seen filters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BloomConfig {
+    /// Bytes of key-set partitions a node keeps in memory.
+    pub set_cache_bytes: u64,
+    /// How long a node trusts a cached set partition or description, or an app's seen-filter
+    /// settings, in milliseconds: adds and changes made through another node are seen here
+    /// within this interval.
+    pub cache_ttl_ms: u64,
+}
+
+impl Default for BloomConfig {
+    fn default() -> Self {
+        Self {
+            set_cache_bytes: 64 << 20,
+            cache_ttl_ms: 1_000,
+        }
+    }
 }
 
 /// `[personalization]`.

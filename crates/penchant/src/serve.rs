@@ -81,6 +81,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         },
         strategy_cache_ttl: Duration::from_millis(config.personalization.strategy_cache_ttl_ms),
         recompute_parallelism: config.personalization.recompute_parallelism,
+        set_cache_bytes: config.bloom.set_cache_bytes,
+        bloom_cache_ttl: Duration::from_millis(config.bloom.cache_ttl_ms),
     };
     let engine = Engine::open(store, engine_config)
         .await

@@ -1,1 +1,0 @@
-//! Bloom filters: per-user seen filters and large partitioned key sets.
