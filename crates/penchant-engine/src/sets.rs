@@ -283,6 +283,7 @@ pub struct Sets {
     /// (app, set) → when it was read, the description.
     descriptions: Mutex<HashMap<(String, String), Described>>,
     partitions: quick_cache::sync::Cache<(Bytes, u64), Cached, PartitionWeight>,
+    remembering: Mutex<()>,
 }
 
 /// Weighs cached partitions by their bytes.
@@ -309,7 +310,23 @@ impl Sets {
                 cache_bytes.max(1),
                 PartitionWeight,
             ),
+            remembering: Mutex::new(()),
         }
+    }
+
+    /// Cache a partition as read or written, unless a newer version is cached: concurrent
+    /// requests of this node may finish in any order.
+    fn remember(&self, key: (Bytes, u64), version: u64, filter: Arc<BloomFilter>) {
+        let _one_at_a_time = self.remembering.lock();
+        if self
+            .partitions
+            .get(&key)
+            .is_some_and(|(_, cached, _)| cached > version)
+        {
+            return;
+        }
+        self.partitions
+            .insert(key, (Instant::now(), version, filter));
     }
 
     /// Reserve a set (`BF.RESERVE`).
@@ -474,10 +491,7 @@ impl Sets {
             for (p, row) in missing {
                 let (version, filter) = read_partition(by_key.get(&row).copied(), &empty)?;
                 let filter = Arc::new(filter);
-                self.partitions.insert(
-                    (row, d.generation),
-                    (Instant::now(), version, filter.clone()),
-                );
+                self.remember((row, d.generation), version, filter.clone());
                 filters.insert(p, filter);
             }
         }
@@ -567,10 +581,7 @@ impl Sets {
             )
             .await?
             {
-                self.partitions.insert(
-                    (row, d.generation),
-                    (Instant::now(), version + 1, Arc::new(filter)),
-                );
+                self.remember((row, d.generation), version + 1, Arc::new(filter));
                 return Ok(added);
             }
         }

@@ -1,0 +1,107 @@
+//! A store that calls a hook before each operation, to stage races.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use penchant_store::{
+    FamilyChange, GcRule, KeySample, MemStore, Mutation, ReadModifyWriteRule, ReadRows, Result,
+    Row, RowFilter, RowMutation, RowStream, Store, TableSchema,
+};
+
+/// The operations a hook sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)]
+pub enum Op {
+    Read,
+    Write,
+    WriteRows,
+    Conditional,
+    Increment,
+}
+
+/// Called before every data operation on a table.
+#[async_trait]
+pub trait Hook: Send + Sync + std::fmt::Debug + 'static {
+    async fn before(&self, op: Op, table: &str);
+}
+
+/// A [`MemStore`] that calls `hook` before each read and write.
+#[derive(Debug, Default)]
+pub struct Hooked<H> {
+    pub inner: MemStore,
+    pub hook: H,
+}
+
+#[async_trait]
+impl<H: Hook> Store for Hooked<H> {
+    async fn create_table(&self, name: &str, families: BTreeMap<String, GcRule>) -> Result<()> {
+        self.inner.create_table(name, families).await
+    }
+    async fn modify_families(
+        &self,
+        table: &str,
+        changes: Vec<FamilyChange>,
+    ) -> Result<TableSchema> {
+        self.inner.modify_families(table, changes).await
+    }
+    async fn get_table(&self, table: &str) -> Result<TableSchema> {
+        self.inner.get_table(table).await
+    }
+    async fn list_tables(&self) -> Result<Vec<TableSchema>> {
+        self.inner.list_tables().await
+    }
+    async fn delete_table(&self, table: &str) -> Result<()> {
+        self.inner.delete_table(table).await
+    }
+    async fn drop_row_range(&self, table: &str, prefix: &[u8]) -> Result<()> {
+        self.inner.drop_row_range(table, prefix).await
+    }
+    async fn mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        mutations: Vec<Mutation>,
+    ) -> Result<()> {
+        self.hook.before(Op::Write, table).await;
+        self.inner.mutate_row(table, row_key, mutations).await
+    }
+    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
+        self.hook.before(Op::WriteRows, table).await;
+        self.inner.mutate_rows(table, entries).await
+    }
+    async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
+        self.hook.before(Op::Read, table).await;
+        self.inner.read_rows(table, request).await
+    }
+    async fn check_and_mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        predicate: Option<RowFilter>,
+        on_match: Vec<Mutation>,
+        on_no_match: Vec<Mutation>,
+    ) -> Result<bool> {
+        self.hook.before(Op::Conditional, table).await;
+        self.inner
+            .check_and_mutate_row(table, row_key, predicate, on_match, on_no_match)
+            .await
+    }
+    async fn read_modify_write_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        rules: Vec<ReadModifyWriteRule>,
+    ) -> Result<Row> {
+        self.hook.before(Op::Increment, table).await;
+        self.inner
+            .read_modify_write_row(table, row_key, rules)
+            .await
+    }
+    async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>> {
+        self.inner.sample_row_keys(table).await
+    }
+    async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+}
