@@ -333,6 +333,11 @@ impl Sets {
     pub async fn reserve(&self, app: &str, name: &str, config: SetConfig) -> Result<SetInfo> {
         check_name(name)?;
         config.check()?;
+        // Stored explicit, so that a later change of the default does not change a set.
+        let config = SetConfig {
+            max_error_rate: Some(config.max_error_rate()),
+            ..config
+        };
         let shape =
             PartitionedFilter::new(config.capacity, config.error_rate, config.partition_bytes)
                 .map_err(invalid)?;

@@ -1,8 +1,9 @@
-//! `penchant apps ...` and `penchant keys ...`: the admin API of a running server, from the
-//! command line, authenticated with the global admin key (`auth.admin_key`).
+//! `penchant apps|keys|jobs|sets ...`: the admin API of a running server, from the command line,
+//! authenticated with the global admin key (`auth.admin_key`).
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -70,6 +71,56 @@ pub enum JobsCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum SetsCommand {
+    /// Reserve a key set (a partitioned Bloom filter).
+    Reserve {
+        #[arg(long)]
+        app: String,
+        name: String,
+        /// Keys the set is designed for.
+        #[arg(long)]
+        capacity: u64,
+        /// False-positive rate at capacity.
+        #[arg(long, default_value_t = 0.01)]
+        error_rate: f64,
+        /// Bytes per partition (a multiple of 64).
+        #[arg(long, default_value_t = 8192)]
+        partition_bytes: u64,
+        /// A rebuild above this estimated rate keeps the old generation (default: 2 × errorRate).
+        #[arg(long)]
+        max_error_rate: Option<f64>,
+    },
+    /// List an app's sets.
+    List {
+        #[arg(long)]
+        app: String,
+    },
+    /// A set's keys, size, fill and estimated false-positive rate.
+    Info {
+        #[arg(long)]
+        app: String,
+        name: String,
+    },
+    /// Rebuild a set from a key list, one key per line, streamed to the server with a progress
+    /// bar. The set switches to the new generation unless its estimated false-positive rate
+    /// passes the set's maxErrorRate.
+    Rebuild {
+        #[arg(long)]
+        app: String,
+        name: String,
+        /// The key list.
+        #[arg(long)]
+        file: std::path::PathBuf,
+    },
+    /// Delete a set.
+    Delete {
+        #[arg(long)]
+        app: String,
+        name: String,
+    },
+}
+
 struct Client {
     base: String,
     key: String,
@@ -103,14 +154,26 @@ impl Client {
         app: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Value> {
+        let body = body.map(|b| (reqwest::Body::from(b.to_string()), "application/json"));
+        self.send(method, path, app, body).await
+    }
+
+    /// A request with a body of any type; the JSON answer, or the server's message as an error.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        app: &str,
+        body: Option<(reqwest::Body, &str)>,
+    ) -> anyhow::Result<Value> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
             .request(method, &url)
             .header("X-Algolia-Application-Id", app)
             .header("X-Algolia-API-Key", &self.key);
-        if let Some(body) = body {
-            req = req.json(&body);
+        if let Some((body, content_type)) = body {
+            req = req.header("Content-Type", content_type).body(body);
         }
         let resp = req
             .send()
@@ -211,5 +274,68 @@ pub fn jobs(command: JobsCommand, target: &Target, config: &Config) -> anyhow::R
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+    })
+}
+
+pub fn sets(command: SetsCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
+    let client = Client::new(target, config)?;
+    block_on(async {
+        let out = match command {
+            SetsCommand::Reserve {
+                app,
+                name,
+                capacity,
+                error_rate,
+                partition_bytes,
+                max_error_rate,
+            } => {
+                let mut body = json!({"name": name, "capacity": capacity, "errorRate": error_rate,
+                    "partitionBytes": partition_bytes});
+                if let Some(max) = max_error_rate {
+                    body["maxErrorRate"] = json!(max);
+                }
+                client
+                    .call(Method::POST, "/1/sets", &app, Some(body))
+                    .await?
+            }
+            SetsCommand::List { app } => client.call(Method::GET, "/1/sets", &app, None).await?,
+            SetsCommand::Info { app, name } => {
+                client
+                    .call(Method::GET, &format!("/1/sets/{name}"), &app, None)
+                    .await?
+            }
+            SetsCommand::Rebuild { app, name, file } => {
+                let opened = tokio::fs::File::open(&file)
+                    .await
+                    .with_context(|| format!("cannot open {}", file.display()))?;
+                let bar = indicatif::ProgressBar::new(opened.metadata().await?.len());
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} rebuild {bar:30} {bytes}/{total_bytes} sent  {msg}",
+                    )?
+                    .progress_chars("=> "),
+                );
+                let sent = bar.clone();
+                let stream = tokio_util::io::ReaderStream::new(opened).inspect(move |chunk| {
+                    if let Ok(chunk) = chunk {
+                        sent.inc(chunk.len() as u64);
+                    }
+                });
+                let body = reqwest::Body::wrap_stream(stream);
+                bar.set_message("building the new generation");
+                let path = format!("/1/sets/{name}/rebuild");
+                let result = client
+                    .send(Method::POST, &path, &app, Some((body, "text/plain")))
+                    .await;
+                bar.finish_and_clear();
+                result?
+            }
+            SetsCommand::Delete { app, name } => {
+                client
+                    .call(Method::DELETE, &format!("/1/sets/{name}"), &app, None)
+                    .await?
+            }
+        };
+        print(&out)
     })
 }

@@ -30,6 +30,8 @@ enum Command {
     Keys(KeysArgs),
     /// Follow background jobs on a running server (global admin key).
     Jobs(JobsArgs),
+    /// Manage an app's key sets (Bloom filters) on a running server (global admin key).
+    Sets(SetsArgs),
     /// Run a benchmark and print its table.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -39,6 +41,16 @@ enum Command {
 struct JobsArgs {
     #[command(subcommand)]
     command: crate::admin::JobsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct SetsArgs {
+    #[command(subcommand)]
+    command: crate::admin::SetsCommand,
     #[command(flatten)]
     target: crate::admin::Target,
     #[command(flatten)]
@@ -136,6 +148,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Apps(args) => crate::admin::apps(args.command, &args.target, &args.config.load()?),
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
+        Command::Sets(args) => crate::admin::sets(args.command, &args.target, &args.config.load()?),
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
         Command::Bench(BenchCommand::Bloom(args)) => crate::bench::bloom::run(args),
         Command::Bench(BenchCommand::Personalization(args)) => {

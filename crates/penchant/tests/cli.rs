@@ -287,3 +287,83 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }
+
+#[test]
+fn sets_commands_reserve_and_rebuild_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .stderr(Stdio::null());
+    });
+    let admin = |args: &[&str]| -> (bool, serde_json::Value, String) {
+        let out = penchant()
+            .args(args)
+            .args(["--server", &url])
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .output()
+            .unwrap();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (
+            out.status.success(),
+            json,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, err) = admin(&["apps", "create", "--app-id", "SETS"]);
+    assert!(ok, "{err}");
+    let (ok, set, err) = admin(&[
+        "sets",
+        "reserve",
+        "--app",
+        "SETS",
+        "blocked",
+        "--capacity",
+        "20000",
+        "--error-rate",
+        "0.01",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(set["name"], "blocked");
+    let (ok, _, err) = admin(&["sets", "reserve", "--app", "SETS", "bad", "--capacity", "0"]);
+    assert!(!ok && err.contains("capacity must be at least 1"), "{err}");
+
+    let keys = |n: usize| (0..n).map(|i| format!("key{i}\n")).collect::<String>();
+    let list = dir.path().join("keys.txt");
+    std::fs::write(&list, keys(20_000)).unwrap();
+    let file = list.to_str().unwrap();
+    let (ok, rebuild, err) = admin(&[
+        "sets", "rebuild", "--app", "SETS", "blocked", "--file", file,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(rebuild["state"], "done", "{rebuild}");
+    assert_eq!(rebuild["keys"], 20_000);
+    let (ok, info, err) = admin(&["sets", "info", "--app", "SETS", "blocked"]);
+    assert!(ok, "{err}");
+    // Keys as the filter counts them: a false positive at insert time is not counted.
+    let counted = info["keys"].as_u64().unwrap();
+    assert!((19_900..=20_000).contains(&counted), "{info}");
+    assert_eq!(
+        info["config"]["maxErrorRate"], 0.02,
+        "the default: twice errorRate"
+    );
+    let rate = info["estimatedErrorRate"].as_f64().unwrap();
+    assert!(rate > 0.001 && rate <= 0.01, "{info}");
+
+    // Ten times the capacity: refused, and the set keeps its generation.
+    std::fs::write(&list, keys(200_000)).unwrap();
+    let (ok, _, err) = admin(&[
+        "sets", "rebuild", "--app", "SETS", "blocked", "--file", file,
+    ]);
+    assert!(!ok && err.contains("rebuild refused"), "{err}");
+    let (_, after, _) = admin(&["sets", "info", "--app", "SETS", "blocked"]);
+    assert_eq!(after["generation"], info["generation"]);
+    assert_eq!(after["keys"], counted);
+    let (ok, _, err) = admin(&["sets", "delete", "--app", "SETS", "blocked"]);
+    assert!(ok, "{err}");
+    let (_, listed, _) = admin(&["sets", "list", "--app", "SETS"]);
+    assert_eq!(listed["sets"], serde_json::json!([]));
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
