@@ -1,14 +1,32 @@
 //! `penchant bench bloom`: Penchant's blocked Bloom filter beside the `fastbloom` crate, same
-//! bits per key, same keys, same run; and the seed's bulk check of a user's "seen" filter.
+//! bits per key, same keys, same run; then the seed's case, one user's 2^17-bit "seen" filter
+//! (10,000 seen items, 50,000 candidates checked in bulk), three ways: the `penchant-bloom`
+//! crate in-process, Penchant's HTTP API on loopback, and the Coffee Meets Bagel seed's Redis
+//! approach (SETBIT pipeline to add, GET of the whole filter and a client-side check) against a
+//! `redis-server` child on loopback.
 //!
-//! Keys are hashed once up front and both filters are probed by hash, so the table compares
-//! the filters themselves. The workloads take turns for three rounds; the best round counts.
+//! Keys are hashed once up front and both filters are probed by hash, so the first table
+//! compares the filters themselves. The workloads take turns for three rounds; the best round
+//! counts.
 
+use std::collections::HashSet;
+use std::f64::consts::LN_2;
 use std::hint::black_box;
-use std::time::Instant;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use anyhow::{Context, bail};
 use penchant_bloom::{BloomFilter, key_hash};
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::Store;
+use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::{Rng, SeedableRng};
+
+use super::rate;
 
 const ROUNDS: usize = 3;
 
@@ -23,6 +41,10 @@ pub struct BloomBenchArgs {
     /// Skip the 128 MB filter (it takes a few seconds and 2 GB of memory).
     #[arg(long)]
     small_only: bool,
+    /// The `redis-server` binary for the seed's Redis approach (default: `redis-server` on
+    /// PATH; `scripts/redis-server.sh` installs one and prints its path).
+    #[arg(long)]
+    redis_server: Option<PathBuf>,
 }
 
 /// Nanoseconds per lookup of one run, and its hit count.
@@ -104,28 +126,564 @@ pub fn run(args: BloomBenchArgs) -> anyhow::Result<()> {
         );
     }
 
-    // The Coffee Meets Bagel case: one user's 2^17-bit seen filter, 50,000 candidates checked
-    // in bulk (their Redis pipeline took about 170 ms), hashing included.
-    let mut seen = BloomFilter::with_bytes((1 << 17) / 8, 10_000)?;
-    for i in 0..10_000u32 {
-        seen.insert(format!("item-{i}").as_bytes());
+    seen_table(&args)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seen filter, three ways.
+
+/// Bits of one user's seen filter (16 KB).
+const SEEN_BITS: u64 = 1 << 17;
+const SEEN_ITEMS: usize = 10_000;
+const CANDIDATES: usize = 50_000;
+/// objectIDs per `madd` request.
+const MADD_BATCH: usize = 1000;
+const APP: &str = "BENCH";
+
+/// One approach's best round.
+#[derive(Debug, Clone, Copy)]
+struct SeenRow {
+    add_ms: f64,
+    check_ms: f64,
+    unseen: usize,
+}
+
+impl SeenRow {
+    fn best(self, other: SeenRow) -> SeenRow {
+        SeenRow {
+            add_ms: self.add_ms.min(other.add_ms),
+            check_ms: self.check_ms.min(other.check_ms),
+            unseen: other.unseen,
+        }
     }
-    let candidates: Vec<Vec<u8>> = (0..50_000u32)
-        .map(|i| format!("item-{}", i * 3).into_bytes())
+}
+
+fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// Candidates `item0`..`item49999`; every fifth one is seen (10,000), the other 40,000 are not.
+struct Workload {
+    candidates: Vec<String>,
+    seen: Vec<String>,
+    /// Candidates that are not seen, for the false-negative check.
+    truly_unseen: HashSet<String>,
+}
+
+fn workload() -> Workload {
+    let candidates: Vec<String> = (0..CANDIDATES).map(|i| format!("item{i}")).collect();
+    let step = CANDIDATES / SEEN_ITEMS;
+    let seen: Vec<String> = candidates.iter().step_by(step).cloned().collect();
+    let seen_set: HashSet<&String> = seen.iter().collect();
+    let truly_unseen = candidates
+        .iter()
+        .filter(|c| !seen_set.contains(c))
+        .cloned()
         .collect();
-    let mut best = f64::INFINITY;
-    let mut unseen = 0;
-    for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let hashes: Vec<u64> = candidates.iter().map(|c| key_hash(c)).collect();
-        let mut out = Vec::new();
-        seen.contains_many_hashes(&hashes, &mut out);
-        unseen = out.iter().filter(|x| !**x).count();
-        best = best.min(start.elapsed().as_secs_f64() * 1e3);
+    Workload {
+        candidates,
+        seen,
+        truly_unseen,
     }
+}
+
+fn seen_table(args: &BloomBenchArgs) -> anyhow::Result<()> {
+    let work = workload();
+    let k = classic_k();
+    let redis_path = match &args.redis_server {
+        Some(path) => Some(path.clone()),
+        None => find_on_path("redis-server"),
+    };
     println!(
-        "\nseen filter 2^17 bits, 10,000 items: bulk check of 50,000 candidates in {best:.3} ms \
-         ({unseen} unseen; the seed's Redis approach: about 170 ms)"
+        "\nseen filter 2^17 bits (16 KB), {} seen items, {} candidates ({} unseen), best of {ROUNDS} rounds",
+        rate(work.seen.len() as f64),
+        rate(work.candidates.len() as f64),
+        rate(work.truly_unseen.len() as f64),
     );
+    println!(
+        "  Penchant HTTP: madd in {} requests of {MADD_BATCH} objectIDs, one `unseen` request; \
+         fsynced WAL (RocksDB)",
+        work.seen.len().div_ceil(MADD_BATCH)
+    );
+    println!(
+        "  Redis: {k} bits per item (classic k-hash filter, double hashing), one pipeline of {} \
+         SETBIT; check = GET of the filter + client-side test; no persistence",
+        rate((work.seen.len() * k as usize) as f64)
+    );
+
+    let dir = tempfile::tempdir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (inproc, http, redis) = runtime.block_on(async {
+        // Set up each side once; failures on one side leave the others' rows.
+        let http = PenchantHttp::start(dir.path()).await;
+        let redis = redis_path.as_deref().map(RedisServer::start);
+        let mut redis = redis.map(|r| r.and_then(|server| Ok((server.connect()?, server))));
+
+        let (mut inproc, mut http_row, mut redis_row) = (None, None, None);
+        let (mut http_err, mut redis_err) = (None, None);
+        for round in 0..ROUNDS {
+            // The workloads take turns; the best round of each counts.
+            let row = seen_in_process(&work)?;
+            inproc = Some(inproc.map_or(row, |best: SeenRow| best.best(row)));
+
+            match &http {
+                Ok(client) if http_err.is_none() => {
+                    match client
+                        .seen_round(&work, &format!("bench-user-{round}"))
+                        .await
+                    {
+                        Ok(row) => http_row = Some(http_row.map_or(row, |b: SeenRow| b.best(row))),
+                        Err(e) => http_err = Some(format!("{e:#}")),
+                    }
+                }
+                Err(e) if http_err.is_none() => http_err = Some(format!("{e:#}")),
+                _ => {}
+            }
+
+            match &mut redis {
+                Some(Ok((conn, _server))) if redis_err.is_none() => {
+                    match redis_round(conn, &work, k, &format!("seen:bench-user-{round}")) {
+                        Ok(row) => {
+                            redis_row = Some(redis_row.map_or(row, |b: SeenRow| b.best(row)))
+                        }
+                        Err(e) => redis_err = Some(format!("{e:#}")),
+                    }
+                }
+                Some(Err(e)) if redis_err.is_none() => redis_err = Some(format!("{e:#}")),
+                _ => {}
+            }
+        }
+        // The redis-server child is killed here (RedisServer's Drop).
+        drop(redis);
+        let http = http_row.ok_or_else(|| http_err.unwrap_or_default());
+        let redis = redis_path.map(|_| redis_row.ok_or_else(|| redis_err.unwrap_or_default()));
+        anyhow::Ok((inproc.expect("ROUNDS > 0"), http, redis))
+    })?;
+
+    println!(
+        "\n{:<59} | {:>20} | {:>28} | {:>12}",
+        "approach", "add 10,000 seen (ms)", "check 50,000 candidates (ms)", "unseen found"
+    );
+    let line = |name: &str, row: &Result<SeenRow, String>| match row {
+        Ok(r) => println!(
+            "{name:<59} | {:>20.3} | {:>28.3} | {:>12}",
+            r.add_ms,
+            r.check_ms,
+            rate(r.unseen as f64)
+        ),
+        Err(e) => println!("{name:<59} | failed: {e}"),
+    };
+    line("penchant-bloom in-process", &Ok(inproc));
+    line("Penchant HTTP API (loopback)", &http);
+    let redis_name = "Redis SETBIT pipeline + GET (loopback, the seed's approach)";
+    match &redis {
+        Some(row) => line(redis_name, row),
+        None => println!(
+            "{redis_name:<59} | skipped: no redis-server on PATH; run `scripts/redis-server.sh` \
+             and pass --redis-server \"$(scripts/redis-server.sh)\""
+        ),
+    }
+    if let (Ok(h), Some(Ok(r))) = (&http, &redis) {
+        println!(
+            "\nRedis check / Penchant HTTP check: {:.2}x ({:.3} ms / {:.3} ms)",
+            r.check_ms / h.check_ms,
+            r.check_ms,
+            h.check_ms
+        );
+    }
+    if let Err(e) = &http {
+        bail!("Penchant HTTP API: {e}");
+    }
+    if let Some(Err(e)) = &redis {
+        bail!("Redis: {e}");
+    }
     Ok(())
+}
+
+/// The existing in-process measurement: `penchant-bloom`, hashing included.
+fn seen_in_process(work: &Workload) -> anyhow::Result<SeenRow> {
+    let start = Instant::now();
+    let mut seen = BloomFilter::with_bytes(SEEN_BITS / 8, SEEN_ITEMS as u64)?;
+    for item in &work.seen {
+        seen.insert(item.as_bytes());
+    }
+    let add_ms = ms(start);
+    let start = Instant::now();
+    let hashes: Vec<u64> = work
+        .candidates
+        .iter()
+        .map(|c| key_hash(c.as_bytes()))
+        .collect();
+    let mut out = Vec::new();
+    seen.contains_many_hashes(&hashes, &mut out);
+    let unseen: Vec<&String> = work
+        .candidates
+        .iter()
+        .zip(&out)
+        .filter(|(_, hit)| !**hit)
+        .map(|(c, _)| c)
+        .collect();
+    let check_ms = ms(start);
+    check_unseen(work, unseen.iter().map(|c| c.as_str()))?;
+    Ok(SeenRow {
+        add_ms,
+        check_ms,
+        unseen: unseen.len(),
+    })
+}
+
+/// A Bloom filter has no false negatives: every candidate reported unseen must be unseen.
+fn check_unseen<'a>(work: &Workload, unseen: impl Iterator<Item = &'a str>) -> anyhow::Result<()> {
+    for c in unseen {
+        anyhow::ensure!(
+            work.truly_unseen.contains(c),
+            "{c} was reported unseen but was added as seen"
+        );
+    }
+    Ok(())
+}
+
+// ----- Penchant's HTTP API -----
+
+/// Penchant's server in-process on a loopback port, as `bench personalization` runs it.
+struct PenchantHttp {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    _engine: Engine,
+}
+
+impl PenchantHttp {
+    async fn start(dir: &Path) -> anyhow::Result<Self> {
+        let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, RocksOptions::default())?);
+        let engine = Engine::open(store, EngineConfig::default()).await?;
+        let (_, key) = engine.tenancy().create_app(Some(APP), "bench").await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let app =
+            penchant_server::router(penchant_server::AppState::new(engine.clone(), "embedded"));
+        tokio::spawn(penchant_server::serve(
+            listener,
+            app,
+            std::future::pending(),
+        ));
+        Ok(Self {
+            http: reqwest::Client::new(),
+            base,
+            key,
+            _engine: engine,
+        })
+    }
+
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> anyhow::Result<T> {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("X-Algolia-Application-Id", APP)
+            .header("X-Algolia-API-Key", &self.key)
+            .json(body)
+            .send()
+            .await?;
+        if !resp.status().is_success() {
+            bail!("POST {path}: {} {}", resp.status(), resp.text().await?);
+        }
+        resp.json()
+            .await
+            .with_context(|| format!("POST {path}: unexpected response"))
+    }
+
+    async fn seen_round(&self, work: &Workload, user: &str) -> anyhow::Result<SeenRow> {
+        #[derive(serde::Serialize)]
+        struct ObjectIds<'a> {
+            #[serde(rename = "objectIDs")]
+            object_ids: &'a [String],
+        }
+        #[derive(serde::Deserialize)]
+        struct Added {
+            added: Vec<bool>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Unseen {
+            #[serde(rename = "objectIDs")]
+            object_ids: Vec<String>,
+        }
+
+        let start = Instant::now();
+        for chunk in work.seen.chunks(MADD_BATCH) {
+            let resp: Added = self
+                .post(
+                    &format!("/1/seen/users/{user}/madd"),
+                    &ObjectIds { object_ids: chunk },
+                )
+                .await?;
+            anyhow::ensure!(
+                resp.added.len() == chunk.len(),
+                "madd: {} results for {} objectIDs",
+                resp.added.len(),
+                chunk.len()
+            );
+        }
+        let add_ms = ms(start);
+        let start = Instant::now();
+        let resp: Unseen = self
+            .post(
+                &format!("/1/seen/users/{user}/unseen"),
+                &ObjectIds {
+                    object_ids: &work.candidates,
+                },
+            )
+            .await?;
+        let check_ms = ms(start);
+        check_unseen(work, resp.object_ids.iter().map(String::as_str))?;
+        Ok(SeenRow {
+            add_ms,
+            check_ms,
+            unseen: resp.object_ids.len(),
+        })
+    }
+}
+
+// ----- The seed's Redis approach -----
+
+/// Hash functions of a classic Bloom filter of 2^17 bits sized for 10,000 items:
+/// k = (m / n) ln 2, rounded (9).
+fn classic_k() -> u32 {
+    ((SEEN_BITS as f64 / SEEN_ITEMS as f64) * LN_2).round() as u32
+}
+
+/// The k bit positions of a key: double hashing h1 + i*h2 mod 2^17 on a 64-bit hash.
+fn classic_positions(key: &[u8], k: u32) -> impl Iterator<Item = u64> {
+    let h = key_hash(key);
+    let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
+    (0..u64::from(k)).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % SEEN_BITS)
+}
+
+/// Redis numbers bits from the most significant bit of each byte.
+fn redis_bit(filter: &[u8], offset: u64) -> bool {
+    filter
+        .get((offset / 8) as usize)
+        .is_some_and(|byte| byte & (0x80 >> (offset % 8)) != 0)
+}
+
+fn redis_round(conn: &mut Resp, work: &Workload, k: u32, key: &str) -> anyhow::Result<SeenRow> {
+    // Add: one pipeline of SETBIT key offset 1, k per item.
+    let start = Instant::now();
+    let mut buf = Vec::with_capacity(work.seen.len() * k as usize * 48);
+    let mut commands = 0;
+    for item in &work.seen {
+        for offset in classic_positions(item.as_bytes(), k) {
+            encode_command(
+                &mut buf,
+                &[
+                    b"SETBIT",
+                    key.as_bytes(),
+                    offset.to_string().as_bytes(),
+                    b"1",
+                ],
+            );
+            commands += 1;
+        }
+    }
+    conn.pipeline(&buf, commands)?;
+    let add_ms = ms(start);
+
+    // Check: GET the whole filter, test each candidate's k bits here.
+    let start = Instant::now();
+    let mut buf = Vec::new();
+    encode_command(&mut buf, &[b"GET", key.as_bytes()]);
+    conn.stream.write_all(&buf)?;
+    let filter = match conn.read_reply()? {
+        Reply::Bulk(Some(bytes)) => bytes,
+        other => bail!("GET {key}: unexpected reply {other:?}"),
+    };
+    let unseen: Vec<&String> = work
+        .candidates
+        .iter()
+        .filter(|c| !classic_positions(c.as_bytes(), k).all(|o| redis_bit(&filter, o)))
+        .collect();
+    let check_ms = ms(start);
+    anyhow::ensure!(
+        filter.len() as u64 <= SEEN_BITS / 8,
+        "GET {key}: {} bytes, more than the filter's",
+        filter.len()
+    );
+    check_unseen(work, unseen.iter().map(|c| c.as_str()))?;
+    Ok(SeenRow {
+        add_ms,
+        check_ms,
+        unseen: unseen.len(),
+    })
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// A `redis-server` child on a free loopback port, without persistence; killed on drop.
+#[derive(Debug)]
+struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    fn start(path: &Path) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        // A free port: bind port 0, note the port, let it go for redis-server.
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(path)
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(dir.path().join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot start {}", path.display()))?;
+        let mut server = Self { child, port, dir };
+        // Wait until it answers PING.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = server.child.try_wait()? {
+                bail!(
+                    "{} exited ({status}) before answering PING: {}",
+                    path.display(),
+                    server.log_tail()
+                );
+            }
+            let ping = server.connect().and_then(|mut conn| {
+                conn.stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+                conn.read_reply()
+            });
+            match ping {
+                Ok(Reply::Simple(s)) if s == "PONG" => return Ok(server),
+                _ if Instant::now() > deadline => bail!(
+                    "{} did not answer PING on port {port} within 10 s: {}",
+                    path.display(),
+                    server.log_tail()
+                ),
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    fn connect(&self) -> anyhow::Result<Resp> {
+        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_nodelay(true)?;
+        let reader = BufReader::with_capacity(1 << 16, stream.try_clone()?);
+        Ok(Resp { stream, reader })
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        if lines.is_empty() {
+            return "(nothing in its log)".into();
+        }
+        lines[lines.len().saturating_sub(5)..].join(" / ")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A RESP2 reply (errors are returned as `Err`; no command here answers an array).
+#[derive(Debug)]
+enum Reply {
+    Simple(String),
+    Integer(i64),
+    Bulk(Option<Vec<u8>>),
+}
+
+/// A tiny RESP client: pipelined commands written, replies read.
+#[derive(Debug)]
+struct Resp {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+fn encode_command(buf: &mut Vec<u8>, args: &[&[u8]]) {
+    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        buf.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        buf.extend_from_slice(arg);
+        buf.extend_from_slice(b"\r\n");
+    }
+}
+
+impl Resp {
+    /// Write `commands` SETBITs already encoded in `buf` (from another thread, so that neither
+    /// side blocks on a full socket buffer) while reading their replies (the old bits).
+    fn pipeline(&mut self, buf: &[u8], commands: usize) -> anyhow::Result<()> {
+        let mut writer = self.stream.try_clone()?;
+        std::thread::scope(|scope| {
+            let written = scope.spawn(move || writer.write_all(buf));
+            let mut read = || -> anyhow::Result<()> {
+                for _ in 0..commands {
+                    match self.read_reply()? {
+                        Reply::Integer(0 | 1) => {}
+                        other => bail!("SETBIT: unexpected reply {other:?}"),
+                    }
+                }
+                Ok(())
+            };
+            let read = read();
+            written.join().expect("writer thread panicked")?;
+            read
+        })
+    }
+
+    fn read_line(&mut self) -> anyhow::Result<String> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            bail!("redis-server closed the connection");
+        }
+        let line = line
+            .strip_suffix("\r\n")
+            .context("RESP line without CRLF")?;
+        Ok(line.to_owned())
+    }
+
+    fn read_reply(&mut self) -> anyhow::Result<Reply> {
+        let line = self.read_line()?;
+        let (kind, rest) = line.split_at_checked(1).context("empty RESP line")?;
+        Ok(match kind {
+            "+" => Reply::Simple(rest.to_owned()),
+            "-" => bail!("redis: {rest}"),
+            ":" => Reply::Integer(rest.parse()?),
+            "$" => {
+                let len: i64 = rest.parse()?;
+                if len < 0 {
+                    Reply::Bulk(None)
+                } else {
+                    let mut data = vec![0; len as usize + 2];
+                    self.reader.read_exact(&mut data)?;
+                    anyhow::ensure!(data.ends_with(b"\r\n"), "bulk string without CRLF");
+                    data.truncate(len as usize);
+                    Reply::Bulk(Some(data))
+                }
+            }
+            _ => bail!("unexpected RESP reply: {line}"),
+        })
+    }
 }
