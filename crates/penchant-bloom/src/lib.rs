@@ -509,4 +509,32 @@ mod simd {
         }
         baseline(blocks, probes, hashes, out);
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::{BloomFilter, key_hash};
+
+        /// Both builds give the single lookups' answers, whichever this CPU runs.
+        #[test]
+        fn every_build_agrees_with_single_lookups() {
+            for probes in [1, 7, 8, 9, 16] {
+                let mut f = BloomFilter::with_shape(16, probes).unwrap();
+                for i in 0..400 {
+                    f.insert(format!("in-{i}").as_bytes());
+                }
+                let hashes: Vec<u64> = (0..2000)
+                    .map(|i| key_hash(format!("{}-{i}", ["in", "out"][i % 2]).as_bytes()))
+                    .collect();
+                let single: Vec<bool> = hashes.iter().map(|h| f.contains_hash(*h)).collect();
+                let mut out = Vec::new();
+                baseline(&f.blocks, probes, &hashes, &mut out);
+                assert_eq!(out, single, "baseline, {probes} probes");
+                out.clear();
+                contains_batch(&f.blocks, probes, &hashes, &mut out);
+                assert_eq!(out, single, "dispatched, {probes} probes");
+                assert!(single.iter().step_by(2).all(|b| *b), "a false negative");
+            }
+        }
+    }
 }
