@@ -122,6 +122,49 @@ async fn key_sets_reserve_add_check_rebuild() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["message"], "set nope does not exist");
 
+    // Malformed commands.
+    for (path, body, needle) in [
+        (
+            "/1/sets/blocked/madd",
+            json!({"key": "x"}),
+            "missing field `keys`",
+        ),
+        (
+            "/1/sets/blocked/madd",
+            json!({"keys": [1]}),
+            "keys must be an array of strings",
+        ),
+        (
+            "/1/sets/blocked/add",
+            json!({"key": ["x"]}),
+            "key must be a string",
+        ),
+        (
+            "/1/sets/blocked/add",
+            json!({"key": "x", "more": 1}),
+            "unknown field `more`",
+        ),
+        (
+            "/1/sets/blocked/madd",
+            json!(["x"]),
+            "must be an object with keys",
+        ),
+    ] {
+        let (status, resp) = s.call(Method::POST, path, a, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {resp}");
+        assert!(resp["message"].as_str().unwrap().contains(needle), "{resp}");
+    }
+    let (status, resp) = s
+        .call(
+            Method::POST,
+            "/1/sets/blocked/fly",
+            a,
+            Some(json!({"key": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(resp["message"], "unknown command `fly`");
+
     // madd / mexists: no false negatives, few false positives.
     let first = keys("user:", 1000);
     let (status, body) = s

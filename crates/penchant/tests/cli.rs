@@ -189,20 +189,7 @@ fn apps_and_keys_commands_manage_a_running_server() {
             .env("PENCHANT_AUTH__ADMIN_KEY", "root")
             .stderr(Stdio::null());
     });
-    let admin = |args: &[&str]| -> (bool, serde_json::Value, String) {
-        let out = penchant()
-            .args(args)
-            .args(["--server", &url])
-            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-            .output()
-            .unwrap();
-        let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-        (
-            out.status.success(),
-            json,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let admin = |args: &[&str]| admin_command(&url, args);
     let (ok, app, err) = admin(&["apps", "create", "--app-id", "CLIAPP", "--name", "Shop"]);
     assert!(ok, "{err}");
     assert_eq!(app["appID"], "CLIAPP");
@@ -297,20 +284,7 @@ fn sets_commands_reserve_and_rebuild_from_a_file() {
             .env("PENCHANT_AUTH__ADMIN_KEY", "root")
             .stderr(Stdio::null());
     });
-    let admin = |args: &[&str]| -> (bool, serde_json::Value, String) {
-        let out = penchant()
-            .args(args)
-            .args(["--server", &url])
-            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-            .output()
-            .unwrap();
-        let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-        (
-            out.status.success(),
-            json,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let admin = |args: &[&str]| admin_command(&url, args);
     let (ok, _, err) = admin(&["apps", "create", "--app-id", "SETS"]);
     assert!(ok, "{err}");
     let (ok, set, err) = admin(&[
@@ -366,4 +340,20 @@ fn sets_commands_reserve_and_rebuild_from_a_file() {
     assert_eq!(listed["sets"], serde_json::json!([]));
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
+}
+
+/// `penchant <args> --server <url>` as the global admin ("root"): success, stdout as JSON, stderr.
+fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
+    let out = penchant()
+        .args(args)
+        .args(["--server", url])
+        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.success(),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -42,11 +42,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/1/sets", get(list_sets).post(reserve))
         .route("/1/sets/{name}", get(set_info).delete(delete_set))
-        .route("/1/sets/{name}/add", post(set_add))
-        .route("/1/sets/{name}/madd", post(set_madd))
-        .route("/1/sets/{name}/exists", post(set_exists))
-        .route("/1/sets/{name}/mexists", post(set_mexists))
         .route("/1/sets/{name}/rebuild", post(rebuild))
+        .route("/1/sets/{name}/{command}", post(set_command))
         .route(
             "/1/seen/settings",
             get(seen_settings).put(set_seen_settings),
@@ -55,12 +52,52 @@ pub fn routes() -> Router<AppState> {
             "/1/seen/users/{user_token}",
             get(seen_info).delete(seen_clear),
         )
-        .route("/1/seen/users/{user_token}/add", post(seen_add))
-        .route("/1/seen/users/{user_token}/madd", post(seen_madd))
-        .route("/1/seen/users/{user_token}/exists", post(seen_exists))
-        .route("/1/seen/users/{user_token}/mexists", post(seen_mexists))
-        .route("/1/seen/users/{user_token}/unseen", post(seen_unseen))
+        .route("/1/seen/users/{user_token}/{command}", post(seen_command))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// The keys of a command's body: `{"<field>": "k"}` (`many` false) or `{"<field>": ["k", ...]}`.
+fn keys_of(body: Value, field: &str, many: bool) -> Result<Vec<String>, ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
+    let Value::Object(mut map) = body else {
+        return Err(bad(format!("the body must be an object with {field}")));
+    };
+    let value = map
+        .remove(field)
+        .ok_or_else(|| bad(format!("missing field `{field}`")))?;
+    if let Some(other) = map.keys().next() {
+        return Err(bad(format!("unknown field `{other}`, expected `{field}`")));
+    }
+    let keys = match value {
+        Value::String(k) if !many => vec![k],
+        Value::Array(items) if many => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(k) => Ok(k),
+                _ => Err(bad(format!("{field} must be an array of strings"))),
+            })
+            .collect::<Result<_, _>>()?,
+        _ if many => return Err(bad(format!("{field} must be an array of strings"))),
+        _ => return Err(bad(format!("{field} must be a string"))),
+    };
+    Ok(keys)
+}
+
+/// A list answer, or its only item for a single-key command.
+fn answer<T: serde::Serialize>(field: &str, mut items: Vec<T>, many: bool) -> Json<Value> {
+    let value = if many {
+        json!(items)
+    } else {
+        json!(items.pop())
+    };
+    Json(json!({ field: value }))
+}
+
+fn unknown_command(command: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("unknown command `{command}`"),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,32 +106,6 @@ struct Reserve {
     name: String,
     #[serde(flatten)]
     config: SetConfig,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct One {
-    key: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Many {
-    keys: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OneId {
-    #[serde(rename = "objectID")]
-    object_id: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ManyIds {
-    #[serde(rename = "objectIDs")]
-    object_ids: Vec<String>,
 }
 
 fn json<T: serde::Serialize>(value: T) -> Result<Json<Value>, ApiError> {
@@ -142,48 +153,28 @@ async fn delete_set(
     Ok(Json(json!({ "deletedAt": crate::iso_now() })))
 }
 
-async fn set_add(
+/// `add`, `madd` (ACL `addObject`), `exists`, `mexists` (ACL `search`).
+async fn set_command(
     auth: Auth,
     State(state): State<AppState>,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody<One>,
+    Path((name, command)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::AddObject)?.app_id;
-    let added = state.engine.sets().add(app, &name, &[body.key]).await?;
-    Ok(Json(json!({ "added": added[0] })))
-}
-
-async fn set_madd(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody<Many>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::AddObject)?.app_id;
-    let added = state.engine.sets().add(app, &name, &body.keys).await?;
-    Ok(Json(json!({ "added": added })))
-}
-
-async fn set_exists(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody<One>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
-    let exists = state.engine.sets().exists(app, &name, &[body.key]).await?;
-    Ok(Json(json!({ "exists": exists[0] })))
-}
-
-async fn set_mexists(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody<Many>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
-    let exists = state.engine.sets().exists(app, &name, &body.keys).await?;
-    Ok(Json(json!({ "exists": exists })))
+    let (acl, field, many) = match command.as_str() {
+        "add" => (Acl::AddObject, "added", false),
+        "madd" => (Acl::AddObject, "added", true),
+        "exists" => (Acl::Search, "exists", false),
+        "mexists" => (Acl::Search, "exists", true),
+        _ => return Err(unknown_command(&command)),
+    };
+    let app = &auth.require(acl)?.app_id;
+    let keys = keys_of(body, if many { "keys" } else { "key" }, many)?;
+    let sets = state.engine.sets();
+    let answers = match acl {
+        Acl::AddObject => sets.add(app, &name, &keys).await?,
+        _ => sets.exists(app, &name, &keys).await?,
+    };
+    Ok(answer(field, answers, many))
 }
 
 async fn rebuild(
@@ -241,77 +232,26 @@ async fn seen_clear(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn seen_add(
+/// `add`, `madd`, `exists`, `mexists` and `unseen` (the candidates not seen), ACL `search`.
+async fn seen_command(
     auth: Auth,
     State(state): State<AppState>,
-    Path(user): Path<String>,
-    JsonBody(body): JsonBody<OneId>,
+    Path((user, command)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
+    let many = !matches!(command.as_str(), "add" | "exists");
+    if !matches!(
+        command.as_str(),
+        "add" | "madd" | "exists" | "mexists" | "unseen"
+    ) {
+        return Err(unknown_command(&command));
+    }
     let app = &auth.require(Acl::Search)?.app_id;
-    let added = state
-        .engine
-        .seen()
-        .add(app, &user, &[body.object_id])
-        .await?;
-    Ok(Json(json!({ "added": added[0] })))
-}
-
-async fn seen_madd(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(user): Path<String>,
-    JsonBody(body): JsonBody<ManyIds>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
-    let added = state
-        .engine
-        .seen()
-        .add(app, &user, &body.object_ids)
-        .await?;
-    Ok(Json(json!({ "added": added })))
-}
-
-async fn seen_exists(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(user): Path<String>,
-    JsonBody(body): JsonBody<OneId>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
-    let exists = state
-        .engine
-        .seen()
-        .exists(app, &user, &[body.object_id])
-        .await?;
-    Ok(Json(json!({ "exists": exists[0] })))
-}
-
-async fn seen_mexists(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(user): Path<String>,
-    JsonBody(body): JsonBody<ManyIds>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
-    let exists = state
-        .engine
-        .seen()
-        .exists(app, &user, &body.object_ids)
-        .await?;
-    Ok(Json(json!({ "exists": exists })))
-}
-
-async fn seen_unseen(
-    auth: Auth,
-    State(state): State<AppState>,
-    Path(user): Path<String>,
-    JsonBody(body): JsonBody<ManyIds>,
-) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
-    let unseen = state
-        .engine
-        .seen()
-        .unseen(app, &user, &body.object_ids)
-        .await?;
-    Ok(Json(json!({ "objectIDs": unseen })))
+    let ids = keys_of(body, if many { "objectIDs" } else { "objectID" }, many)?;
+    let seen = state.engine.seen();
+    Ok(match command.as_str() {
+        "add" | "madd" => answer("added", seen.add(app, &user, &ids).await?, many),
+        "exists" | "mexists" => answer("exists", seen.exists(app, &user, &ids).await?, many),
+        _ => answer("objectIDs", seen.unseen(app, &user, &ids).await?, true),
+    })
 }

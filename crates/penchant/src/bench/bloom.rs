@@ -21,12 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use penchant_bloom::{BloomFilter, key_hash};
-use penchant_engine::{Engine, EngineConfig};
 use penchant_store::Store;
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::{Rng, SeedableRng};
 
-use super::rate;
+use super::{InProcess, rate};
 
 const ROUNDS: usize = 3;
 
@@ -347,34 +346,13 @@ fn check_unseen<'a>(work: &Workload, unseen: impl Iterator<Item = &'a str>) -> a
 
 // ----- Penchant's HTTP API -----
 
-/// Penchant's server in-process on a loopback port, as `bench personalization` runs it.
-struct PenchantHttp {
-    http: reqwest::Client,
-    base: String,
-    key: String,
-    _engine: Engine,
-}
+/// Penchant's HTTP API, in this process.
+struct PenchantHttp(InProcess);
 
 impl PenchantHttp {
     async fn start(dir: &Path) -> anyhow::Result<Self> {
         let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, RocksOptions::default())?);
-        let engine = Engine::open(store, EngineConfig::default()).await?;
-        let (_, key) = engine.tenancy().create_app(Some(APP), "bench").await?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let app =
-            penchant_server::router(penchant_server::AppState::new(engine.clone(), "embedded"));
-        tokio::spawn(penchant_server::serve(
-            listener,
-            app,
-            std::future::pending(),
-        ));
-        Ok(Self {
-            http: reqwest::Client::new(),
-            base,
-            key,
-            _engine: engine,
-        })
+        Ok(Self(InProcess::start(store, APP).await?))
     }
 
     async fn post<T: serde::de::DeserializeOwned>(
@@ -382,20 +360,7 @@ impl PenchantHttp {
         path: &str,
         body: &impl serde::Serialize,
     ) -> anyhow::Result<T> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("X-Algolia-Application-Id", APP)
-            .header("X-Algolia-API-Key", &self.key)
-            .json(body)
-            .send()
-            .await?;
-        if !resp.status().is_success() {
-            bail!("POST {path}: {} {}", resp.status(), resp.text().await?);
-        }
-        resp.json()
-            .await
-            .with_context(|| format!("POST {path}: unexpected response"))
+        self.0.post(path, body).await
     }
 
     async fn seen_round(&self, work: &Workload, user: &str) -> anyhow::Result<SeenRow> {

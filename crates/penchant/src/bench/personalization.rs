@@ -17,13 +17,15 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use penchant_engine::profiles::Source;
-use penchant_engine::{Engine, EngineConfig};
+
 use penchant_store::{ReadRows, RowSet, Store};
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::Rng;
 use serde_json::{Value, json};
 
-use super::rate;
+use serde::de::IgnoredAny;
+
+use super::{InProcess, rate};
 
 #[derive(Debug, clap::Args)]
 pub struct PersonalizationBenchArgs {
@@ -105,29 +107,6 @@ fn strategy(genre_weight: u32) -> Value {
     })
 }
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    key: String,
-}
-
-impl Client {
-    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<()> {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("X-Algolia-Application-Id", APP)
-            .header("X-Algolia-API-Key", &self.key)
-            .json(body)
-            .send()
-            .await?;
-        if !resp.status().is_success() {
-            bail!("{path}: {} {}", resp.status(), resp.text().await?);
-        }
-        Ok(())
-    }
-}
-
 pub fn run(args: PersonalizationBenchArgs) -> anyhow::Result<()> {
     let data = load(&args.movielens)?;
     let dir = tempfile::tempdir()?;
@@ -147,21 +126,8 @@ async fn bench(
         ..RocksOptions::default()
     };
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
-    let engine = Engine::open(store.clone(), EngineConfig::default()).await?;
-    let (_, key) = engine.tenancy().create_app(Some(APP), "bench").await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let app = penchant_server::router(penchant_server::AppState::new(engine.clone(), "embedded"));
-    tokio::spawn(penchant_server::serve(
-        listener,
-        app,
-        std::future::pending(),
-    ));
-    let client = Arc::new(Client {
-        http: reqwest::Client::new(),
-        base,
-        key,
-    });
+    let client = Arc::new(InProcess::start(store.clone(), APP).await?);
+    let engine = client.engine.clone();
     eprintln!(
         "penchant bench personalization: {} ratings, {} items, {} clients, {} WAL",
         data.ratings.len(),
@@ -175,11 +141,11 @@ async fn bench(
             .map(|r| json!({"action": "addObject", "body": r}))
             .collect();
         client
-            .post("/1/indexes/movies/batch", &json!({"requests": requests}))
+            .post::<IgnoredAny>("/1/indexes/movies/batch", &json!({"requests": requests}))
             .await?;
     }
     client
-        .post("/1/strategies/personalization", &strategy(100))
+        .post::<IgnoredAny>("/1/strategies/personalization", &strategy(100))
         .await?;
 
     // 1. Ingestion: batches of 1000 events, concurrent clients.
@@ -220,7 +186,7 @@ async fn bench(
                     let Some(batch) = next else {
                         return anyhow::Ok(());
                     };
-                    client.post("/1/events", &batch).await?;
+                    client.post::<IgnoredAny>("/1/events", &batch).await?;
                 }
             })
         })
@@ -238,7 +204,7 @@ async fn bench(
         let event = json!({"events": [{"eventType": "view", "eventName": "Movie Viewed",
             "index": "movies", "userToken": user, "objectIDs": [item]}]});
         let t = Instant::now();
-        client.post("/1/events", &event).await?;
+        client.post::<IgnoredAny>("/1/events", &event).await?;
         hist.record(t.elapsed().as_micros() as u64)?;
     }
     let (user, _, _, _) = &data.ratings[0];
