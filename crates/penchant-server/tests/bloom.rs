@@ -19,6 +19,16 @@ fn bools(v: &Value) -> Vec<bool> {
         .collect()
 }
 
+/// `mexists` of set `blocked`.
+async fn mexists(s: &Server, creds: Option<(&str, &str)>, keys: &[String]) -> Vec<bool> {
+    let path = "/1/sets/blocked/mexists";
+    let (status, body) = s
+        .call(Method::POST, path, creds, Some(json!({ "keys": keys })))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    bools(&body["exists"])
+}
+
 /// POST a key list as the streamed body of a rebuild.
 async fn rebuild(
     s: &Server,
@@ -199,27 +209,10 @@ async fn key_sets_reserve_add_check_rebuild() {
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "adding needs addObject");
     let others = keys("other:", 2000);
-    let (_, body) = s
-        .call(
-            Method::POST,
-            "/1/sets/blocked/mexists",
-            k,
-            Some(json!({"keys": first})),
-        )
-        .await;
-    assert!(
-        bools(&body["exists"]).iter().all(|b| *b),
-        "a false negative"
-    );
-    let (_, body) = s
-        .call(
-            Method::POST,
-            "/1/sets/blocked/mexists",
-            k,
-            Some(json!({"keys": others})),
-        )
-        .await;
-    let fp = bools(&body["exists"]).iter().filter(|b| **b).count();
+    let found = mexists(&s, k, &first).await;
+    assert!(found.iter().all(|b| *b), "a false negative");
+    let found = mexists(&s, k, &others).await;
+    let fp = found.iter().filter(|b| **b).count();
     assert!(fp < 40, "{fp} false positives of 2000 at 10% of capacity");
     let (_, body) = s
         .call(
@@ -270,27 +263,10 @@ async fn key_sets_reserve_add_check_rebuild() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["state"], "done");
     assert_eq!(body["keys"], 5000);
-    let (_, body) = s
-        .call(
-            Method::POST,
-            "/1/sets/blocked/mexists",
-            k,
-            Some(json!({"keys": second})),
-        )
-        .await;
-    assert!(
-        bools(&body["exists"]).iter().all(|b| *b),
-        "a false negative"
-    );
-    let (_, body) = s
-        .call(
-            Method::POST,
-            "/1/sets/blocked/mexists",
-            k,
-            Some(json!({"keys": first})),
-        )
-        .await;
-    let stale = bools(&body["exists"]).iter().filter(|b| **b).count();
+    let found = mexists(&s, k, &second).await;
+    assert!(found.iter().all(|b| *b), "a false negative");
+    let found = mexists(&s, k, &first).await;
+    let stale = found.iter().filter(|b| **b).count();
     assert!(
         stale < 60,
         "{stale} of the old generation's keys still found"
@@ -311,18 +287,8 @@ async fn key_sets_reserve_add_check_rebuild() {
     let (_, info) = s.call(Method::GET, "/1/sets/blocked", k, None).await;
     assert_eq!(info["generation"], generation);
     assert_eq!(info["lastRebuild"]["state"], "refused", "{info}");
-    let (_, body) = s
-        .call(
-            Method::POST,
-            "/1/sets/blocked/mexists",
-            k,
-            Some(json!({"keys": second})),
-        )
-        .await;
-    assert!(
-        bools(&body["exists"]).iter().all(|b| *b),
-        "the kept generation lost keys"
-    );
+    let found = mexists(&s, k, &second).await;
+    assert!(found.iter().all(|b| *b), "the kept generation lost keys");
 
     // Another app does not see the set; deletion removes it.
     let other = s.app("OTHER").await;
