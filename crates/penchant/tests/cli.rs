@@ -164,6 +164,9 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "jobs",
             "keys",
             "profiles",
+            "seen",
+            "set_partitions",
+            "sets",
             "strategies"
         ]
     );
