@@ -35,7 +35,13 @@ use crate::{EngineError, Result};
 pub const SETS_TABLE: &str = "sets";
 pub const PARTITIONS_TABLE: &str = "set_partitions";
 const FAMILY: &str = "m";
+/// The set's shape ([`Shape`], JSON), fixed at its reservation.
 const DESCRIPTION: &[u8] = b"set";
+/// The generation lookups read (decimal): switched by a rebuild with a conditional write.
+const GENERATION: &[u8] = b"gen";
+/// The last rebuild ([`Rebuild`], JSON).
+const REBUILD: &[u8] = b"rebuild";
+/// Keys added (an 8-byte counter).
 const KEYS: &[u8] = b"keys";
 const PART_FAMILY: &str = "p";
 const FILTER: &[u8] = b"f";
@@ -166,6 +172,42 @@ impl SetDescription {
     }
 }
 
+/// What a set's reservation fixes, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Shape {
+    name: String,
+    config: SetConfig,
+    partitions: u64,
+    probes: u32,
+    created_at: i64,
+}
+
+impl SetDescription {
+    /// From a set's row (family `m`).
+    fn from_row(row: &Row) -> Result<Self> {
+        let cell = |q: &[u8]| row.latest(FAMILY, q).map(|c| &c.value[..]);
+        let shape: Shape = serde_json::from_slice(cell(DESCRIPTION).unwrap_or_default())
+            .map_err(|e| EngineError::Invalid(format!("corrupt set: {e}")))?;
+        let generation = cell(GENERATION)
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            .ok_or_else(|| EngineError::Invalid("corrupt set: no generation".into()))?;
+        let last_rebuild = cell(REBUILD)
+            .map(serde_json::from_slice)
+            .transpose()
+            .map_err(invalid)?;
+        Ok(Self {
+            name: shape.name,
+            config: shape.config,
+            partitions: shape.partitions,
+            probes: shape.probes,
+            generation,
+            created_at: shape.created_at,
+            last_rebuild,
+        })
+    }
+}
+
 /// What `BF.INFO` tells of a set.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -202,6 +244,13 @@ fn check_name(name: &str) -> Result<()> {
             "set names are 1 to 64 characters among A-Z a-z 0-9 _ - .".into(),
         ))
     }
+}
+
+/// A generation number no other generation of the set has had: random (below 2^53, so that
+/// JSON readers keep it exact). Two rebuilds at once write apart; a set deleted and reserved
+/// again does not meet the partitions other nodes cached of the old one.
+fn new_generation() -> u64 {
+    rand::random_range(1..1u64 << 53)
 }
 
 fn set_row(app: &str, name: &str) -> Bytes {
@@ -347,18 +396,15 @@ impl Sets {
                 "capacity needs too many partitions".into(),
             ));
         }
-        let description = SetDescription {
+        let stored = Shape {
             name: name.to_owned(),
             partitions,
             probes: shape.partitions()[0].probes(),
             config,
-            // Unique across a delete and a new reservation of the same name: caches key
-            // partitions by generation.
-            generation: now_ms() as u64,
             created_at: now_ms(),
-            last_rebuild: None,
         };
-        let json = serde_json::to_vec(&description).map_err(invalid)?;
+        let json = serde_json::to_vec(&stored).map_err(invalid)?;
+        let generation = new_generation().to_string();
         let exists = self
             .store
             .check_and_mutate_row(
@@ -366,7 +412,10 @@ impl Sets {
                 set_row(app, name),
                 None,
                 vec![],
-                vec![Mutation::set_now(FAMILY, DESCRIPTION, json)],
+                vec![
+                    Mutation::set_now(FAMILY, DESCRIPTION, json),
+                    Mutation::set_now(FAMILY, GENERATION, generation),
+                ],
             )
             .await?;
         if exists {
@@ -378,11 +427,11 @@ impl Sets {
     /// Every set of an app.
     pub async fn list(&self, app: &str) -> Result<Vec<SetDescription>> {
         let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app))))
-            .filter(RowFilter::column(FAMILY, DESCRIPTION));
+            .filter(RowFilter::Family(FAMILY.into()));
         let rows = self.store.read_all(SETS_TABLE, request).await?;
         rows.iter()
-            .filter_map(|r| r.latest(FAMILY, DESCRIPTION))
-            .map(|c| serde_json::from_slice(&c.value).map_err(invalid))
+            .filter(|r| r.latest(FAMILY, DESCRIPTION).is_some())
+            .map(SetDescription::from_row)
             .collect()
     }
 
@@ -394,43 +443,39 @@ impl Sets {
         {
             return Ok(d.clone());
         }
-        let fresh = Arc::new(self.read_description(app, name).await?);
-        self.descriptions
-            .lock()
-            .insert(key, (Instant::now(), fresh.clone()));
-        Ok(fresh)
+        self.read_description(app, name).await
     }
 
-    async fn read_description(&self, app: &str, name: &str) -> Result<SetDescription> {
+    /// A set's description as stored now (and cached).
+    async fn read_description(&self, app: &str, name: &str) -> Result<Arc<SetDescription>> {
         check_name(name)?;
         let row = self
             .store
             .read_row(
                 SETS_TABLE,
                 set_row(app, name),
-                Some(RowFilter::column(FAMILY, DESCRIPTION)),
+                Some(RowFilter::Family(FAMILY.into())),
             )
-            .await?;
-        let cell = row
-            .as_ref()
-            .and_then(|r| r.latest(FAMILY, DESCRIPTION))
+            .await?
+            .filter(|r| r.latest(FAMILY, DESCRIPTION).is_some())
             .ok_or_else(|| EngineError::NotFound(format!("set {name} does not exist")))?;
-        serde_json::from_slice(&cell.value).map_err(invalid)
+        let fresh = Arc::new(SetDescription::from_row(&row)?);
+        self.descriptions.lock().insert(
+            (app.to_owned(), name.to_owned()),
+            (Instant::now(), fresh.clone()),
+        );
+        Ok(fresh)
     }
 
-    async fn save_description(&self, app: &str, d: &SetDescription) -> Result<()> {
-        let json = serde_json::to_vec(d).map_err(invalid)?;
+    async fn save_rebuild(&self, app: &str, name: &str, rebuild: &Rebuild) -> Result<()> {
+        let json = serde_json::to_vec(rebuild).map_err(invalid)?;
         self.store
             .mutate_row(
                 SETS_TABLE,
-                set_row(app, &d.name),
-                vec![Mutation::set_now(FAMILY, DESCRIPTION, json)],
+                set_row(app, name),
+                vec![Mutation::set_now(FAMILY, REBUILD, json)],
             )
             .await?;
-        self.descriptions.lock().insert(
-            (app.to_owned(), d.name.clone()),
-            (Instant::now(), Arc::new(d.clone())),
-        );
         Ok(())
     }
 
@@ -475,8 +520,29 @@ impl Sets {
         name: &str,
         keys: &[K],
     ) -> Result<Vec<bool>> {
-        let d = self.describe(app, name).await?;
+        let mut d = self.describe(app, name).await?;
         let groups = Self::group(&d, keys)?;
+        loop {
+            match self.lookup(app, &d, &groups, keys).await? {
+                Some(found) => return Ok(found),
+                // A partition was missing and the set had switched generations: again, with
+                // the generation it has now.
+                None => d = self.read_description(app, name).await?,
+            }
+        }
+    }
+
+    /// Look keys up in the generation `d` names; `None` when a partition is missing from it
+    /// and the set has moved to another generation since `d` was read (this node's copy was
+    /// stale, and the old generation is deleted).
+    async fn lookup<K: AsRef<[u8]>>(
+        &self,
+        app: &str,
+        d: &SetDescription,
+        groups: &BTreeMap<u32, Vec<usize>>,
+        keys: &[K],
+    ) -> Result<Option<Vec<bool>>> {
+        let name = &d.name;
         let mut filters: HashMap<u32, Arc<BloomFilter>> = HashMap::new();
         let mut missing = Vec::new();
         for &p in groups.keys() {
@@ -492,6 +558,12 @@ impl Sets {
             let request = ReadRows::new(RowSet::keys(missing.iter().map(|(_, r)| r.clone())));
             let rows = self.store.read_all(PARTITIONS_TABLE, request).await?;
             let by_key: HashMap<&Bytes, &Row> = rows.iter().map(|r| (&r.key, r)).collect();
+            // A partition never written is empty — unless the generation is gone.
+            if by_key.len() < missing.len()
+                && self.read_description(app, name).await?.generation != d.generation
+            {
+                return Ok(None);
+            }
             let empty = d.empty_partition()?;
             for (p, row) in missing {
                 let (version, filter) = read_partition(by_key.get(&row).copied(), &empty)?;
@@ -502,23 +574,24 @@ impl Sets {
         }
         let mut out = vec![false; keys.len()];
         for (p, indexes) in groups {
-            let filter = &filters[&p];
-            for i in indexes {
+            let filter = &filters[p];
+            for &i in indexes {
                 out[i] = filter.contains(keys[i].as_ref());
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Add keys (`BF.MADD`); each answer tells whether the key was new (as far as the filter
-    /// can tell). Partitions are updated concurrently, each under optimistic concurrency.
+    /// can tell). Partitions are updated concurrently, each under optimistic concurrency, in the
+    /// generation the set has now (read fresh, not from the cache).
     pub async fn add<K: AsRef<[u8]> + Sync>(
         &self,
         app: &str,
         name: &str,
         keys: &[K],
     ) -> Result<Vec<bool>> {
-        let d = self.describe(app, name).await?;
+        let d = self.read_description(app, name).await?;
         let groups = Self::group(&d, keys)?;
         let updates = groups.into_iter().map(|(p, indexes)| {
             let d = d.clone();
@@ -633,7 +706,7 @@ impl Sets {
             size_bytes: d.partitions * d.config.partition_bytes,
             fill_ratio: fill / n,
             estimated_error_rate: fp / n,
-            description: d,
+            description: Arc::unwrap_or_clone(d),
         })
     }
 
@@ -646,8 +719,8 @@ impl Sets {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let mut d = self.read_description(app, name).await?;
-        let generation = (d.generation + 1).max(now_ms() as u64);
+        let d = self.read_description(app, name).await?;
+        let generation = new_generation();
         let mut rebuild = Rebuild {
             state: RebuildState::Running,
             generation,
@@ -657,8 +730,7 @@ impl Sets {
             started_at: now_ms(),
             finished_at: None,
         };
-        d.last_rebuild = Some(rebuild.clone());
-        self.save_description(app, &d).await?;
+        self.save_rebuild(app, name, &rebuild).await?;
         let shape = d.empty_partition()?;
         let mut filter = PartitionedFilter::from_partitions(vec![shape; d.partitions as usize])
             .map_err(invalid)?;
@@ -714,36 +786,37 @@ impl Sets {
                 .await
                 .map_err(|e| (RebuildState::Failed, e.to_string())),
         };
-        rebuild.finished_at = Some(now_ms());
+        let outcome = match outcome {
+            Ok(()) => self
+                .switch(app, name, d.generation, generation, distinct, &mut rebuild)
+                .await
+                .map_err(|e| (RebuildState::Failed, e.to_string()))
+                .and_then(|switched| {
+                    switched.then_some(()).ok_or((
+                        RebuildState::Failed,
+                        "another rebuild switched the set first; this one is dropped".into(),
+                    ))
+                }),
+            Err(e) => Err(e),
+        };
         match outcome {
             Ok(()) => {
-                rebuild.state = RebuildState::Done;
-                let old = d.generation;
-                d.generation = generation;
-                d.last_rebuild = Some(rebuild.clone());
+                // Nodes whose copy of the description is stale find the old partitions gone,
+                // read the description again and follow (see `lookup`).
                 self.store
-                    .mutate_row(
-                        SETS_TABLE,
-                        set_row(app, name),
-                        vec![Mutation::set_now(
-                            FAMILY,
-                            KEYS,
-                            (distinct as i64).to_be_bytes().to_vec(),
-                        )],
+                    .drop_row_range(
+                        PARTITIONS_TABLE,
+                        &generation_prefix(app, name, d.generation),
                     )
-                    .await?;
-                self.save_description(app, &d).await?;
-                self.store
-                    .drop_row_range(PARTITIONS_TABLE, &generation_prefix(app, name, old))
                     .await?;
                 Ok(rebuild)
             }
             Err((state, message)) => {
                 rebuild.state = state;
                 rebuild.message = Some(message.clone());
-                d.last_rebuild = Some(rebuild);
-                self.save_description(app, &d).await?;
-                // The partly written generation, if any, is not reachable; clear it.
+                rebuild.finished_at = Some(now_ms());
+                self.save_rebuild(app, name, &rebuild).await?;
+                // The generation built, whole or in part, is not reachable; clear it.
                 self.store
                     .drop_row_range(PARTITIONS_TABLE, &generation_prefix(app, name, generation))
                     .await?;
@@ -753,6 +826,43 @@ impl Sets {
                 })
             }
         }
+    }
+
+    /// Switch a set from generation `old` to `new` with its key count and the finished
+    /// rebuild, in one conditional write: only if the set is still at `old` (two rebuilds at
+    /// once: the first to finish wins). Returns whether it switched.
+    async fn switch(
+        &self,
+        app: &str,
+        name: &str,
+        old: u64,
+        new: u64,
+        keys: u64,
+        rebuild: &mut Rebuild,
+    ) -> Result<bool> {
+        rebuild.state = RebuildState::Done;
+        rebuild.finished_at = Some(now_ms());
+        let json = serde_json::to_vec(&*rebuild).map_err(invalid)?;
+        let at_old =
+            RowFilter::column(FAMILY, GENERATION).and(RowFilter::ValueRegex(old.to_string()));
+        let switched = self
+            .store
+            .check_and_mutate_row(
+                SETS_TABLE,
+                set_row(app, name),
+                Some(at_old),
+                vec![
+                    Mutation::set_now(FAMILY, GENERATION, new.to_string()),
+                    Mutation::set_now(FAMILY, KEYS, (keys as i64).to_be_bytes().to_vec()),
+                    Mutation::set_now(FAMILY, REBUILD, json),
+                ],
+                vec![],
+            )
+            .await?;
+        if switched {
+            self.read_description(app, name).await?;
+        }
+        Ok(switched)
     }
 
     /// Write a generation's non-empty partitions, in batches.

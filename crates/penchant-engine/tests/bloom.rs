@@ -103,3 +103,105 @@ async fn concurrent_seen_marks_lose_nothing() {
     assert!(unseen.is_empty(), "lost: {unseen:?}");
     assert_eq!(engine.seen().info(APP, "u").await.unwrap().keys, 400);
 }
+
+fn list(
+    keys: &[String],
+) -> futures::stream::Iter<std::vec::IntoIter<Result<bytes::Bytes, String>>> {
+    futures::stream::iter(vec![Ok(bytes::Bytes::from(keys.join("\n")))])
+}
+
+fn small_set() -> SetConfig {
+    SetConfig {
+        capacity: 5000,
+        error_rate: 0.01,
+        partition_bytes: 512,
+        max_error_rate: None,
+    }
+}
+
+#[tokio::test]
+async fn a_node_with_a_stale_description_has_no_false_negatives_after_a_rebuild() {
+    let store = Store::default();
+    let a = open(store.clone()).await;
+    let b = open(store).await;
+    a.sets().reserve(APP, "s", small_set()).await.unwrap();
+    let old = keys("old", 1000);
+    a.sets().add(APP, "s", &old).await.unwrap();
+    // Node B caches the description and one partition of the first generation.
+    assert!(b.sets().exists(APP, "s", &old[..1]).await.unwrap()[0]);
+    let both: Vec<String> = old.iter().cloned().chain(keys("new", 2000)).collect();
+    a.sets().rebuild(APP, "s", list(&both)).await.unwrap();
+    // B's copy stays stale for its whole TTL (60 s): it answers from the partition it cached
+    // or, for the others, finds them gone from the old generation and follows the set to the
+    // new one. Either way, no key of both generations is missed.
+    let found = b.sets().exists(APP, "s", &old).await.unwrap();
+    assert!(found.iter().all(|f| *f), "false negatives on a stale node");
+    // Adds go to the generation the set has now, whatever the node's cache.
+    b.sets().add(APP, "s", &keys("later", 100)).await.unwrap();
+    let found = a
+        .sets()
+        .exists(APP, "s", &keys("later", 100))
+        .await
+        .unwrap();
+    assert!(found.iter().all(|f| *f));
+}
+
+#[tokio::test]
+async fn of_two_rebuilds_at_once_the_first_to_finish_wins() {
+    let engine = open(Store::default()).await;
+    engine.sets().reserve(APP, "s", small_set()).await.unwrap();
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<bytes::Bytes, String>>();
+    let slow = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.sets().rebuild(APP, "s", rx).await })
+    };
+    tx.unbounded_send(Ok(bytes::Bytes::from(keys("slow", 100).join("\n"))))
+        .unwrap();
+    // The slow rebuild has started (read the set's generation) before the fast one.
+    while engine
+        .sets()
+        .info(APP, "s")
+        .await
+        .unwrap()
+        .description
+        .last_rebuild
+        .is_none()
+    {
+        tokio::task::yield_now().await;
+    }
+    let fast = keys("fast", 2000);
+    let done = engine.sets().rebuild(APP, "s", list(&fast)).await.unwrap();
+    drop(tx);
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("another rebuild switched the set first"),
+        "{err}"
+    );
+    let info = engine.sets().info(APP, "s").await.unwrap();
+    assert_eq!(info.description.generation, done.generation);
+    assert!(
+        engine
+            .sets()
+            .exists(APP, "s", &fast)
+            .await
+            .unwrap()
+            .iter()
+            .all(|f| *f)
+    );
+    // Only the winner's partitions are left.
+    let rows = engine
+        .store()
+        .read_all(
+            "set_partitions",
+            penchant_store::ReadRows::new(penchant_store::RowSet::all()),
+        )
+        .await
+        .unwrap();
+    let prefix_len = "APP\0s\0".len();
+    assert!(
+        rows.iter()
+            .all(|r| r.key[prefix_len..prefix_len + 8] == done.generation.to_be_bytes()),
+        "another generation's partitions are left"
+    );
+}
