@@ -206,7 +206,12 @@ impl RotatingFilter {
 
     /// Add a key. Returns true when this insert rotated the generations.
     pub fn insert(&mut self, key: &[u8]) -> bool {
-        if !self.current.insert(key) {
+        self.insert_hash(key_hash(key))
+    }
+
+    /// [`RotatingFilter::insert`] by the key's [`key_hash`].
+    pub fn insert_hash(&mut self, hash: u64) -> bool {
+        if !self.current.insert_hash(hash) {
             return false;
         }
         self.current_keys += 1;
@@ -222,7 +227,11 @@ impl RotatingFilter {
 
     /// Whether the key may have been inserted (in either generation).
     pub fn contains(&self, key: &[u8]) -> bool {
-        let hash = key_hash(key);
+        self.contains_hash(key_hash(key))
+    }
+
+    /// [`RotatingFilter::contains`] by the key's [`key_hash`].
+    pub fn contains_hash(&self, hash: u64) -> bool {
         self.current.contains_hash(hash)
             || self
                 .previous

@@ -140,9 +140,10 @@ impl Aggregates {
             .collect();
         days.sort_unstable();
         days.dedup();
-        for (user, day) in days {
-            self.rebuild_day(app, user, day).await?;
-        }
-        Ok(())
+        let rebuilds: Vec<_> = days
+            .into_iter()
+            .map(|(user, day)| self.rebuild_day(app, user, day))
+            .collect();
+        crate::concurrently(rebuilds).await
     }
 }

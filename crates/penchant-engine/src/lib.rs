@@ -68,6 +68,20 @@ pub struct EngineConfig {
     pub bloom_cache_ttl: std::time::Duration,
 }
 
+/// Users whose work an ingested batch does at once (their writes share the store's commits).
+const USERS_AT_ONCE: usize = 32;
+
+/// Run per-user work, [`USERS_AT_ONCE`] at a time; the first error wins.
+pub(crate) async fn concurrently<T>(
+    work: Vec<impl std::future::Future<Output = Result<T>>>,
+) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(work)
+        .buffer_unordered(USERS_AT_ONCE)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+}
+
 /// The engine: one per process, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -135,19 +149,30 @@ impl Engine {
         })
     }
 
-    /// Store valid events and refresh the profiles of their users (the streaming path): a
-    /// profile read after this returns reflects the events.
+    /// Store valid events, then — at once, as they do not depend on each other — rebuild the
+    /// per-day aggregates they touch, mark their items seen and refresh their users' profiles
+    /// (the streaming path): a profile read after this returns reflects the events.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         self.events.ingest(app, events).await?;
-        self.aggregates.rebuild_for(app, events).await?;
-        self.mark_seen(app, events).await?;
+        futures::try_join!(
+            self.aggregates.rebuild_for(app, events),
+            self.mark_seen(app, events),
+            self.refresh_users(app, events),
+        )?;
+        Ok(())
+    }
+
+    async fn refresh_users(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let mut users: Vec<&str> = events.iter().map(events::Event::user).collect();
         users.sort_unstable();
         users.dedup();
-        for user in users {
-            self.profiles.refresh(app, user).await?;
-        }
-        Ok(())
+        // Collected first: a lazy iterator of borrowing futures is not `Send` enough for the
+        // server's handlers.
+        let refreshes: Vec<_> = users
+            .into_iter()
+            .map(|user| self.profiles.refresh(app, user))
+            .collect();
+        concurrently(refreshes).await
     }
 
     /// Mark the objectIDs of the app's seen-marking events as seen by their users.
@@ -164,10 +189,11 @@ impl Engine {
                     .extend(ids.iter().map(String::as_str));
             }
         }
-        for (user, ids) in by_user {
-            self.seen.add(app, user, &ids).await?;
-        }
-        Ok(())
+        let adds: Vec<_> = by_user
+            .iter()
+            .map(|(user, ids)| self.seen.add(app, user, ids))
+            .collect();
+        concurrently(adds).await
     }
 
     /// Save an app's strategy and start recomputing every profile of the app under it.

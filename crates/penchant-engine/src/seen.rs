@@ -8,8 +8,10 @@
 //! returns the candidates not seen.
 //!
 //! Storage: table `seen`, row `app 0x00 | user 0x00` (the user's prefix, so that deleting a user
-//! token deletes it with the events), columns `s:cur`, `s:prev`, `s:n` (keys in `cur`), `s:cap`
-//! (keys per generation) and `s:v` (a version for optimistic updates). The app's settings live in row `app 0x00`.
+//! token deletes it with the events). The base: columns `s:cur`, `s:prev`, `s:n` (keys in
+//! `cur`), `s:cap` (keys per generation) and `s:v` (its version, for optimistic updates); then
+//! up to [`COMPACT_AT`] deltas `s:+<time><random>`, each the 8-byte hashes of the items one add
+//! found new, replayed over the base on read. The app's settings live in row `app 0x00`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use penchant_bloom::{BloomFilter, RotatingFilter, keys_per_partition};
+use penchant_bloom::{BloomFilter, RotatingFilter, key_hash, keys_per_partition};
 use penchant_store::{GcRule, Mutation, Row, RowFilter, Store};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +37,10 @@ const COUNT: &[u8] = b"n";
 /// Keys per generation, fixed when the filter is created.
 const CAPACITY: &[u8] = b"cap";
 const VERSION: &[u8] = b"v";
+/// The first byte of a delta's column.
+const DELTA: u8 = b'+';
+/// Deltas a row holds before an add folds them into the base.
+pub const COMPACT_AT: usize = 16;
 /// Most objectIDs in one call.
 pub const MAX_IDS_PER_CALL: usize = 100_000;
 const ATTEMPTS: usize = 32;
@@ -147,6 +153,8 @@ pub struct Seen {
     store: Arc<dyn Store>,
     ttl: Duration,
     settings: Mutex<HashMap<String, (Instant, Arc<SeenSettings>)>>,
+    /// Empty filters by (bits, error rate): sizing one takes a search over the model.
+    empty: Mutex<HashMap<(u64, u64), RotatingFilter>>,
 }
 
 impl Seen {
@@ -156,6 +164,7 @@ impl Seen {
             store,
             ttl,
             settings: Mutex::new(HashMap::new()),
+            empty: Mutex::new(HashMap::new()),
         }
     }
 
@@ -202,6 +211,18 @@ impl Seen {
         Ok(())
     }
 
+    /// A new, empty filter as the app's settings size it.
+    async fn new_filter(&self, app: &str) -> Result<RotatingFilter> {
+        let settings = self.settings(app).await?;
+        let shape = (settings.filter_bits, settings.error_rate.to_bits());
+        if let Some(empty) = self.empty.lock().get(&shape) {
+            return Ok(empty.clone());
+        }
+        let empty = settings.new_filter()?;
+        self.empty.lock().insert(shape, empty.clone());
+        Ok(empty)
+    }
+
     fn row(app: &str, user: &str) -> Result<Bytes> {
         if !token_ok(user) {
             return Err(EngineError::Invalid(
@@ -211,32 +232,56 @@ impl Seen {
         Ok(Bytes::from(user_prefix(app, user)))
     }
 
-    /// A user's filter and its version (0: none stored).
-    async fn load(&self, app: &str, user: &str) -> Result<Option<(u64, RotatingFilter)>> {
+    /// A user's filter (its base with the deltas written since replayed), or `None`.
+    async fn load(&self, app: &str, user: &str) -> Result<Option<Loaded>> {
         let row = self
             .store
             .read_row(SEEN_TABLE, Self::row(app, user)?, None)
             .await?;
-        row.as_ref().map(decode).transpose()
+        Ok(match row {
+            Some(row) => decode(&row)?,
+            None => None,
+        })
     }
 
     /// Mark items seen; each answer tells whether the item was new to the filter.
+    ///
+    /// The first add writes the filter (its base); later ones write only a small delta cell
+    /// with the hashes of the new items — no read-change-write of the whole filter, no conflict
+    /// between concurrent adds. Once a row holds [`COMPACT_AT`] deltas, an add folds them into
+    /// the base instead (a conditional write on the base's version, deleting the deltas it
+    /// folded, in one row mutation).
     pub async fn add<K: AsRef<[u8]>>(&self, app: &str, user: &str, ids: &[K]) -> Result<Vec<bool>> {
         check_count(ids.len())?;
+        let row = Self::row(app, user)?;
         for _ in 0..ATTEMPTS {
-            let (version, mut filter) = match self.load(app, user).await? {
-                Some(stored) => stored,
-                None => (0, self.settings(app).await?.new_filter()?),
+            let loaded = self.load(app, user).await?;
+            let (version, mut filter, deltas) = match loaded {
+                Some(l) => (l.version, l.filter, l.deltas),
+                None => (0, self.new_filter(app).await?, Vec::new()),
             };
+            let mut new_hashes = Vec::new();
             let added: Vec<bool> = ids
                 .iter()
                 .map(|id| {
-                    let new = !filter.contains(id.as_ref());
-                    filter.insert(id.as_ref());
+                    let hash = key_hash(id.as_ref());
+                    let new = !filter.contains_hash(hash);
+                    // Into the current generation even if the previous one has it: an item
+                    // seen again is remembered anew. The delta holds what changed it.
+                    if !filter.current().contains_hash(hash) {
+                        new_hashes.push(hash);
+                        filter.insert_hash(hash);
+                    }
                     new
                 })
                 .collect();
-            if !added.contains(&true) {
+            if new_hashes.is_empty() {
+                return Ok(added);
+            }
+            if version > 0 && deltas.len() < COMPACT_AT {
+                let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
+                let cell = Mutation::set_now(FAMILY, delta_qualifier(), delta);
+                self.store.mutate_row(SEEN_TABLE, row, vec![cell]).await?;
                 return Ok(added);
             }
             let mut cells = vec![
@@ -248,10 +293,15 @@ impl Seen {
                 Some(p) => Mutation::set_now(FAMILY, PREVIOUS, p.to_bytes()),
                 None => Mutation::delete_column(FAMILY, PREVIOUS),
             });
+            cells.extend(
+                deltas
+                    .into_iter()
+                    .map(|q| Mutation::delete_column(FAMILY, q)),
+            );
             if write_if_version(
                 &*self.store,
                 SEEN_TABLE,
-                Self::row(app, user)?,
+                row.clone(),
                 FAMILY,
                 version,
                 cells,
@@ -275,7 +325,10 @@ impl Seen {
     ) -> Result<Vec<bool>> {
         check_count(ids.len())?;
         Ok(match self.load(app, user).await? {
-            Some((_, filter)) => ids.iter().map(|id| filter.contains(id.as_ref())).collect(),
+            Some(l) => ids
+                .iter()
+                .map(|id| l.filter.contains(id.as_ref()))
+                .collect(),
             None => vec![false; ids.len()],
         })
     }
@@ -289,14 +342,14 @@ impl Seen {
     ) -> Result<Vec<&'k K>> {
         check_count(ids.len())?;
         Ok(match self.load(app, user).await? {
-            Some((_, filter)) => filter.unseen(ids),
+            Some(l) => l.filter.unseen(ids),
             None => ids.iter().collect(),
         })
     }
 
     /// What a user's filter holds. `NotFound` when the user has none.
     pub async fn info(&self, app: &str, user: &str) -> Result<SeenInfo> {
-        let (_, filter) = self
+        let Loaded { filter, .. } = self
             .load(app, user)
             .await?
             .ok_or_else(|| EngineError::NotFound(format!("user {user} has no seen filter")))?;
@@ -335,7 +388,31 @@ fn check_count(n: usize) -> Result<()> {
     Ok(())
 }
 
-fn decode(row: &Row) -> Result<(u64, RotatingFilter)> {
+/// A user's filter as loaded.
+struct Loaded {
+    /// The base's version.
+    version: u64,
+    /// The base with the deltas replayed.
+    filter: RotatingFilter,
+    /// The qualifiers of the deltas replayed.
+    deltas: Vec<Bytes>,
+}
+
+/// A delta's column: `+`, the time (ns, big-endian: deltas replay in the order they were
+/// written, as far as the writers' clocks tell) and random bytes (no two adds collide).
+fn delta_qualifier() -> Bytes {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut q = vec![DELTA];
+    q.extend_from_slice(&nanos.to_be_bytes());
+    q.extend_from_slice(&rand::random::<u32>().to_be_bytes());
+    Bytes::from(q)
+}
+
+/// A user's row, or `None` without a base (deltas alone are what an add racing with a
+/// deletion may leave).
+fn decode(row: &Row) -> Result<Option<Loaded>> {
     let cell = |q: &[u8]| row.latest(FAMILY, q).map(|c| &c.value[..]);
     let number = |q: &[u8]| {
         cell(q)
@@ -348,9 +425,28 @@ fn decode(row: &Row) -> Result<(u64, RotatingFilter)> {
             .transpose()
             .map_err(corrupt)
     };
-    let current = filter(CURRENT)?.ok_or_else(|| corrupt("no current generation"))?;
+    let Some(current) = filter(CURRENT)? else {
+        return Ok(None);
+    };
     let previous = filter(PREVIOUS)?;
-    let filter = RotatingFilter::from_parts(current, previous, number(COUNT), number(CAPACITY))
+    let mut filter = RotatingFilter::from_parts(current, previous, number(COUNT), number(CAPACITY))
         .map_err(corrupt)?;
-    Ok((number(VERSION), filter))
+    // In the order they were written (their columns sort by time).
+    let mut cells: Vec<_> = row
+        .family(FAMILY)
+        .filter(|c| c.qualifier.first() == Some(&DELTA))
+        .collect();
+    cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+    let mut deltas = Vec::with_capacity(cells.len());
+    for c in cells {
+        for hash in c.value.chunks_exact(8) {
+            filter.insert_hash(u64::from_le_bytes(hash.try_into().unwrap_or_default()));
+        }
+        deltas.push(c.qualifier.clone());
+    }
+    Ok(Some(Loaded {
+        version: number(VERSION),
+        filter,
+        deltas,
+    }))
 }

@@ -205,3 +205,44 @@ async fn of_two_rebuilds_at_once_the_first_to_finish_wins() {
         "another generation's partitions are left"
     );
 }
+
+#[tokio::test]
+async fn seen_filters_remember_recent_items_across_rotations_and_compactions() {
+    use penchant_engine::seen::{COMPACT_AT, SeenSettings};
+    // A plain store: adds follow each other quickly (several in one millisecond).
+    let store = Arc::new(penchant_store::MemStore::new());
+    let engine = Engine::open(store, EngineConfig::default()).await.unwrap();
+    let settings = SeenSettings {
+        filter_bits: 4096,
+        error_rate: 0.01,
+        event_types: vec![],
+    };
+    engine.seen().set_settings(APP, settings).await.unwrap();
+    // Adds larger than a generation, so that the order of replayed deltas shows.
+    let items = keys("item", 12_000);
+    for (n, chunk) in items.chunks(500).enumerate() {
+        engine.seen().add(APP, "u", chunk).await.unwrap();
+        let info = engine.seen().info(APP, "u").await.unwrap();
+        let end = (n + 1) * 500;
+        let recent = &items[end.saturating_sub(info.capacity as usize)..end];
+        let forgotten = engine.seen().unseen(APP, "u", recent).await.unwrap();
+        assert!(
+            forgotten.is_empty(),
+            "after {end}: {} recent items forgotten",
+            forgotten.len()
+        );
+        // Deltas are folded into the filter before they pile up.
+        let row = engine
+            .store()
+            .read_row("seen", bytes::Bytes::from_static(b"APP\0u\0"), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let deltas = row
+            .cells
+            .iter()
+            .filter(|c| c.qualifier.starts_with(b"+"))
+            .count();
+        assert!(deltas <= COMPACT_AT, "{deltas} deltas");
+    }
+}
