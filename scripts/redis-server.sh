@@ -10,12 +10,9 @@ if path="$(command -v redis-server 2>/dev/null)"; then
   exit 0
 fi
 
-echo "installing: redis-server" >&2
+"$(dirname "$0")/install-deps.sh" redis-server
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >/dev/null || true
-$sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
 
 # The package may start a service; the bench runs its own server, so stop and disable it.
 $sudo service redis-server stop >/dev/null 2>&1 || true
