@@ -943,10 +943,11 @@ impl Store for RocksStore {
             }
         });
         let rows = tokio_stream::wrappers::ReceiverStream::new(rx).flat_map(|chunk| {
-            futures::stream::iter(match chunk {
-                Ok(rows) => rows.into_iter().map(Ok).collect::<Vec<_>>(),
-                Err(e) => vec![Err(e)],
-            })
+            let (rows, error) = match chunk {
+                Ok(rows) => (rows, None),
+                Err(e) => (Vec::new(), Some(Err(e))),
+            };
+            futures::stream::iter(rows.into_iter().map(Ok).chain(error))
         });
         Ok(Box::pin(rows))
     }
