@@ -17,6 +17,7 @@
 //! time it started reading: a streaming refresh stamps its profile later (from events at least
 //! as fresh), so the newest cell wins in whichever order the writes land.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -135,7 +136,8 @@ impl Scorer {
     /// [`compute`] with this scorer's strategy.
     pub fn compute(&self, user: &str, rows: &[Row], deleted_until: i64, since: i64) -> Profile {
         let weights = &self.weights;
-        let mut raw: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+        // Facet values borrow from the rows' JSON where it has no escapes (nearly always).
+        let mut raw: BTreeMap<&str, BTreeMap<Cow<'_, str>, u64>> = BTreeMap::new();
         let mut last_event_at = None;
         for row in rows {
             let Some(ts) = row_time(row) else { continue };
@@ -147,8 +149,7 @@ impl Scorer {
                 let Some((weight, facet)) = weights.get(&cell.qualifier) else {
                     continue;
                 };
-                let Ok(counts) = serde_json::from_slice::<BTreeMap<String, u64>>(&cell.value)
-                else {
+                let Ok(Counts(counts)) = serde_json::from_slice::<Counts<'_>>(&cell.value) else {
                     continue;
                 };
                 let values = raw.entry(facet.as_str()).or_default();
@@ -166,14 +167,14 @@ impl Scorer {
         let scores = raw
             .into_iter()
             .map(|(facet, values)| {
-                let mut ranked: Vec<(String, u64)> = values.into_iter().collect();
+                let mut ranked: Vec<(Cow<'_, str>, u64)> = values.into_iter().collect();
                 ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                 ranked.truncate(MAX_VALUES_PER_FACET);
                 let scaled = ranked
                     .into_iter()
                     .map(|(value, r)| {
                         let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
-                        (value, score as u32)
+                        (value.into_owned(), score as u32)
                     })
                     .collect();
                 (facet.to_owned(), scaled)
@@ -199,6 +200,57 @@ async fn batch_stamp(strategy: &Versioned) -> i64 {
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
     stamp * 1000
+}
+
+/// A cell's counts, `{"value": n, ...}`, with the values borrowed from the JSON where they
+/// have no escapes: a recompute decodes millions of them.
+struct Counts<'a>(Vec<(Cow<'a, str>, u64)>);
+
+impl<'de> Deserialize<'de> for Counts<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Key<'a>(Cow<'a, str>);
+        impl<'de> Deserialize<'de> for Key<'de> {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Key<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_borrowed_str<E>(
+                        self,
+                        v: &'de str,
+                    ) -> std::result::Result<Key<'de>, E> {
+                        Ok(Key(Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                        Ok(Key(Cow::Owned(v.to_owned())))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        struct Map;
+        impl<'de> serde::de::Visitor<'de> for Map {
+            type Value = Counts<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of counts")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Counts<'de>, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(2));
+                while let Some((Key(k), n)) = map.next_entry::<Key<'de>, u64>()? {
+                    out.push((k, n));
+                }
+                Ok(Counts(out))
+            }
+        }
+        d.deserialize_map(Map)
+    }
 }
 
 /// An order-independent fingerprint of a user's event rows: which events exist.
@@ -752,5 +804,27 @@ impl Profiles {
             }
         }
         Ok((wrote, users.len() as u64 - wrote))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_borrow_plain_values_and_own_escaped_ones() {
+        let json = br#"{"Drama": 2, "Sci\"Fi": 1, "caf\u00e9": 3}"#;
+        let Counts(counts) = serde_json::from_slice(json).unwrap();
+        assert_eq!(
+            counts,
+            vec![
+                (Cow::Borrowed("Drama"), 2),
+                (Cow::Owned("Sci\"Fi".into()), 1),
+                (Cow::Owned("café".into()), 3)
+            ]
+        );
+        assert!(matches!(counts[0].0, Cow::Borrowed(_)));
+        assert!(matches!(counts[1].0, Cow::Owned(_)));
+        assert!(serde_json::from_slice::<Counts<'_>>(b"[1]").is_err());
     }
 }
