@@ -149,16 +149,17 @@ impl Engine {
         })
     }
 
-    /// Store valid events, then — at once, as they do not depend on each other — rebuild the
-    /// per-day aggregates they touch, mark their items seen and refresh their users' profiles
-    /// (the streaming path): a profile read after this returns reflects the events.
+    /// Store valid events, then rebuild the per-day aggregates they touch and refresh their
+    /// users' profiles from them (the streaming path), while their items are marked seen: a
+    /// profile read after this returns reflects the events.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         self.events.ingest(app, events).await?;
-        futures::try_join!(
-            self.aggregates.rebuild_for(app, events),
-            self.mark_seen(app, events),
-            self.refresh_users(app, events),
-        )?;
+        // Profiles are computed from the aggregates: those are rebuilt first.
+        let aggregates_then_profiles = async {
+            self.aggregates.rebuild_for(app, events).await?;
+            self.refresh_users(app, events).await
+        };
+        futures::try_join!(aggregates_then_profiles, self.mark_seen(app, events))?;
         Ok(())
     }
 

@@ -8,14 +8,17 @@
 //! values; scores are then scaled to integers 1..20 against the user's best raw score:
 //! `max(1, round(20 × raw / best))`. There is no time decay.
 //!
-//! **Streaming equals batch.** Both paths run the one function [`compute`] over the same rows
-//! (the user's events, read through the wide schema's qualifier filter). The streaming path
-//! refreshes a user after each accepted event; the batch path (a strategy change) recomputes
-//! every user of the app. Concurrent writers converge: after writing a profile, a refresh reads
-//! the user's event keys again and recomputes if they changed. The batch path skips profiles
-//! already computed with the current strategy and writes the others in batches, stamped with the
-//! time it started reading: a streaming refresh stamps its profile later (from events at least
-//! as fresh), so the newest cell wins in whichever order the writes land.
+//! **Streaming equals batch.** Both paths run the one function [`compute`] over the same rows:
+//! the user's per-day aggregates (read through the wide schema's qualifier filter), with the
+//! days a deletion or the retention window cuts replaced by their raw events — or, for a full
+//! recompute from raw events, the raw events themselves (the aggregates sum them exactly). The
+//! streaming path refreshes a user after each accepted event, once the aggregates of its days
+//! are rebuilt; the batch path (a strategy change) recomputes every user of the app. Concurrent
+//! writers converge: after writing a profile, a refresh reads the user's days' fingerprints
+//! again and recomputes if one changed. The batch path skips profiles already computed with the
+//! current strategy and writes the others in batches, stamped with the time it started reading:
+//! a streaming refresh stamps its profile later (from events at least as fresh), so the newest
+//! cell wins in whichever order the writes land.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -253,13 +256,14 @@ impl<'de> Deserialize<'de> for Counts<'de> {
     }
 }
 
-/// An order-independent fingerprint of a user's event rows: which events exist.
-fn fingerprint(rows: &[Row]) -> (usize, u64) {
-    let hash = rows
-        .iter()
-        .map(|r| xxhash_rust::xxh3::xxh3_64(&r.key))
-        .fold(0u64, |acc, h| acc ^ h);
-    (rows.len(), hash)
+/// What a user's days hold: each aggregate row's key and fingerprint (`_print`).
+fn prints(days: &[Row]) -> Vec<(&[u8], Option<&[u8]>)> {
+    days.iter()
+        .map(|r| {
+            let print = r.latest(aggregates::FAMILY, aggregates::PRINT);
+            (&r.key[..], print.map(|c| &c.value[..]))
+        })
+        .collect()
 }
 
 fn profile_row(app: &str, user: &str) -> Bytes {
@@ -434,21 +438,32 @@ impl Profiles {
     }
 
     /// Recompute one user's profile under the app's current strategy and store it (the
-    /// streaming path, after each event). `None` when the app has no strategy.
+    /// streaming path, after each event, once the aggregates of its days are rebuilt). `None`
+    /// when the app has no strategy.
+    ///
+    /// It reads what a batch recompute reads — the user's per-day aggregates, and the raw events
+    /// of a day a deletion or the retention window cuts — so its cost follows the user's active
+    /// days, not their events. After writing, it reads the days' fingerprints again and starts
+    /// over if another node rebuilt one meanwhile.
     pub async fn refresh(&self, app: &str, user: &str) -> Result<Option<Profile>> {
         let Some(strategy) = self.strategies.get(app).await? else {
             return Ok(None);
         };
-        let filter = read_filter(&strategy.strategy);
-        let keys_only =
-            RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(RowFilter::StripValue);
+        let scorer = Scorer::new(&strategy.strategy);
+        let print = RowFilter::column(aggregates::FAMILY, aggregates::PRINT);
+        let filter =
+            RowFilter::Interleave(vec![aggregate_filter(&strategy.strategy), print.clone()]);
         let mut profile = None;
         // Converges unless events keep arriving for this user; each round sees more of them.
         for _ in 0..8 {
             let stored = self.stored(app, user).await?;
-            let rows = self.read_events(app, user, filter.clone()).await?;
+            let days = self.read_days(app, user, filter.clone()).await?;
             let since = self.window_start(app).await?;
-            let computed = compute(&strategy.strategy, user, &rows, stored.deleted_until, since);
+            let cut = self
+                .cut_days(app, user, &days, &strategy, &stored, since)
+                .await?;
+            let rows = cut.as_deref().unwrap_or(&days);
+            let computed = scorer.compute(user, rows, stored.deleted_until, since);
             self.store
                 .mutate_row(
                     PROFILES_TABLE,
@@ -457,12 +472,19 @@ impl Profiles {
                 )
                 .await?;
             profile = Some(computed);
-            let again = self.read_events(app, user, keys_only.clone()).await?;
-            if fingerprint(&again) == fingerprint(&rows) {
+            let again = self.read_days(app, user, print.clone()).await?;
+            if prints(&again) == prints(&days) {
                 break;
             }
         }
         Ok(profile)
+    }
+
+    /// A user's per-day aggregate rows.
+    async fn read_days(&self, app: &str, user: &str, filter: RowFilter) -> Result<Vec<Row>> {
+        let request =
+            ReadRows::new(RowSet::prefix(Bytes::from(user_prefix(app, user)))).filter(filter);
+        Ok(self.store.read_all(AGGREGATES_TABLE, request).await?)
     }
 
     /// A user's profile: as stored if it was computed with the current strategy, else
