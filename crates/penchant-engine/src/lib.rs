@@ -197,6 +197,65 @@ impl Engine {
         concurrently(adds).await
     }
 
+    /// Delete the events (and per-day aggregates) of every app that are older than the app's
+    /// retention window: they stopped counting already; the store's own 90-day rule would
+    /// remove them only later. Returns how many event rows and aggregate rows it deleted.
+    pub async fn purge_expired(&self) -> Result<(u64, u64)> {
+        let mut deleted = (0, 0);
+        for app in self.tenancy.list_apps().await? {
+            if app.retention_days >= tenancy::MAX_RETENTION_DAYS {
+                continue;
+            }
+            let window = self.tenancy.retention(&app.app_id).await?;
+            let cutoff = penchant_store::validate::now_micros() - window.as_micros() as i64;
+            deleted.0 += self
+                .purge_before(events::EVENTS_TABLE, &app.app_id, cutoff)
+                .await?;
+            let agg = aggregates::AGGREGATES_TABLE;
+            deleted.1 += self.purge_before(agg, &app.app_id, cutoff).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Delete an app's rows of `table` whose cells are all older than `cutoff` (µs). Events
+    /// and aggregates stamp every cell of a row with the same time (the event's; the day's
+    /// latest), so a row with a cell newer than the cutoff is kept whole.
+    async fn purge_before(&self, table: &str, app: &str, cutoff: i64) -> Result<u64> {
+        use futures::TryStreamExt;
+        use penchant_store::{ReadRows, RowFilter, RowMutation, RowSet, TimeRange};
+        let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
+        // Rows with a cell in the window, then the others: keys only.
+        let newer = RowFilter::TimestampRange(TimeRange::new(cutoff, i64::MAX));
+        let old_only = RowFilter::Condition {
+            predicate: Box::new(newer),
+            on_match: Box::new(RowFilter::BlockAll),
+            on_no_match: Box::new(RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1))),
+        };
+        let prefix = bytes::Bytes::from(layout::app_prefix(app));
+        let request = ReadRows::new(RowSet::prefix(prefix)).filter(old_only);
+        let mut rows = store.read_rows(table, request).await?;
+        let mut batch = Vec::new();
+        let mut deleted = 0;
+        loop {
+            let row = rows.try_next().await?;
+            if let Some(row) = &row {
+                batch.push(RowMutation::new(
+                    row.key.clone(),
+                    vec![penchant_store::Mutation::DeleteFromRow],
+                ));
+            }
+            if batch.len() >= 1000 || (row.is_none() && !batch.is_empty()) {
+                deleted += batch.len() as u64;
+                for status in store.mutate_rows(table, std::mem::take(&mut batch)).await? {
+                    status?;
+                }
+            }
+            if row.is_none() {
+                return Ok(deleted);
+            }
+        }
+    }
+
     /// Save an app's strategy and start recomputing every profile of the app under it.
     pub async fn set_strategy(&self, app: &str, strategy: Strategy) -> Result<Arc<Versioned>> {
         let versioned = self.strategies.set(app, strategy).await?;

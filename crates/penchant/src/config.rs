@@ -62,6 +62,9 @@ pub struct PersonalizationConfig {
     pub strategy_cache_ttl_ms: u64,
     /// Ranges of users a profile recompute (after a strategy change) runs in parallel.
     pub recompute_parallelism: usize,
+    /// How often a node deletes the events past each app's retention window (they no longer
+    /// count; the store's 90-day rule would delete them later), in seconds; 0: never.
+    pub purge_interval_secs: u64,
 }
 
 impl Default for PersonalizationConfig {
@@ -69,6 +72,7 @@ impl Default for PersonalizationConfig {
         Self {
             strategy_cache_ttl_ms: 5_000,
             recompute_parallelism: 4,
+            purge_interval_secs: 3_600,
         }
     }
 }

@@ -94,6 +94,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if resumed > 0 {
         tracing::info!(resumed, "resumed unfinished profile recomputes");
     }
+    if config.personalization.purge_interval_secs > 0 {
+        let (engine, every) = (
+            engine.clone(),
+            Duration::from_secs(config.personalization.purge_interval_secs),
+        );
+        // Deletes events past each app's retention window; runs until the process ends.
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                ticks.tick().await;
+                match engine.purge_expired().await {
+                    Ok((0, 0)) => {}
+                    Ok((events, days)) => {
+                        tracing::info!(events, days, "purged events past their app's retention")
+                    }
+                    Err(error) => tracing::warn!(%error, "purging expired events failed"),
+                }
+            }
+        });
+    }
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;

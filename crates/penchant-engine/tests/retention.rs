@@ -1,0 +1,114 @@
+//! Events past an app's retention window are deleted by the purge, with their days'
+//! aggregates; what counts (the profile) does not change.
+
+use std::sync::Arc;
+
+use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::{ReadRows, RowSet};
+
+const DAY: i64 = 86_400_000;
+
+fn view(user: &str, brand: &str, timestamp: i64) -> Event {
+    Event {
+        event_type: EventType::View,
+        event_subtype: None,
+        event_name: "Viewed".into(),
+        index: "items".into(),
+        user_token: user.into(),
+        authenticated_user_token: None,
+        timestamp,
+        target: Target::Filters(vec![("brand".into(), brand.into())]),
+        query_id: None,
+        positions: None,
+        object_data: None,
+        value: None,
+        currency: None,
+    }
+}
+
+async fn rows(engine: &Engine, table: &str, app: &str) -> usize {
+    let prefix = bytes::Bytes::from(penchant_engine::layout::app_prefix(app));
+    engine
+        .store()
+        .read_all(table, ReadRows::new(RowSet::prefix(prefix)))
+        .await
+        .unwrap()
+        .len()
+}
+
+#[tokio::test]
+async fn the_purge_deletes_what_the_window_left_behind() {
+    let engine = Engine::open(
+        Arc::new(penchant_store::MemStore::new()),
+        EngineConfig::default(),
+    )
+    .await
+    .unwrap();
+    engine
+        .tenancy()
+        .create_app_with(Some("WEEK"), "7 days", 7)
+        .await
+        .unwrap();
+    engine
+        .tenancy()
+        .create_app_with(Some("FULL"), "90 days", 90)
+        .await
+        .unwrap();
+    let strategy = Strategy {
+        events_scoring: vec![EventScoring {
+            event_name: "Viewed".into(),
+            event_type: EventType::View,
+            score: 10,
+        }],
+        facets_scoring: vec![FacetScoring {
+            facet_name: "brand".into(),
+            score: 10,
+        }],
+        personalization_impact: 50,
+    };
+    let now = penchant_store::validate::now_micros() / 1000;
+    let events = [
+        view("u1", "old", now - 20 * DAY),
+        view("u1", "old", now - 10 * DAY),
+        view("u1", "new", now - DAY),
+        view("u2", "old", now - 9 * DAY),
+    ];
+    for app in ["WEEK", "FULL"] {
+        engine
+            .strategies()
+            .set(app, strategy.clone())
+            .await
+            .unwrap();
+        engine.push_events(app, &events).await.unwrap();
+    }
+    let before = engine.profiles().get("WEEK", "u1").await.unwrap();
+    assert_eq!(rows(&engine, "events", "WEEK").await, 4);
+
+    let (purged_events, purged_days) = engine.purge_expired().await.unwrap();
+    assert_eq!((purged_events, purged_days), (3, 3));
+    assert_eq!(
+        rows(&engine, "events", "WEEK").await,
+        1,
+        "the event in the window stays"
+    );
+    assert_eq!(rows(&engine, "aggregates", "WEEK").await, 1);
+    assert_eq!(
+        rows(&engine, "events", "FULL").await,
+        4,
+        "a 90-day app is left to the GC"
+    );
+    // What counted before counts now.
+    assert_eq!(engine.profiles().get("WEEK", "u1").await.unwrap(), before);
+    assert_eq!(
+        engine.profiles().recompute_one("WEEK", "u1").await.unwrap(),
+        before
+    );
+    assert!(engine.profiles().get("WEEK", "u2").await.unwrap().is_none());
+    assert_eq!(
+        engine.purge_expired().await.unwrap(),
+        (0, 0),
+        "nothing left to purge"
+    );
+}
