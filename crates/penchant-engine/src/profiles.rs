@@ -414,10 +414,17 @@ impl Profiles {
         }
     }
 
-    async fn read_events(&self, app: &str, user: &str, filter: RowFilter) -> Result<Vec<Row>> {
+    /// A user's rows of `table` (raw events, or per-day aggregates), filtered.
+    async fn read_user(
+        &self,
+        table: &str,
+        app: &str,
+        user: &str,
+        filter: RowFilter,
+    ) -> Result<Vec<Row>> {
         let request =
             ReadRows::new(RowSet::prefix(Bytes::from(user_prefix(app, user)))).filter(filter);
-        Ok(self.store.read_all(EVENTS_TABLE, request).await?)
+        Ok(self.store.read_all(table, request).await?)
     }
 
     /// The cells of a profile, stamped with the store's clock (`None`) or at a given time.
@@ -457,7 +464,9 @@ impl Profiles {
         // Converges unless events keep arriving for this user; each round sees more of them.
         for _ in 0..8 {
             let stored = self.stored(app, user).await?;
-            let days = self.read_days(app, user, filter.clone()).await?;
+            let days = self
+                .read_user(AGGREGATES_TABLE, app, user, filter.clone())
+                .await?;
             let since = self.window_start(app).await?;
             let cut = self
                 .cut_days(app, user, &days, &strategy, &stored, since)
@@ -472,19 +481,14 @@ impl Profiles {
                 )
                 .await?;
             profile = Some(computed);
-            let again = self.read_days(app, user, print.clone()).await?;
+            let again = self
+                .read_user(AGGREGATES_TABLE, app, user, print.clone())
+                .await?;
             if prints(&again) == prints(&days) {
                 break;
             }
         }
         Ok(profile)
-    }
-
-    /// A user's per-day aggregate rows.
-    async fn read_days(&self, app: &str, user: &str, filter: RowFilter) -> Result<Vec<Row>> {
-        let request =
-            ReadRows::new(RowSet::prefix(Bytes::from(user_prefix(app, user)))).filter(filter);
-        Ok(self.store.read_all(AGGREGATES_TABLE, request).await?)
     }
 
     /// A user's profile: as stored if it was computed with the current strategy, else
@@ -514,7 +518,7 @@ impl Profiles {
         };
         let stored = self.stored(app, user).await?;
         let rows = self
-            .read_events(app, user, read_filter(&strategy.strategy))
+            .read_user(EVENTS_TABLE, app, user, read_filter(&strategy.strategy))
             .await?;
         let since = self.window_start(app).await?;
         Ok(Some(compute(
@@ -693,7 +697,7 @@ impl Profiles {
                 if !fresh {
                     let user = String::from_utf8_lossy(&row.key[prefix_len..]).into_owned();
                     let rows = self
-                        .read_events(app, &user, read_filter(&strategy.strategy))
+                        .read_user(EVENTS_TABLE, app, &user, read_filter(&strategy.strategy))
                         .await?;
                     chunk.push((user, rows));
                 }

@@ -448,6 +448,11 @@ impl Sets {
 
     /// A set's description as stored now (and cached).
     async fn read_description(&self, app: &str, name: &str) -> Result<Arc<SetDescription>> {
+        Ok(self.read_set(app, name).await?.0)
+    }
+
+    /// A set's description (cached) and its key count, as stored now: one read of its row.
+    async fn read_set(&self, app: &str, name: &str) -> Result<(Arc<SetDescription>, u64)> {
         check_name(name)?;
         let row = self
             .store
@@ -464,7 +469,12 @@ impl Sets {
             (app.to_owned(), name.to_owned()),
             (Instant::now(), fresh.clone()),
         );
-        Ok(fresh)
+        let keys = row
+            .latest(FAMILY, KEYS)
+            .and_then(|c| Some(i64::from_be_bytes(c.value[..].try_into().ok()?)))
+            .unwrap_or(0)
+            .max(0) as u64;
+        Ok((fresh, keys))
     }
 
     async fn save_rebuild(&self, app: &str, name: &str, rebuild: &Rebuild) -> Result<()> {
@@ -671,21 +681,7 @@ impl Sets {
     /// A set's description, key count, size, fill and estimated false-positive rate
     /// (`BF.INFO`). Reads every partition of the current generation.
     pub async fn info(&self, app: &str, name: &str) -> Result<SetInfo> {
-        let d = self.read_description(app, name).await?;
-        let keys = self
-            .store
-            .read_row(
-                SETS_TABLE,
-                set_row(app, name),
-                Some(RowFilter::column(FAMILY, KEYS)),
-            )
-            .await?
-            .and_then(|r| {
-                let c = r.latest(FAMILY, KEYS)?;
-                Some(i64::from_be_bytes(c.value[..].try_into().ok()?))
-            })
-            .unwrap_or(0)
-            .max(0) as u64;
+        let (d, keys) = self.read_set(app, name).await?;
         let request = ReadRows::new(RowSet::prefix(Bytes::from(generation_prefix(
             app,
             name,
