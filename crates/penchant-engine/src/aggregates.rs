@@ -2,8 +2,8 @@
 //! and active day instead of one per event. Raw events stay the source of truth: an aggregate is
 //! always rebuilt from the raw rows of its day.
 //!
-//! Table `aggregates`, family `a` (the raw events' retention), row `app 0x00 | user 0x00 | day
-//! (u32 BE, days since the epoch)`; qualifiers as the raw events' — `CSV(type, name, facet)` → the
+//! Table `aggregates`, family `a` (the raw events' retention), row [`keys::day`] `app 0 · user 0 ·
+//! day (u32 BE, days since the epoch)`; qualifiers as the raw events' — `CSV(type, name, facet)` → the
 //! day's summed counts — plus `_last` (the day's latest event, ms) and `_print` (a fingerprint of
 //! the day's raw rows). Every cell's timestamp is the day's latest event: the aggregate expires
 //! with it.
@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, ReadRows, Row, RowRange, RowSet, Store};
+use penchant_store::{GcRule, Mutation, ReadRows, Row, RowSet, Store};
 
-use crate::events::{self, EVENTS_TABLE, RETENTION, user_prefix};
-use crate::{EngineError, Result};
+use crate::events::{self, EVENTS_TABLE, RETENTION};
+use crate::{Result, keys};
 
 pub const AGGREGATES_TABLE: &str = "aggregates";
 pub const FAMILY: &str = "a";
@@ -39,25 +39,9 @@ pub fn day_of(ms: i64) -> i64 {
     ms.div_euclid(DAY_MS)
 }
 
-/// The row of one user's day.
-pub fn row_key(app: &str, user: &str, day: i64) -> Bytes {
-    let mut key = user_prefix(app, user);
-    key.extend_from_slice(&(day.max(0) as u32).to_be_bytes());
-    Bytes::from(key)
-}
-
 /// The raw event rows of one user's day.
 pub fn raw_day(app: &str, user: &str, day: i64) -> RowSet {
-    let prefix = user_prefix(app, user);
-    let at = |ms: i64| {
-        let mut k = prefix.clone();
-        k.extend_from_slice(&(ms.max(0) as u64).to_be_bytes());
-        Bytes::from(k)
-    };
-    RowSet::range(RowRange::closed_open(
-        at(day * DAY_MS),
-        at((day + 1) * DAY_MS),
-    ))
+    keys::events_between(app, user, day * DAY_MS, (day + 1) * DAY_MS)
 }
 
 /// An order-independent fingerprint of rows: which rows exist.
@@ -97,7 +81,7 @@ impl Aggregates {
                         continue;
                     }
                     let counts: BTreeMap<String, u64> = serde_json::from_slice(&cell.value)
-                        .map_err(|e| EngineError::Invalid(format!("corrupt event cell: {e}")))?;
+                        .map_err(|e| crate::internal("corrupt event cell", e))?;
                     let sum = sums.entry(cell.qualifier.clone()).or_default();
                     for (value, n) in counts {
                         *sum.entry(value).or_default() += n;
@@ -107,7 +91,7 @@ impl Aggregates {
             let mut mutations = vec![Mutation::DeleteFromRow];
             if let Some(ts) = last {
                 let json = |v: &BTreeMap<String, u64>| {
-                    serde_json::to_vec(v).map_err(|e| EngineError::Invalid(e.to_string()))
+                    serde_json::to_vec(v).map_err(|e| crate::internal("serialization", e))
                 };
                 for (qualifier, counts) in &sums {
                     mutations.push(Mutation::set(FAMILY, qualifier.clone(), ts, json(counts)?));
@@ -116,7 +100,7 @@ impl Aggregates {
                 mutations.push(Mutation::set(FAMILY, PRINT, ts, print.to_string()));
             }
             self.store
-                .mutate_row(AGGREGATES_TABLE, row_key(app, user, day), mutations)
+                .mutate_row(AGGREGATES_TABLE, keys::day(app, user, day), mutations)
                 .await?;
             let again = self
                 .store

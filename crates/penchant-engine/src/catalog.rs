@@ -4,6 +4,11 @@
 //! under `app | index 0x00 | objectID`. Writes are applied when the request returns (Algolia's
 //! tasks are therefore always `published`). Facet values come from every attribute: strings,
 //! numbers and booleans, arrays of them, and nested objects by dotted path (`categories.lvl0`).
+//! Attribute names are at most [`MAX_ATTRIBUTE_PATH_BYTES`] by dotted path (each is part of a
+//! store qualifier); strings longer than [`MAX_FACET_VALUE_BYTES`] are not facet values.
+//!
+//! A request's writes are all or nothing: they are checked, and played on the records they
+//! read, before the first is written.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +18,7 @@ use penchant_store::{GcRule, Mutation, RowMutation, RowSet, Store};
 use rand::Rng;
 use serde_json::{Map, Value};
 
-use crate::layout::app_prefix;
+use crate::keys;
 use crate::{EngineError, Result};
 
 pub const CATALOG_TABLE: &str = "catalog";
@@ -58,17 +63,12 @@ fn check_object_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-fn index_prefix(app: &str, index: &str) -> Vec<u8> {
-    let mut key = app_prefix(app);
-    key.extend_from_slice(index.as_bytes());
-    key.push(0);
-    key
+fn index_prefix(app: &str, index: &str) -> Bytes {
+    keys::index(app, index)
 }
 
 fn row_key(app: &str, index: &str, object_id: &str) -> Bytes {
-    let mut key = index_prefix(app, index);
-    key.extend_from_slice(object_id.as_bytes());
-    Bytes::from(key)
+    keys::record(app, index, object_id)
 }
 
 /// One write to an index.
@@ -121,54 +121,334 @@ fn encode(record: &Record) -> Result<Bytes> {
     Ok(Bytes::from(bytes))
 }
 
-/// Apply a partial update to a record, with Algolia's built-in operations.
-pub fn apply_partial(record: &mut Record, changes: &Record) -> Result<()> {
-    for (attr, change) in changes {
-        if attr == "objectID" {
-            continue;
+/// The longest attribute name, by dotted path (`categories.lvl0`), in bytes. Each path is a
+/// facet, and part of a store qualifier `CSV(event type, event name, facet)`: at most
+/// `conversion` (10) + 1 + a quoted 64-byte event name (130) + 1 + the path quoted with every
+/// quote doubled (2 × 1,000 + 2) = 2,144 bytes, well under the store's 16 KiB.
+pub const MAX_ATTRIBUTE_PATH_BYTES: usize = 1000;
+/// The longest string facet value, in bytes: a longer string (a description, say) is kept in
+/// the record but is not a facet value. Event cells hold a facet's values, a user's per-day
+/// aggregates the day's values and a profile 100 values per facet: bounded this way, they stay
+/// far from the store's 100 MiB cell limit.
+pub const MAX_FACET_VALUE_BYTES: usize = 1000;
+
+const _: () = assert!(
+    10 + 1 + (2 * 64 + 2) + 1 + (2 * MAX_ATTRIBUTE_PATH_BYTES + 2)
+        <= penchant_store::validate::MAX_QUALIFIER_BYTES
+);
+
+/// Every attribute name of a record by dotted path (as facets are named, nested objects in
+/// arrays included) is at most [`MAX_ATTRIBUTE_PATH_BYTES`].
+fn check_attribute_paths(record: &Record) -> Result<()> {
+    fn check(path: &str) -> Result<()> {
+        if path.len() > MAX_ATTRIBUTE_PATH_BYTES {
+            return Err(invalid(format!(
+                "attribute {} is {} bytes long (by dotted path), the limit is \
+                 {MAX_ATTRIBUTE_PATH_BYTES}",
+                shown(path),
+                path.len()
+            )));
         }
-        let op = change
-            .as_object()
-            .and_then(|o| Some((o.get("_operation")?.as_str()?, o.get("value")?)));
-        let Some((op, value)) = op else {
-            record.insert(attr.clone(), change.clone());
-            continue;
-        };
-        let current = record.get(attr).cloned();
-        let number = |v: Option<&Value>| v.and_then(Value::as_f64).unwrap_or(0.0);
-        let as_number = |x: f64| {
-            if x.fract() == 0.0 && x.abs() < 9e15 {
-                Value::from(x as i64)
-            } else {
-                Value::from(x)
-            }
-        };
-        let list = || match &current {
-            Some(Value::Array(a)) => a.clone(),
-            Some(v) => vec![v.clone()],
-            None => Vec::new(),
-        };
-        let new = match op {
-            "Increment" => as_number(number(current.as_ref()) + number(Some(value))),
-            "Decrement" => as_number(number(current.as_ref()) - number(Some(value))),
-            "Add" => {
-                let mut a = list();
-                a.push(value.clone());
-                Value::Array(a)
-            }
-            "AddUnique" => {
-                let mut a = list();
-                if !a.contains(value) {
-                    a.push(value.clone());
+        Ok(())
+    }
+    fn walk(path: &mut String, value: &Value) -> Result<()> {
+        match value {
+            Value::Array(items) => items.iter().try_for_each(|v| walk(path, v)),
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let len = path.len();
+                    path.push('.');
+                    path.push_str(k);
+                    check(path)?;
+                    walk(path, v)?;
+                    path.truncate(len);
                 }
-                Value::Array(a)
+                Ok(())
             }
-            "Remove" => Value::Array(list().into_iter().filter(|v| v != value).collect()),
-            other => return Err(invalid(format!("Unsupported _operation `{other}`"))),
-        };
-        record.insert(attr.clone(), new);
+            _ => Ok(()),
+        }
+    }
+    let mut path = String::new();
+    for (attr, value) in record {
+        check(attr)?;
+        path.clear();
+        path.push_str(attr);
+        walk(&mut path, value)?;
     }
     Ok(())
+}
+
+/// A record as stored, once checked: attribute names, then size.
+fn check_record(record: &Record) -> Result<Bytes> {
+    check_attribute_paths(record)?;
+    encode(record)
+}
+
+/// Algolia's built-in partial-update operations, by `_operation` name.
+pub const OPERATIONS: [&str; 7] = [
+    "Increment",
+    "Decrement",
+    "Add",
+    "Remove",
+    "AddUnique",
+    "IncrementFrom",
+    "IncrementSet",
+];
+
+/// One attribute's change in a partial update.
+#[derive(Debug, Clone, PartialEq)]
+enum Change {
+    /// Replace the attribute (a value that is not an `_operation` object).
+    Set(Value),
+    /// Add to (or, negated, subtract from) a number; a missing or non-numeric attribute counts
+    /// as 0.
+    Increment {
+        by: serde_json::Number,
+        negate: bool,
+    },
+    /// Append a number or string to an array (a scalar attribute becomes its first element).
+    Add(Value),
+    /// The same, unless the array already holds it.
+    AddUnique(Value),
+    /// Remove every element equal to a number or string.
+    Remove(Value),
+    /// Set the integer attribute to `from + 1` if it is `from` (a missing attribute, or a
+    /// missing record, is 0); otherwise the whole update of the record is ignored.
+    IncrementFrom(i64),
+    /// Set the integer attribute to the value if the value is greater than it (a missing
+    /// attribute, or a missing record, is 0); otherwise the whole update of the record is
+    /// ignored.
+    IncrementSet(i64),
+}
+
+/// A partial update: each attribute's change, checked when it is parsed (before anything is
+/// written), so that applying it fails only on what depends on the record (an overflow).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialUpdate {
+    changes: Vec<(String, Change)>,
+}
+
+/// An attribute name in a message: at most 64 characters of it.
+fn shown(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((end, _)) => format!("\"{}…\"", &name[..end]),
+        None => format!("\"{name}\""),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn partial_error(attr: &str, what: impl std::fmt::Display) -> EngineError {
+    invalid(format!(
+        "partial update of attribute {}: {what}",
+        shown(attr)
+    ))
+}
+
+/// A number as JSON: an integer when it is one (and exact in an `f64`).
+fn json_number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 9e15 {
+        Value::from(x as i64)
+    } else {
+        Value::from(x)
+    }
+}
+
+/// `current + by` (`current − by` negated) as JSON: exact for integers, in floating point
+/// past them; an overflow to infinity is refused (JSON has no infinity: it was stored `null`).
+/// A missing or non-numeric attribute counts as 0.
+fn increment(
+    attr: &str,
+    current: Option<&Value>,
+    by: &serde_json::Number,
+    negate: bool,
+) -> Result<Value> {
+    let zero = serde_json::Number::from(0);
+    let base = match current {
+        Some(Value::Number(n)) => n,
+        _ => &zero,
+    };
+    let exact = base.as_i64().zip(by.as_i64()).and_then(|(a, b)| {
+        if negate {
+            a.checked_sub(b)
+        } else {
+            a.checked_add(b)
+        }
+    });
+    if let Some(n) = exact {
+        return Ok(Value::from(n));
+    }
+    let (a, b) = (base.as_f64().unwrap_or(0.0), by.as_f64().unwrap_or(0.0));
+    let x = if negate { a - b } else { a + b };
+    if !x.is_finite() {
+        let (op, sign) = if negate {
+            ("Decrement", '-')
+        } else {
+            ("Increment", '+')
+        };
+        return Err(partial_error(
+            attr,
+            format!(
+                "operation {op} overflows: {base} {sign} {by} is beyond the largest number (about 1.8e308)"
+            ),
+        ));
+    }
+    Ok(json_number(x))
+}
+
+impl PartialUpdate {
+    /// Parse a partial update's body (its `objectID` aside). An attribute whose value is an
+    /// object with an `_operation` is an operation, which must be one of [`OPERATIONS`] with a
+    /// `value` of the type it needs; any other value replaces the attribute.
+    pub fn parse(changes: &Record) -> Result<Self> {
+        let mut parsed = Vec::with_capacity(changes.len());
+        for (attr, change) in changes {
+            if attr == "objectID" {
+                continue;
+            }
+            let op = match change {
+                Value::Object(o) if o.contains_key("_operation") => o,
+                _ => {
+                    parsed.push((attr.clone(), Change::Set(change.clone())));
+                    continue;
+                }
+            };
+            let supported = OPERATIONS.join(", ");
+            let name = match &op["_operation"] {
+                Value::String(name) if OPERATIONS.contains(&name.as_str()) => name.as_str(),
+                Value::String(name) => {
+                    return Err(partial_error(
+                        attr,
+                        format!("unsupported _operation \"{name}\"; supported: {supported}"),
+                    ));
+                }
+                other => {
+                    return Err(partial_error(
+                        attr,
+                        format!(
+                            "_operation must be a string, not {}; supported: {supported}",
+                            kind(other)
+                        ),
+                    ));
+                }
+            };
+            let Some(value) = op.get("value") else {
+                return Err(partial_error(
+                    attr,
+                    format!("operation {name} needs a value"),
+                ));
+            };
+            let needs = |what: &str| {
+                partial_error(
+                    attr,
+                    format!("operation {name} needs {what}, not {}", kind(value)),
+                )
+            };
+            let element = || match value {
+                Value::String(_) | Value::Number(_) => Ok(value.clone()),
+                _ => Err(needs("a number or a string")),
+            };
+            let integer = || value.as_i64().ok_or_else(|| needs("an integer"));
+            let change = match name {
+                "Increment" | "Decrement" => match value {
+                    Value::Number(by) => Change::Increment {
+                        by: by.clone(),
+                        negate: name == "Decrement",
+                    },
+                    _ => return Err(needs("a number")),
+                },
+                "Add" => Change::Add(element()?),
+                "AddUnique" => Change::AddUnique(element()?),
+                "Remove" => Change::Remove(element()?),
+                "IncrementFrom" => Change::IncrementFrom(integer()?),
+                _ => Change::IncrementSet(integer()?),
+            };
+            parsed.push((attr.clone(), change));
+        }
+        Ok(Self { changes: parsed })
+    }
+
+    /// Apply the update to a record; `None` when an `IncrementFrom` or `IncrementSet` condition
+    /// fails, which ignores the whole update (Algolia's rule).
+    pub fn apply(&self, mut record: Record) -> Result<Option<Record>> {
+        for (attr, change) in &self.changes {
+            let current = record.get(attr);
+            let list = || match current {
+                Some(Value::Array(a)) => a.clone(),
+                Some(v) => vec![v.clone()],
+                None => Vec::new(),
+            };
+            // The attribute of a conditional operation: an integer, 0 when missing, `None` for
+            // anything else (the condition fails).
+            let counter = || match current {
+                None => Some(0),
+                Some(v) => v.as_i64(),
+            };
+            let new = match change {
+                Change::Set(v) => v.clone(),
+                Change::Increment { by, negate } => increment(attr, current, by, *negate)?,
+                Change::Add(v) => {
+                    let mut a = list();
+                    a.push(v.clone());
+                    Value::Array(a)
+                }
+                Change::AddUnique(v) => {
+                    let mut a = list();
+                    if !a.contains(v) {
+                        a.push(v.clone());
+                    }
+                    Value::Array(a)
+                }
+                Change::Remove(v) => Value::Array(list().into_iter().filter(|e| e != v).collect()),
+                Change::IncrementFrom(from) => {
+                    if counter() != Some(*from) {
+                        return Ok(None);
+                    }
+                    let next = from
+                        .checked_add(1)
+                        .ok_or_else(|| partial_error(attr, "operation IncrementFrom overflows"))?;
+                    Value::from(next)
+                }
+                Change::IncrementSet(to) => {
+                    let greater = match current {
+                        None => *to > 0,
+                        Some(Value::Number(n)) => match n.as_i64() {
+                            Some(n) => *to > n,
+                            None => n.as_f64().is_some_and(|n| (*to as f64) > n),
+                        },
+                        Some(_) => false,
+                    };
+                    if !greater {
+                        return Ok(None);
+                    }
+                    Value::from(*to)
+                }
+            };
+            record.insert(attr.clone(), new);
+        }
+        Ok(Some(record))
+    }
+}
+
+/// Apply a partial update to a record, with Algolia's built-in operations; `false` when an
+/// `IncrementFrom` or `IncrementSet` condition fails (the record is left as it was).
+pub fn apply_partial(record: &mut Record, changes: &Record) -> Result<bool> {
+    match PartialUpdate::parse(changes)?.apply(record.clone())? {
+        Some(updated) => {
+            *record = updated;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
 }
 
 impl Catalog {
@@ -228,78 +508,117 @@ impl Catalog {
     }
 
     /// Apply writes to an app's indexes, in order; returns the objectID of each write (empty
-    /// for `Clear`). Every write is checked before anything is applied.
+    /// for `Clear`). All or nothing: every write is checked (partial updates' operations
+    /// included) and the whole request played on the records it reads before anything is
+    /// written, so a bad write anywhere, or a partial update that fails on its record (an
+    /// overflow), writes nothing.
     pub async fn apply(&self, app: &str, writes: Vec<(String, Write)>) -> Result<Vec<String>> {
-        // Check and resolve everything first.
-        let mut planned: Vec<(String, Write, String)> = Vec::with_capacity(writes.len());
+        enum Planned {
+            Put(Record, Bytes),
+            Partial(PartialUpdate, bool),
+            Delete,
+            Clear,
+        }
+        // Check and parse every write, reading nothing.
+        let mut planned: Vec<(String, String, Planned)> = Vec::with_capacity(writes.len());
         for (index, write) in writes {
             check_index_name(&index)?;
-            let id = match &write {
-                Write::Put(record) => object_id_of(record)?.unwrap_or_else(generated_id),
-                Write::Partial { record, .. } => object_id_of(record)?
-                    .ok_or_else(|| invalid("Missing objectID in a partial update"))?,
-                Write::Delete(id) => {
-                    check_object_id(id)?;
-                    id.clone()
-                }
-                Write::Clear => String::new(),
-            };
-            if let Write::Put(record) = &write {
-                let mut record = record.clone();
-                record.insert("objectID".into(), Value::String(id.clone()));
-                encode(&record)?;
-            }
-            planned.push((index, write, id));
-        }
-        let mut ids = Vec::with_capacity(planned.len());
-        let mut batch: Vec<RowMutation> = Vec::new();
-        for (index, write, id) in planned {
-            match write {
+            let (id, plan) = match write {
                 Write::Put(mut record) => {
+                    let id = object_id_of(&record)?.unwrap_or_else(generated_id);
                     record.insert("objectID".into(), Value::String(id.clone()));
-                    batch.push(RowMutation::new(
-                        row_key(app, &index, &id),
-                        vec![Mutation::set_now(FAMILY, COLUMN, encode(&record)?)],
-                    ));
+                    let bytes = check_record(&record)?;
+                    (id, Planned::Put(record, bytes))
                 }
                 Write::Partial { record, create } => {
-                    // Earlier writes of this request first: the partial update sees them.
-                    self.flush(&mut batch).await?;
-                    let current = self.get(app, &index, &id).await?;
-                    let mut base = match (current, create) {
-                        (Some(r), _) => r,
-                        (None, true) => Record::new(),
-                        (None, false) => {
-                            ids.push(id);
-                            continue;
-                        }
-                    };
-                    apply_partial(&mut base, &record)?;
-                    base.insert("objectID".into(), Value::String(id.clone()));
-                    batch.push(RowMutation::new(
-                        row_key(app, &index, &id),
-                        vec![Mutation::set_now(FAMILY, COLUMN, encode(&base)?)],
-                    ));
+                    let id = object_id_of(&record)?
+                        .ok_or_else(|| invalid("Missing objectID in a partial update"))?;
+                    (id, Planned::Partial(PartialUpdate::parse(&record)?, create))
                 }
-                Write::Delete(id) => batch.push(RowMutation::new(
-                    row_key(app, &index, &id),
-                    vec![Mutation::DeleteFromRow],
-                )),
-                Write::Clear => {
-                    self.flush(&mut batch).await?;
-                    self.store
-                        .drop_row_range(CATALOG_TABLE, &index_prefix(app, &index))
-                        .await?;
+                Write::Delete(id) => {
+                    check_object_id(&id)?;
+                    (id, Planned::Delete)
+                }
+                Write::Clear => (String::new(), Planned::Clear),
+            };
+            planned.push((index, id, plan));
+        }
+        // The records partial updates start from, as stored.
+        let mut targets: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (index, id, plan) in &planned {
+            if let Planned::Partial(..) = plan {
+                targets.entry(index).or_default().push(id.clone());
+            }
+        }
+        let mut stored: BTreeMap<(String, String), Record> = BTreeMap::new();
+        for (index, ids) in targets {
+            for (id, record) in self.get_many(app, index, &ids).await? {
+                stored.insert((index.to_owned(), id), record);
+            }
+        }
+        // Play the request: the final state of each record it touches (`None`: deleted), and
+        // the indexes it clears.
+        let mut state: BTreeMap<(String, String), Option<(Record, Bytes)>> = BTreeMap::new();
+        let mut cleared: Vec<String> = Vec::new();
+        let mut ids = Vec::with_capacity(planned.len());
+        for (index, id, plan) in planned {
+            let key = (index, id);
+            match plan {
+                Planned::Put(record, bytes) => {
+                    state.insert(key.clone(), Some((record, bytes)));
+                }
+                Planned::Partial(update, create) => {
+                    let current = match state.get(&key) {
+                        Some(s) => s.as_ref().map(|(r, _)| r.clone()),
+                        None if cleared.contains(&key.0) => None,
+                        None => stored.get(&key).cloned(),
+                    };
+                    let base = match (current, create) {
+                        (Some(r), _) => Some(r),
+                        (None, true) => Some(Record::new()),
+                        (None, false) => None,
+                    };
+                    if let Some(mut updated) = base.map(|b| update.apply(b)).transpose()?.flatten()
+                    {
+                        updated.insert("objectID".into(), Value::String(key.1.clone()));
+                        let bytes = check_record(&updated)?;
+                        state.insert(key.clone(), Some((updated, bytes)));
+                    }
+                }
+                Planned::Delete => {
+                    state.insert(key.clone(), None);
+                }
+                Planned::Clear => {
+                    state.retain(|(index, _), _| *index != key.0);
+                    if !cleared.contains(&key.0) {
+                        cleared.push(key.0.clone());
+                    }
                 }
             }
-            ids.push(id);
+            ids.push(key.1);
         }
-        self.flush(&mut batch).await?;
+        // Write it: the cleared indexes first, then each record's final state.
+        for index in &cleared {
+            self.store
+                .drop_row_range(CATALOG_TABLE, &index_prefix(app, index))
+                .await?;
+        }
+        let batch: Vec<RowMutation> = state
+            .into_iter()
+            .map(|((index, id), record)| {
+                let mutation = match record {
+                    Some((_, bytes)) => Mutation::set_now(FAMILY, COLUMN, bytes),
+                    None => Mutation::DeleteFromRow,
+                };
+                RowMutation::new(row_key(app, &index, &id), vec![mutation])
+            })
+            .collect();
+        self.flush(batch).await?;
         Ok(ids)
     }
 
-    async fn flush(&self, batch: &mut Vec<RowMutation>) -> Result<()> {
-        for chunk in std::mem::take(batch).chunks(1000) {
+    async fn flush(&self, batch: Vec<RowMutation>) -> Result<()> {
+        for chunk in batch.chunks(1000) {
             for status in self
                 .store
                 .mutate_rows(CATALOG_TABLE, chunk.to_vec())
@@ -314,10 +633,16 @@ impl Catalog {
 
 /// The facet values of a record: `(facet, value)` for every scalar attribute, every element of
 /// an array, and nested objects by dotted path. `objectID` and attributes starting with `_` are
-/// not facets.
+/// not facets, nor strings longer than [`MAX_FACET_VALUE_BYTES`], nor paths longer than
+/// [`MAX_ATTRIBUTE_PATH_BYTES`] (records are refused with one, but some may have been stored
+/// before the limit).
 pub fn facet_values(record: &Record) -> Vec<(String, String)> {
     fn walk(path: &str, value: &Value, out: &mut Vec<(String, String)>) {
+        if path.len() > MAX_ATTRIBUTE_PATH_BYTES {
+            return;
+        }
         match value {
+            Value::String(s) if s.len() > MAX_FACET_VALUE_BYTES => {}
             Value::String(s) => out.push((path.to_owned(), s.clone())),
             Value::Number(n) => out.push((path.to_owned(), n.to_string())),
             Value::Bool(b) => out.push((path.to_owned(), b.to_string())),
@@ -381,6 +706,211 @@ mod tests {
         );
         let bad = record(json!({"n": {"_operation": "Explode", "value": 1}}));
         assert!(apply_partial(&mut r, &bad).is_err());
+    }
+
+    fn partial_error(r: &mut Record, changes: Value) -> String {
+        match apply_partial(r, &record(changes)) {
+            Err(EngineError::Invalid(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_partial_operations_are_refused() {
+        let mut r = record(json!({"n": 1}));
+        let cases = [
+            (
+                json!({"tags": {"_operation": "Add"}}),
+                "partial update of attribute \"tags\": operation Add needs a value",
+            ),
+            (
+                json!({"n": {"_operation": "Increment", "value": "x"}}),
+                "partial update of attribute \"n\": operation Increment needs a number, not a string",
+            ),
+            (
+                json!({"n": {"_operation": "Decrement", "value": null}}),
+                "partial update of attribute \"n\": operation Decrement needs a number, not null",
+            ),
+            (
+                json!({"t": {"_operation": "AddUnique", "value": {"a": 1}}}),
+                "partial update of attribute \"t\": operation AddUnique needs a number or a string, not an object",
+            ),
+            (
+                json!({"v": {"_operation": "IncrementSet", "value": 1.5}}),
+                "partial update of attribute \"v\": operation IncrementSet needs an integer, not a number",
+            ),
+            (
+                json!({"n": {"_operation": 3, "value": 1}}),
+                "partial update of attribute \"n\": _operation must be a string, not a number; supported: Increment, Decrement, Add, Remove, AddUnique, IncrementFrom, IncrementSet",
+            ),
+            (
+                json!({"n": {"_operation": "Nope", "value": 1}}),
+                "partial update of attribute \"n\": unsupported _operation \"Nope\"; supported: Increment, Decrement, Add, Remove, AddUnique, IncrementFrom, IncrementSet",
+            ),
+        ];
+        for (changes, message) in cases {
+            assert_eq!(partial_error(&mut r, changes), message);
+        }
+        assert_eq!(Value::Object(r.clone()), json!({"n": 1}), "nothing applied");
+        let big = json!({"n": {"_operation": "Increment", "value": 1.79e308}});
+        apply_partial(&mut r, &record(big.clone())).unwrap();
+        assert_eq!(
+            partial_error(&mut r, big),
+            "partial update of attribute \"n\": operation Increment overflows: 1.79e+308 + 1.79e+308 \
+             is beyond the largest number (about 1.8e308)"
+        );
+        // Integers stay exact, and an integer overflow goes on in floating point.
+        let mut r = record(json!({"n": 9_007_199_254_740_993_i64, "m": i64::MAX}));
+        let changes = record(json!({
+            "n": {"_operation": "Increment", "value": 1},
+            "m": {"_operation": "Increment", "value": 1},
+        }));
+        apply_partial(&mut r, &changes).unwrap();
+        assert_eq!(r["n"], json!(9_007_199_254_740_994_i64));
+        assert_eq!(r["m"], json!(9.223372036854776e18));
+    }
+
+    #[test]
+    fn remove_and_conditional_increments() {
+        let mut r = record(json!({"tags": ["a", "b", "a"], "v": 2}));
+        let changes = record(json!({"tags": {"_operation": "Remove", "value": "a"}}));
+        assert!(apply_partial(&mut r, &changes).unwrap());
+        assert_eq!(r["tags"], json!(["b"]));
+        // IncrementFrom: only from the current value, else the whole update is ignored.
+        let from =
+            |v: i64| record(json!({"v": {"_operation": "IncrementFrom", "value": v}, "x": 1}));
+        assert!(!apply_partial(&mut r, &from(1)).unwrap());
+        assert_eq!(Value::Object(r.clone()), json!({"tags": ["b"], "v": 2}));
+        assert!(apply_partial(&mut r, &from(2)).unwrap());
+        assert_eq!(r["v"], 3);
+        assert_eq!(r["x"], 1);
+        // IncrementSet: only upwards.
+        let set = |v: i64| record(json!({"v": {"_operation": "IncrementSet", "value": v}}));
+        assert!(!apply_partial(&mut r, &set(3)).unwrap());
+        assert!(apply_partial(&mut r, &set(10)).unwrap());
+        assert_eq!(r["v"], 10);
+        // A missing attribute (or record) counts as 0.
+        let mut empty = Record::new();
+        assert!(!apply_partial(&mut empty, &from(1)).unwrap());
+        assert!(!apply_partial(&mut empty, &set(0)).unwrap());
+        assert!(apply_partial(&mut empty, &from(0)).unwrap());
+        assert_eq!(empty["v"], 1);
+    }
+
+    #[test]
+    fn attribute_paths_and_facet_values_are_bounded() {
+        let long = "a".repeat(MAX_ATTRIBUTE_PATH_BYTES + 1);
+        let ok = "a".repeat(MAX_ATTRIBUTE_PATH_BYTES);
+        assert!(check_record(&record(json!({ &ok: 1 }))).is_ok());
+        for r in [
+            json!({ &long: 1 }),
+            json!({ "x": { &ok: 1 } }),
+            json!({ "x": [{ "y": { &long: true } }] }),
+            json!({ "_private": { &long: 1 } }),
+        ] {
+            let Err(EngineError::Invalid(m)) = check_record(&record(r.clone())) else {
+                panic!("{r}")
+            };
+            assert!(
+                m.contains("bytes long (by dotted path), the limit is 1000"),
+                "{m}"
+            );
+            assert!(
+                m.contains(&format!("{}…", &ok[..50])) && m.len() < 200,
+                "{m}"
+            );
+        }
+        let f = facet_values(&record(json!({
+            "brand": "x".repeat(MAX_FACET_VALUE_BYTES),
+            "description": "x".repeat(MAX_FACET_VALUE_BYTES + 1),
+            &long: "y",
+        })));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].0, "brand");
+    }
+
+    #[tokio::test]
+    async fn a_request_is_all_or_nothing() {
+        let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+        for (t, f) in tables() {
+            store.create_table(t, f).await.unwrap();
+        }
+        let c = Catalog::new(store);
+        let put = |v: Value| Write::Put(record(v));
+        let partial = |v: Value| Write::Partial {
+            record: record(v),
+            create: true,
+        };
+        let items = |w: Write| ("items".to_owned(), w);
+        c.apply(
+            "APP",
+            vec![
+                items(put(json!({"objectID": "x", "n": 1.0e308}))),
+                items(put(json!({"objectID": "d"}))),
+                ("other".into(), put(json!({"objectID": "o"}))),
+            ],
+        )
+        .await
+        .unwrap();
+        let big = json!({"objectID": "x", "n": {"_operation": "Increment", "value": 1.0e308}});
+        // A bad operation, or an overflow that only the stored record shows, after writes and
+        // a clear of another index: nothing is written.
+        for last in [
+            partial(json!({"objectID": "y", "n": {"_operation": "Nope"}})),
+            partial(big.clone()),
+        ] {
+            let r = c
+                .apply(
+                    "APP",
+                    vec![
+                        items(put(json!({"objectID": "new"}))),
+                        ("other".into(), Write::Clear),
+                        items(Write::Delete("d".into())),
+                        items(partial(
+                            json!({"objectID": "x", "n": {"_operation": "Increment", "value": 1}}),
+                        )),
+                        items(last),
+                    ],
+                )
+                .await;
+            assert!(matches!(r, Err(EngineError::Invalid(_))), "{r:?}");
+            assert!(c.get("APP", "items", "new").await.unwrap().is_none());
+            assert!(c.get("APP", "items", "d").await.unwrap().is_some());
+            assert_eq!(
+                c.get("APP", "items", "x").await.unwrap().unwrap()["n"],
+                1.0e308
+            );
+            assert!(c.get("APP", "other", "o").await.unwrap().is_some());
+        }
+        // Partial updates see the request's earlier writes, and a clear.
+        let ids = c
+            .apply(
+                "APP",
+                vec![
+                    items(put(json!({"objectID": "new", "n": 1}))),
+                    items(partial(
+                        json!({"objectID": "new", "n": {"_operation": "Increment", "value": 2}}),
+                    )),
+                    ("other".into(), Write::Clear),
+                    ("other".into(), partial(json!({"objectID": "o", "k": 1}))),
+                    items(Write::Delete("x".into())),
+                    items(partial(
+                        json!({"objectID": "x", "n": {"_operation": "IncrementSet", "value": 0}}),
+                    )),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(ids, ["new", "new", "", "o", "x", "x"]);
+        assert_eq!(c.get("APP", "items", "new").await.unwrap().unwrap()["n"], 3);
+        assert_eq!(
+            Value::Object(c.get("APP", "other", "o").await.unwrap().unwrap()),
+            json!({"objectID": "o", "k": 1})
+        );
+        assert!(
+            c.get("APP", "items", "x").await.unwrap().is_none(),
+            "not created"
+        );
     }
 
     #[tokio::test]

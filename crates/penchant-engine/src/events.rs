@@ -1,8 +1,8 @@
-//! Insights events: Algolia's `POST /1/events` schema, validated with Algolia's messages, and
-//! stored in the seed's wide schema.
+//! Insights events (validated at the edge, `penchant-server`'s `protocol::insights`), stored in
+//! the seed's wide schema.
 //!
 //! Storage (table `events`, family `e`, 90-day age GC): one row per event,
-//! `app 0x00 | user 0x00 | timestamp ms (u64 BE) | discriminator (u64 BE)`, so one user's events
+//! [`keys::event`] `app 0 · user 0 · timestamp ms (u64 BE) · discriminator (u64 BE)`, so one user's events
 //! are one contiguous key range in time order. The user is the `authenticatedUserToken` when
 //! there is one, else the `userToken`. The discriminator is a hash of the event and its place in
 //! the request: a retried request whose events carry their `timestamp` writes the same rows (no
@@ -19,11 +19,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use penchant_store::{GcRule, Mutation, RowMutation, Store};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::catalog::{Catalog, facet_values};
-use crate::layout::app_prefix;
-use crate::{EngineError, Result};
+use crate::{Result, keys};
 
 pub const EVENTS_TABLE: &str = "events";
 pub const FAMILY: &str = "e";
@@ -31,13 +30,6 @@ pub const FAMILY: &str = "e";
 pub const EVENT_COLUMN: &[u8] = b"event";
 /// How long raw events are kept.
 pub const RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
-/// The oldest event accepted.
-pub const MAX_EVENT_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
-/// How far in the future an event may be (clock skew).
-pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(3600);
-pub const MAX_EVENTS: usize = 1000;
-pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
-const MAX_ITEMS: usize = 20;
 
 /// The tables this module needs.
 pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
@@ -67,7 +59,7 @@ impl EventType {
 }
 
 /// What an event is about: items, or facet filters (`attribute`, `value`), decoded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Target {
     ObjectIds(Vec<String>),
@@ -75,7 +67,7 @@ pub enum Target {
 }
 
 /// A valid event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
     pub event_type: EventType,
@@ -103,399 +95,21 @@ impl Event {
     }
 }
 
-/// Why a request of events is refused: an HTTP status and Algolia's message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub status: u16,
-    pub message: String,
-}
-
-fn reject(message: impl Into<String>) -> Rejection {
-    Rejection {
-        status: 422,
-        message: message.into(),
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// Algolia's (Go) type error: the field reported is `events`, whatever the nested field.
-fn type_error(expected: &str, got: &Value) -> Rejection {
-    reject(format!(
-        "Invalid type for field events: expected {expected}, got {}",
-        json_type(got)
-    ))
-}
-
-/// Whether a user token is valid: 1 to 129 of `a-z A-Z 0-9 _ = / + -`.
-pub fn token_ok(token: &str) -> bool {
-    (1..=129).contains(&token.len())
-        && token
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'/' | b'+' | b'-'))
-}
-
-fn string_field(event: &Map<String, Value>, name: &str) -> Result<Option<String>, Rejection> {
-    match event.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(type_error("string", other)),
-    }
-}
-
-fn string_list(event: &Map<String, Value>, name: &str) -> Result<Option<Vec<String>>, Rejection> {
-    match event.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| match v {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(type_error("string", other)),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(other) => Err(type_error("[]string", other)),
-    }
-}
-
-/// Percent-decoding of one filter part (`discount%3A10%25` → `discount:10%`).
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// A filter string as (attribute, value). search-insights percent-encodes the whole string
-/// (`brand%3AApple`), the REST API documents encoding each part (`discount:10%25`): both work.
-fn parse_filter(raw: &str) -> Option<(String, String)> {
-    let decoded_whole = if raw.contains(':') {
-        None
-    } else {
-        percent_decode(raw)
-    };
-    let (attr, value) = match &decoded_whole {
-        Some(d) => d.split_once(':')?,
-        None => raw.split_once(':')?,
-    };
-    let (attr, value) = if decoded_whole.is_some() {
-        (attr.to_owned(), value.to_owned())
-    } else {
-        (percent_decode(attr)?, percent_decode(value)?)
-    };
-    (!attr.is_empty()).then_some((attr, value))
-}
-
-/// Validate one event (Algolia's checks, in Algolia's order), `now` in ms.
-pub fn validate_event(raw: &Value, now: i64) -> Result<Event, Rejection> {
-    let Value::Object(e) = raw else {
-        return Err(type_error("insights.PublicEvent", raw));
-    };
-    let event_name = match string_field(e, "eventName")? {
-        None => return Err(reject("EventName is required")),
-        Some(n) => n,
-    };
-    if event_name.is_empty()
-        || event_name.len() > 64
-        || !event_name.bytes().all(|b| (0x20..=0x7e).contains(&b))
-    {
-        return Err(reject(
-            "EventName must contain only visible ASCII characters, and be between 1 and 64 \
-             characters long",
-        ));
-    }
-    let event_type = match string_field(e, "eventType")?.as_deref() {
-        None => return Err(reject("EventType is required")),
-        Some("click") => EventType::Click,
-        Some("conversion") => EventType::Conversion,
-        Some("view") => EventType::View,
-        Some(_) => {
-            return Err(reject(
-                r#"EventType must be one of "click", "conversion" or "view""#,
-            ));
-        }
-    };
-    let event_subtype = string_field(e, "eventSubtype")?;
-    if let Some(sub) = &event_subtype {
-        if event_type != EventType::Conversion {
-            return Err(reject(
-                "Only event of type conversion should specify the eventSubtype attribute",
-            ));
-        }
-        if sub != "addToCart" && sub != "purchase" {
-            return Err(reject(
-                r#"EventSubtype must be one of "addToCart" or "purchase""#,
-            ));
-        }
-    }
-    let index = string_field(e, "index")?.unwrap_or_default();
-    if index.is_empty() {
-        return Err(reject("The index field is required"));
-    }
-    let user_token = string_field(e, "userToken")?.unwrap_or_default();
-    if user_token.is_empty() {
-        return Err(reject("The userToken field is required"));
-    }
-    if !token_ok(&user_token) {
-        return Err(reject(
-            "UserToken must contain only alphanumeric, equal, plus, slash, hyphen, or underscore \
-             characters, and be between 1 and 128 characters long",
-        ));
-    }
-    let authenticated_user_token = string_field(e, "authenticatedUserToken")?;
-    if authenticated_user_token
-        .as_deref()
-        .is_some_and(|t| !token_ok(t))
-    {
-        return Err(reject(
-            "AuthenticatedUserToken must contain only alphanumeric, equal, plus, slash, hyphen, \
-             or underscore characters, and be between 1 and 128 characters long",
-        ));
-    }
-    let object_ids = string_list(e, "objectIDs")?.filter(|l| !l.is_empty());
-    let filters = string_list(e, "filters")?.filter(|l| !l.is_empty());
-    let target = match (object_ids, filters) {
-        (None, None) => {
-            return Err(reject(
-                "Event should specify either some ObjectIDs or some Filters",
-            ));
-        }
-        (Some(_), Some(_)) => {
-            return Err(reject(
-                "Event should specify ObjectIDs or Filters, but not both",
-            ));
-        }
-        (Some(ids), None) => {
-            if ids.len() > MAX_ITEMS {
-                return Err(reject("Cannot process more that 20 objects in an event"));
-            }
-            Target::ObjectIds(ids)
-        }
-        (None, Some(fs)) => {
-            if fs.len() > MAX_ITEMS {
-                return Err(reject("Cannot process more that 20 filters in an event"));
-            }
-            let parsed = fs
-                .iter()
-                .map(|f| {
-                    parse_filter(f).ok_or_else(|| {
-                        reject(format!(
-                            "Filter `{f}` must be of the form attribute:value (URL-encoded)"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Target::Filters(parsed)
-        }
-    };
-    let query_id = string_field(e, "queryID")?;
-    if let Some(q) = &query_id
-        && (q.len() != 32 || !q.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-    {
-        return Err(reject(
-            "Query ID must be a search query ID (32 characters hexadecimal string)",
-        ));
-    }
-    let positions = match e.get("positions") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|v| v.as_i64().ok_or_else(|| type_error("int", v)))
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-        Some(other) => return Err(type_error("[]int", other)),
-    };
-    if let Some(ps) = &positions {
-        if event_type != EventType::Click {
-            return Err(reject(
-                "Only event of type click should specify the positions attribute",
-            ));
-        }
-        if query_id.is_none() {
-            return Err(reject(
-                "Event of type click with positions should specify a queryID",
-            ));
-        }
-        if ps.iter().any(|p| *p <= 0) {
-            return Err(reject(
-                "Event of type click may only have strictly positive positions",
-            ));
-        }
-    }
-    if event_type == EventType::Click
-        && query_id.is_some()
-        && let Target::ObjectIds(ids) = &target
-        && positions.as_ref().is_none_or(|p| p.len() != ids.len())
-    {
-        return Err(reject(
-            "Event of type click should have the same number of ObjectIDs and Positions",
-        ));
-    }
-    let timestamp = match e.get("timestamp") {
-        None | Some(Value::Null) => now,
-        Some(v) => v.as_i64().ok_or_else(|| type_error("int64", v))?,
-    };
-    if timestamp < now - MAX_EVENT_AGE.as_millis() as i64 {
-        return Err(reject("The timestamp must be at most 30 days in the past"));
-    }
-    if timestamp > now + MAX_CLOCK_SKEW.as_millis() as i64 {
-        return Err(reject("The timestamp must not be in the future"));
-    }
-    let object_data = match e.get("objectData") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => Some(items.clone()),
-        Some(other) => return Err(type_error("[]insights.ObjectData", other)),
-    };
-    if let Some(data) = &object_data {
-        let n = match &target {
-            Target::ObjectIds(ids) => ids.len(),
-            Target::Filters(_) => 0,
-        };
-        if data.len() != n {
-            return Err(reject(
-                "Event should have the same number of ObjectIDs and ObjectData",
-            ));
-        }
-        for d in data {
-            if let Some(q) = d.get("queryID").and_then(Value::as_str)
-                && (q.len() != 32 || !q.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-            {
-                return Err(reject(
-                    "Query ID must be a search query ID (32 characters hexadecimal string)",
-                ));
-            }
-        }
-    }
-    let value = e.get("value").filter(|v| !v.is_null()).cloned();
-    if let Some(v) = &value
-        && !v.is_number()
-        && v.as_str().is_none_or(|s| s.parse::<f64>().is_err())
-    {
-        return Err(type_error("number", v));
-    }
-    let currency = string_field(e, "currency")?;
-    let priced = value.is_some()
-        || object_data
-            .iter()
-            .flatten()
-            .any(|d| d.get("price").is_some_and(|p| !p.is_null()));
-    if priced && currency.is_none() {
-        return Err(reject(
-            "Currency is required when value or price is specified",
-        ));
-    }
-    if let Some(c) = &currency
-        && (c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()))
-    {
-        return Err(reject(
-            "Currency must be a three-letter ISO-4217 currency code",
-        ));
-    }
-    Ok(Event {
-        event_type,
-        event_subtype,
-        event_name,
-        index,
-        user_token,
-        authenticated_user_token,
-        timestamp,
-        target,
-        query_id,
-        positions,
-        object_data,
-        value,
-        currency,
-    })
-}
-
-/// Validate a whole request body: every event valid, or the first problem.
-pub fn validate_request(body: &[u8], now: i64) -> Result<Vec<Event>, Rejection> {
-    if body.len() > MAX_BODY_BYTES {
-        return Err(Rejection {
-            status: 413,
-            message: "Request Entity Too Large".into(),
-        });
-    }
-    let value: Value = serde_json::from_slice(body).map_err(|_| reject("Invalid payload"))?;
-    let events = match &value {
-        Value::Array(_) => {
-            return Err(reject(
-                "Invalid type for field : expected insights.PublicEventsBatch, got array",
-            ));
-        }
-        Value::Object(map) => match map.get("events") {
-            None | Some(Value::Null) => return Err(reject("No events to process")),
-            Some(Value::Array(events)) => events,
-            Some(other) => return Err(type_error("[]insights.PublicEvent", other)),
-        },
-        other => return Err(type_error("insights.PublicEventsBatch", other)),
-    };
-    if events.is_empty() {
-        return Err(reject("No events to process"));
-    }
-    if events.len() > MAX_EVENTS {
-        return Err(reject("Cannot process more than 1000 events in a batch"));
-    }
-    events.iter().map(|e| validate_event(e, now)).collect()
-}
-
-/// One CSV field, quoted when it must be (RFC 4180).
-fn csv_field(out: &mut String, field: &str) {
-    if field.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        out.push_str(&field.replace('"', "\"\""));
-        out.push('"');
-    } else {
-        out.push_str(field);
-    }
-}
-
-/// The qualifier of an event's counts for one facet: `CSV(event type, event name, facet)`.
+/// The qualifier of an event's counts for one facet: `CSV(event type, event name, facet)`
+/// ([`keys::event_qualifier`]).
 pub fn qualifier(event_type: EventType, event_name: &str, facet: &str) -> Bytes {
-    let mut q = String::with_capacity(event_name.len() + facet.len() + 16);
-    q.push_str(event_type.as_str());
-    q.push(',');
-    csv_field(&mut q, event_name);
-    q.push(',');
-    csv_field(&mut q, facet);
-    Bytes::from(q)
+    keys::event_qualifier(event_type.as_str(), event_name, facet)
 }
 
-/// The key prefix of every event row of one user.
-pub fn user_prefix(app: &str, user: &str) -> Vec<u8> {
-    let mut key = app_prefix(app);
-    key.extend_from_slice(user.as_bytes());
-    key.push(0);
-    key
-}
-
-fn row_key(app: &str, event: &Event, position: usize) -> Bytes {
-    let mut key = user_prefix(app, event.user());
-    key.extend_from_slice(&(event.timestamp as u64).to_be_bytes());
-    let canonical = serde_json::to_vec(event).unwrap_or_default();
+fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
+    let canonical = serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
     let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(&canonical, position as u64);
-    key.extend_from_slice(&discriminator.to_be_bytes());
-    Bytes::from(key)
+    Ok(keys::event(
+        app,
+        event.user(),
+        event.timestamp,
+        discriminator,
+    ))
 }
 
 /// Writes events to the store.
@@ -568,11 +182,11 @@ impl Events {
             let ts = event.timestamp * 1000;
             let mut mutations = Vec::with_capacity(counts.len() + 1);
             let json =
-                serde_json::to_vec(event).map_err(|e| EngineError::Invalid(e.to_string()))?;
+                serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
             mutations.push(Mutation::set(FAMILY, EVENT_COLUMN, ts, json));
             for (facet, values) in counts {
                 let value =
-                    serde_json::to_vec(&values).map_err(|e| EngineError::Invalid(e.to_string()))?;
+                    serde_json::to_vec(&values).map_err(|e| crate::internal("serialization", e))?;
                 mutations.push(Mutation::set(
                     FAMILY,
                     qualifier(event.event_type, &event.event_name, &facet),
@@ -580,299 +194,15 @@ impl Events {
                     value,
                 ));
             }
-            rows.push(RowMutation::new(row_key(app, event, position), mutations));
+            rows.push(RowMutation::new(row_key(app, event, position)?, mutations));
         }
-        for chunk in rows.chunks(500) {
-            for status in self.store.mutate_rows(EVENTS_TABLE, chunk.to_vec()).await? {
-                status?;
-            }
-        }
-        Ok(())
+        Ok(self.store.mutate_all(EVENTS_TABLE, rows).await?)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    const NOW: i64 = 1_800_000_000_000;
-
-    fn valid() -> Value {
-        json!({"eventType": "click", "eventName": "Product Clicked", "index": "products",
-               "userToken": "user-1", "objectIDs": ["a", "b"]})
-    }
-
-    fn check(mut edit: impl FnMut(&mut Map<String, Value>), message: &str) {
-        let mut e = valid();
-        edit(e.as_object_mut().unwrap());
-        let got = validate_event(&e, NOW).map(|_| ()).unwrap_err();
-        assert_eq!(got.message, message, "{e}");
-        assert_eq!(got.status, 422);
-    }
-
-    #[test]
-    fn every_rule_has_its_message() {
-        validate_event(&valid(), NOW).unwrap();
-        check(
-            |e| {
-                e.remove("eventName");
-            },
-            "EventName is required",
-        );
-        let name = "EventName must contain only visible ASCII characters, and be between 1 and 64 characters long";
-        check(
-            |e| {
-                e.insert("eventName".into(), json!(""));
-            },
-            name,
-        );
-        check(
-            |e| {
-                e.insert("eventName".into(), json!("x".repeat(65)));
-            },
-            name,
-        );
-        check(
-            |e| {
-                e.insert("eventName".into(), json!("caf\u{e9}"));
-            },
-            name,
-        );
-        check(
-            |e| {
-                e.insert("eventName".into(), json!("tab\there"));
-            },
-            name,
-        );
-        check(
-            |e| {
-                e.remove("eventType");
-            },
-            "EventType is required",
-        );
-        check(
-            |e| {
-                e.insert("eventType".into(), json!("purchase"));
-            },
-            r#"EventType must be one of "click", "conversion" or "view""#,
-        );
-        check(
-            |e| {
-                e.insert("eventSubtype".into(), json!("purchase"));
-            },
-            "Only event of type conversion should specify the eventSubtype attribute",
-        );
-        check(
-            |e| {
-                e.insert("eventType".into(), json!("conversion"));
-                e.insert("eventSubtype".into(), json!("buy"));
-            },
-            r#"EventSubtype must be one of "addToCart" or "purchase""#,
-        );
-        check(
-            |e| {
-                e.remove("index");
-            },
-            "The index field is required",
-        );
-        check(
-            |e| {
-                e.remove("userToken");
-            },
-            "The userToken field is required",
-        );
-        let token = "UserToken must contain only alphanumeric, equal, plus, slash, hyphen, or underscore characters, and be between 1 and 128 characters long";
-        check(
-            |e| {
-                e.insert("userToken".into(), json!("has space"));
-            },
-            token,
-        );
-        check(
-            |e| {
-                e.insert("userToken".into(), json!("x".repeat(130)));
-            },
-            token,
-        );
-        check(
-            |e| {
-                e.insert("authenticatedUserToken".into(), json!("bad!"));
-            },
-            "AuthenticatedUserToken must contain only alphanumeric, equal, plus, slash, hyphen, or underscore characters, and be between 1 and 128 characters long",
-        );
-        check(
-            |e| {
-                e.remove("objectIDs");
-            },
-            "Event should specify either some ObjectIDs or some Filters",
-        );
-        check(
-            |e| {
-                e.insert("filters".into(), json!(["brand:Apple"]));
-            },
-            "Event should specify ObjectIDs or Filters, but not both",
-        );
-        check(
-            |e| {
-                e.insert("objectIDs".into(), json!(vec!["x"; 21]));
-            },
-            "Cannot process more that 20 objects in an event",
-        );
-        check(
-            |e| {
-                e.remove("objectIDs");
-                e.insert("filters".into(), json!(vec!["a:b"; 21]));
-            },
-            "Cannot process more that 20 filters in an event",
-        );
-        check(
-            |e| {
-                e.remove("objectIDs");
-                e.insert("filters".into(), json!(["novalue"]));
-            },
-            "Filter `novalue` must be of the form attribute:value (URL-encoded)",
-        );
-        check(
-            |e| {
-                e.insert("queryID".into(), json!("XYZ"));
-            },
-            "Query ID must be a search query ID (32 characters hexadecimal string)",
-        );
-        let qid = json!("0123456789abcdef0123456789abcdef");
-        check(
-            |e| {
-                e.insert("eventType".into(), json!("view"));
-                e.insert("positions".into(), json!([1, 2]));
-            },
-            "Only event of type click should specify the positions attribute",
-        );
-        check(
-            |e| {
-                e.insert("positions".into(), json!([1, 2]));
-            },
-            "Event of type click with positions should specify a queryID",
-        );
-        check(
-            |e| {
-                e.insert("queryID".into(), qid.clone());
-                e.insert("positions".into(), json!([0, 2]));
-            },
-            "Event of type click may only have strictly positive positions",
-        );
-        check(
-            |e| {
-                e.insert("queryID".into(), qid.clone());
-                e.insert("positions".into(), json!([1]));
-            },
-            "Event of type click should have the same number of ObjectIDs and Positions",
-        );
-        check(
-            |e| {
-                e.insert("queryID".into(), qid.clone());
-            },
-            "Event of type click should have the same number of ObjectIDs and Positions",
-        );
-        check(
-            |e| {
-                e.insert("timestamp".into(), json!(NOW - 31 * 86_400_000));
-            },
-            "The timestamp must be at most 30 days in the past",
-        );
-        check(
-            |e| {
-                e.insert("timestamp".into(), json!(NOW / 1000));
-            },
-            "The timestamp must be at most 30 days in the past",
-        );
-        check(
-            |e| {
-                e.insert("timestamp".into(), json!(NOW + 2 * 3_600_000));
-            },
-            "The timestamp must not be in the future",
-        );
-        check(
-            |e| {
-                e.insert("objectData".into(), json!([{"price": 1}]));
-            },
-            "Event should have the same number of ObjectIDs and ObjectData",
-        );
-        check(
-            |e| {
-                e.insert("eventType".into(), json!("conversion"));
-                e.insert("value".into(), json!(10));
-            },
-            "Currency is required when value or price is specified",
-        );
-        check(
-            |e| {
-                e.insert("eventType".into(), json!("conversion"));
-                e.insert("value".into(), json!(10));
-                e.insert("currency".into(), json!("usd"));
-            },
-            "Currency must be a three-letter ISO-4217 currency code",
-        );
-        check(
-            |e| {
-                e.insert("userToken".into(), json!(2));
-            },
-            "Invalid type for field events: expected string, got number",
-        );
-        // Valid edge cases.
-        let mut ok = valid();
-        ok["queryID"] = qid;
-        ok["positions"] = json!([1, 7]);
-        ok["timestamp"] = json!(NOW - 29 * 86_400_000);
-        ok["userToken"] = json!("x".repeat(129));
-        validate_event(&ok, NOW).unwrap();
-    }
-
-    #[test]
-    fn request_level_rules() {
-        let msg = |body: &str| validate_request(body.as_bytes(), NOW).unwrap_err();
-        assert_eq!(msg("{not json").message, "Invalid payload");
-        assert_eq!(
-            msg("[]").message,
-            "Invalid type for field : expected insights.PublicEventsBatch, got array"
-        );
-        assert_eq!(msg(r#"{"events": []}"#).message, "No events to process");
-        assert_eq!(msg(r#"{"eventName": "x"}"#).message, "No events to process");
-        let many = json!({"events": vec![valid(); 1001]}).to_string();
-        assert_eq!(
-            msg(&many).message,
-            "Cannot process more than 1000 events in a batch"
-        );
-        let big = format!(
-            r#"{{"events": [], "pad": "{}"}}"#,
-            "x".repeat(MAX_BODY_BYTES)
-        );
-        assert_eq!(msg(&big).status, 413);
-        // One bad event rejects the request.
-        let mut bad = valid();
-        bad["eventType"] = json!("nope");
-        let mixed = json!({"events": [valid(), bad]}).to_string();
-        assert_eq!(msg(&mixed).status, 422);
-        let fine = json!({"events": vec![valid(); 1000]}).to_string();
-        assert_eq!(validate_request(fine.as_bytes(), NOW).unwrap().len(), 1000);
-    }
-
-    #[test]
-    fn filters_decode_either_way() {
-        assert_eq!(
-            parse_filter("discount:10%25"),
-            Some(("discount".into(), "10%".into()))
-        );
-        assert_eq!(
-            parse_filter("discount%3A10%25"),
-            Some(("discount".into(), "10%".into()))
-        );
-        assert_eq!(
-            parse_filter("brand:Apple"),
-            Some(("brand".into(), "Apple".into()))
-        );
-        assert_eq!(parse_filter(":x"), None);
-        assert_eq!(parse_filter("bad%zz"), None);
-    }
 
     #[test]
     fn qualifiers_are_csv() {

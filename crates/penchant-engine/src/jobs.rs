@@ -3,29 +3,40 @@
 //! A job splits the app's users into ranges (from the store's split points) and recomputes them
 //! in parallel, as a batch workload, from the per-day aggregates; then it recomputes the profiles
 //! of users without events. Its status — per range: the last user done — is saved in table
-//! `jobs` every half second, so any node can show it and a restarted node resumes an unfinished
-//! job where it stopped ([`Jobs::resume_all`]). A newer strategy supersedes a running job: it
-//! stops at its next user.
+//! `jobs` every half second, so any node can show it.
+//!
+//! With several nodes on one store exactly one runs a job: the one holding its lease
+//! ([`crate::leases`], renewed at each save). A node that stops (shutdown) saves where it is and
+//! releases the lease; a node that dies stops renewing it. Every node looks for running jobs
+//! whose lease is free ([`Jobs::take_over`], at start and then regularly) and resumes them from
+//! their checkpoints. A newer strategy supersedes a running job: it stops at its next chunk of
+//! users. Saves are conditional on the job's strategy version, so a superseded job's last save
+//! never hides the newer job's status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::Mutex;
-use penchant_store::{GcRule, Mutation, ReadRows, RowSet, Store};
+use penchant_store::{GcRule, Mutation, ReadRows, RowFilter, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
-use crate::layout::app_prefix;
+use crate::Result;
+use crate::clock::Clock;
+use crate::keys;
+use crate::leases::Leases;
 use crate::profiles::{Profiles, RecomputeStats, Source, UserRange};
 use crate::strategy::{Strategies, Versioned};
-use crate::{EngineError, Result};
+use crate::supervisor::Supervisor;
 
 pub const JOBS_TABLE: &str = "jobs";
 const FAMILY: &str = "j";
 const COLUMN: &[u8] = b"recompute";
+/// The strategy version of the job in `COLUMN` (what saves are conditional on).
+const VERSION: &[u8] = b"version";
+/// The lease of an app's recompute.
+const LEASE: &str = "recompute";
 const SAVE_EVERY: Duration = Duration::from_millis(500);
 
 /// The tables this module needs.
@@ -87,10 +98,6 @@ impl JobStatus {
     }
 }
 
-fn now_ms() -> i64 {
-    penchant_store::validate::now_micros() / 1000
-}
-
 /// Recompute jobs, stored in the store.
 #[derive(Debug)]
 pub struct Jobs {
@@ -98,6 +105,20 @@ pub struct Jobs {
     profiles: Profiles,
     strategies: Arc<Strategies>,
     parallelism: usize,
+    clock: Clock,
+    leases: Leases,
+    supervisor: Arc<Supervisor>,
+    /// Apps whose job runs on this node.
+    running: Mutex<HashSet<String>>,
+}
+
+/// Why a job stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// A newer strategy was saved.
+    Superseded,
+    /// This node shuts down or lost the lease: the job stays `running`, for a node to resume.
+    Handover,
 }
 
 impl Jobs {
@@ -106,12 +127,19 @@ impl Jobs {
         profiles: Profiles,
         strategies: Arc<Strategies>,
         parallelism: usize,
+        clock: Clock,
+        leases: Leases,
+        supervisor: Arc<Supervisor>,
     ) -> Self {
         Self {
             store,
             profiles,
             strategies,
             parallelism: parallelism.max(1),
+            clock,
+            leases,
+            supervisor,
+            running: Mutex::new(HashSet::new()),
         }
     }
 
@@ -119,32 +147,43 @@ impl Jobs {
     pub async fn status(&self, app: &str) -> Result<Option<JobStatus>> {
         let row = self
             .store
-            .read_row(JOBS_TABLE, Bytes::from(app_prefix(app)), None)
+            .read_row(JOBS_TABLE, keys::app(app), None)
             .await?;
         row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
             .map(|v| serde_json::from_slice(&v))
             .transpose()
-            .map_err(|e| EngineError::Invalid(format!("corrupt job: {e}")))
+            .map_err(|e| crate::internal("corrupt job", e))
     }
 
+    fn cells(status: &JobStatus) -> Result<Vec<Mutation>> {
+        let json = serde_json::to_vec(status).map_err(|e| crate::internal("serialization", e))?;
+        Ok(vec![
+            Mutation::set_now(FAMILY, COLUMN, json),
+            Mutation::set_now(FAMILY, VERSION, status.strategy_version.to_string()),
+        ])
+    }
+
+    /// Save a job's status if the job row is still this job's (same strategy version).
     async fn save(&self, app: &str, status: &JobStatus) -> Result<()> {
-        let json = serde_json::to_vec(status).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let same = RowFilter::column(FAMILY, VERSION).and(RowFilter::ValueRegex(format!(
+            "^{}$",
+            status.strategy_version
+        )));
         self.store
-            .mutate_row(
+            .check_and_mutate_row(
                 JOBS_TABLE,
-                Bytes::from(app_prefix(app)),
-                vec![Mutation::set_now(FAMILY, COLUMN, json)],
+                keys::app(app),
+                Some(same),
+                Self::cells(status)?,
+                vec![],
             )
             .await?;
         Ok(())
     }
 
-    /// Start recomputing every profile of `app` under `strategy`, in the background.
-    pub async fn start(
-        self: &Arc<Self>,
-        app: &str,
-        strategy: Arc<Versioned>,
-    ) -> Result<tokio::task::JoinHandle<()>> {
+    /// Start recomputing every profile of `app` under `strategy`, in the background (on this
+    /// node if it gets the job's lease, else on the node that takes the job over).
+    pub async fn start(self: &Arc<Self>, app: &str, strategy: Arc<Versioned>) -> Result<()> {
         let ranges = self.profiles.plan_ranges(app, self.parallelism).await?;
         let status = JobStatus {
             strategy_version: strategy.version,
@@ -159,73 +198,185 @@ impl Jobs {
                     stats: RecomputeStats::default(),
                 })
                 .collect(),
-            started_at: now_ms(),
+            started_at: self.clock.now_ms(),
             finished_at: None,
             error: None,
         };
-        self.save(app, &status).await?;
-        Ok(tokio::spawn(Arc::clone(self).run(
-            app.to_owned(),
-            strategy,
-            status,
-        )))
+        // The newest strategy's job replaces whatever job the row held.
+        self.store
+            .mutate_row(JOBS_TABLE, keys::app(app), Self::cells(&status)?)
+            .await?;
+        // A job of the app still running here starts this one when it ends.
+        if self.claim(app).await? {
+            self.launch(app.to_owned(), strategy, status);
+        }
+        Ok(())
     }
 
-    /// Resume every unfinished job whose strategy is still current (at node start). Returns
-    /// the resumed jobs' handles.
-    pub async fn resume_all(self: &Arc<Self>) -> Result<Vec<tokio::task::JoinHandle<()>>> {
-        let mut rows = self
-            .store
-            .read_rows(JOBS_TABLE, ReadRows::new(RowSet::all()))
-            .await?;
-        let mut handles = Vec::new();
+    /// Claim an app's job for this node: no job of the app runs here, and this node holds (or
+    /// now took) its lease. A claim is given up by [`Jobs::launch`]'s end, or [`Jobs::unclaim`].
+    async fn claim(&self, app: &str) -> Result<bool> {
+        if !self.running.lock().insert(app.to_owned()) {
+            return Ok(false);
+        }
+        match self.leases.acquire(app, LEASE).await {
+            Ok(true) => Ok(true),
+            other => {
+                self.running.lock().remove(app);
+                other
+            }
+        }
+    }
+
+    async fn unclaim(&self, app: &str) -> Result<()> {
+        let released = self.leases.release(app, LEASE).await;
+        self.running.lock().remove(app);
+        released
+    }
+
+    /// Run a claimed job in the background; at its end, give the claim up and start a newer job
+    /// of the app if one was saved meanwhile.
+    fn launch(self: &Arc<Self>, app: String, strategy: Arc<Versioned>, status: JobStatus) {
+        let jobs = Arc::clone(self);
+        self.supervisor.spawn(async move {
+            let state = jobs.run(&app, strategy, status).await;
+            if let Err(e) = jobs.unclaim(&app).await {
+                tracing::warn!(%app, error = %e, "cannot release the job's lease");
+            }
+            // A newer strategy's job saved meanwhile could not start while this one ran here.
+            if state != JobState::Running
+                && let Err(e) = jobs.take_over().await
+            {
+                tracing::warn!(%app, error = %e, "cannot start the newer job");
+            }
+        });
+    }
+
+    /// Recompute every profile of an app under `strategy` now, in the foreground, from `source`:
+    /// up to `parallelism` ranges of users at once, then the profiles of users without events —
+    /// what a job does, without its status, checkpoints and lease (for benchmarks and tests).
+    pub async fn recompute_now(
+        &self,
+        app: &str,
+        strategy: &Versioned,
+        source: Source,
+        parallelism: usize,
+    ) -> Result<RecomputeStats> {
+        let ranges = self.profiles.plan_ranges(app, parallelism).await?;
+        // A task per range: ranges score on several cores.
+        let tasks: Vec<_> = ranges
+            .into_iter()
+            .map(|range| {
+                let (profiles, app, strategy) =
+                    (self.profiles.clone(), app.to_owned(), strategy.clone());
+                tokio::spawn(async move {
+                    profiles
+                        .recompute_range(&app, &strategy, source, &range, |_, _| true)
+                        .await
+                })
+            })
+            .collect();
+        let mut stats = RecomputeStats::default();
+        for task in tasks {
+            // A range's panic is this call's panic.
+            let range = task
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            stats.events += range.events;
+            stats.users += range.users;
+            stats.skipped += range.skipped;
+        }
+        stats.users += self.profiles.recompute_stale(app, strategy).await?.users;
+        Ok(stats)
+    }
+
+    /// Resume every running job that no node holds the lease of (none at all after a restart,
+    /// or one whose node died and whose lease expired) and whose strategy is still current; a
+    /// job whose strategy is not is marked superseded. Returns how many jobs this node resumed.
+    pub async fn take_over(self: &Arc<Self>) -> Result<usize> {
+        if self.supervisor.stopping() {
+            return Ok(0);
+        }
+        let request = ReadRows::new(RowSet::all()).filter(RowFilter::column(FAMILY, COLUMN));
+        let mut rows = self.store.read_rows(JOBS_TABLE, request).await?;
+        let mut resumed = 0;
         while let Some(row) = rows.next().await.transpose()? {
+            let Some(app) = keys::app_of(&row.key).map(str::to_owned) else {
+                continue;
+            };
             let Some(cell) = row.latest(FAMILY, COLUMN) else {
                 continue;
             };
-            let Ok(status) = serde_json::from_slice::<JobStatus>(&cell.value) else {
+            let Ok(mut status) = serde_json::from_slice::<JobStatus>(&cell.value) else {
                 continue;
             };
-            if status.state != JobState::Running {
+            if status.state != JobState::Running || !self.claim(&app).await? {
                 continue;
             }
-            let app = String::from_utf8_lossy(row.key.strip_suffix(b"\0").unwrap_or(&row.key))
-                .into_owned();
-            match self.strategies.fresh(&app).await? {
+            let current = match self.strategies.fresh(&app).await {
+                Ok(current) => current,
+                Err(e) => {
+                    self.unclaim(&app).await?;
+                    return Err(e);
+                }
+            };
+            match current {
                 Some(s) if s.version == status.strategy_version => {
-                    tracing::info!(%app, "resuming the profile recompute");
-                    handles.push(tokio::spawn(Arc::clone(self).run(app, s, status)));
+                    tracing::info!(%app, node = self.leases.node(), "resuming the profile recompute");
+                    self.launch(app, s, status);
+                    resumed += 1;
                 }
                 _ => {
-                    let mut status = status;
                     status.state = JobState::Superseded;
-                    status.finished_at = Some(now_ms());
-                    self.save(&app, &status).await?;
+                    status.finished_at = Some(self.clock.now_ms());
+                    let saved = self.save(&app, &status).await;
+                    self.unclaim(&app).await?;
+                    saved?;
                 }
             }
         }
-        Ok(handles)
+        Ok(resumed)
     }
 
-    async fn run(self: Arc<Self>, app: String, strategy: Arc<Versioned>, status: JobStatus) {
+    /// Run a job to its end (or until it stops); returns the state it saved.
+    async fn run(
+        self: &Arc<Self>,
+        app: &str,
+        strategy: Arc<Versioned>,
+        status: JobStatus,
+    ) -> JobState {
         let shared = Arc::new(Mutex::new(status));
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop: Arc<Mutex<Option<Stop>>> = Arc::new(Mutex::new(None));
+        let halted = {
+            let stop = stop.clone();
+            move || stop.lock().is_some()
+        };
         let finished = Arc::new(tokio::sync::Notify::new());
-        // Save progress regularly, and notice a newer strategy.
+        // Save progress regularly, renew the lease, and notice a newer strategy or a shutdown.
         let saver = {
             let (jobs, app, shared, stop, finished) = (
-                Arc::clone(&self),
-                app.clone(),
+                Arc::clone(self),
+                app.to_owned(),
                 shared.clone(),
                 stop.clone(),
                 finished.clone(),
             );
             let version = strategy.version;
-            tokio::spawn(async move {
+            async move {
                 loop {
+                    let stopped = jobs.supervisor.stopped();
                     tokio::select! {
                         () = tokio::time::sleep(SAVE_EVERY) => {}
+                        () = stopped => {
+                            stop.lock().get_or_insert(Stop::Handover);
+                            return;
+                        }
                         () = finished.notified() => return,
+                    }
+                    if !jobs.leases.renew(&app, LEASE).await.unwrap_or(false) {
+                        tracing::warn!(%app, "lost the job's lease: stopping");
+                        stop.lock().get_or_insert(Stop::Handover);
+                        return;
                     }
                     let snapshot = shared.lock().clone();
                     if let Err(e) = jobs.save(&app, &snapshot).await {
@@ -234,18 +385,17 @@ impl Jobs {
                     if let Ok(Some(s)) = jobs.strategies.fresh(&app).await
                         && s.version != version
                     {
-                        stop.store(true, Ordering::SeqCst);
+                        stop.lock().get_or_insert(Stop::Superseded);
                     }
                 }
-            })
+            }
         };
         let pending: Vec<usize> = {
             let s = shared.lock();
             (0..s.ranges.len()).filter(|&i| !s.ranges[i].done).collect()
         };
         let work = pending.into_iter().map(|i| {
-            let (jobs, app, strategy, shared, stop) =
-                (&self, &app, &strategy, shared.clone(), stop.clone());
+            let (jobs, strategy, shared, halted) = (&self, &strategy, shared.clone(), &halted);
             async move {
                 let (range, base) = {
                     let s = shared.lock();
@@ -263,10 +413,10 @@ impl Jobs {
                             skipped: base.skipped + stats.skipped,
                         };
                         s.total();
-                        !stop.load(Ordering::SeqCst)
+                        !halted()
                     })
                     .await;
-                if result.is_ok() && !stop.load(Ordering::SeqCst) {
+                if result.is_ok() && !halted() {
                     let mut s = shared.lock();
                     s.ranges[i].done = true;
                     s.total();
@@ -274,31 +424,41 @@ impl Jobs {
                 result
             }
         });
-        let results = futures::future::join_all(work).await;
-        let mut outcome: Result<()> = results.into_iter().collect::<Result<Vec<_>>>().map(drop);
-        if outcome.is_ok() && !stop.load(Ordering::SeqCst) {
-            outcome = self
-                .profiles
-                .recompute_stale(&app, &strategy)
-                .await
-                .map(|stale| shared.lock().stats.users += stale.users);
-        }
-        // `notify_one` stores a permit: the saver stops even if it is not waiting yet.
-        finished.notify_one();
-        let _ = saver.await;
+        let work = async {
+            let results = futures::future::join_all(work).await;
+            let mut outcome: Result<()> = results.into_iter().collect::<Result<Vec<_>>>().map(drop);
+            if outcome.is_ok() && !halted() {
+                outcome = self
+                    .profiles
+                    .recompute_stale(app, &strategy)
+                    .await
+                    .map(|stale| shared.lock().stats.users += stale.users);
+            }
+            // `notify_one` stores a permit: the saver stops even if it is not waiting yet.
+            finished.notify_one();
+            outcome
+        };
+        // One task: stopping it (a killed node) stops the saver too, and with it the lease's
+        // renewals.
+        let ((), outcome) = tokio::join!(saver, work);
         let mut status = shared.lock().clone();
-        status.finished_at = Some(now_ms());
-        status.state = match (&outcome, stop.load(Ordering::SeqCst)) {
+        let stopped = *stop.lock();
+        status.state = match (&outcome, stopped) {
             (Err(e), _) => {
                 tracing::error!(%app, error = %e, "profile recompute failed");
                 status.error = Some(e.to_string());
                 JobState::Failed
             }
-            (Ok(()), true) => JobState::Superseded,
-            (Ok(()), false) => JobState::Done,
+            (Ok(()), Some(Stop::Handover)) => JobState::Running,
+            (Ok(()), Some(Stop::Superseded)) => JobState::Superseded,
+            (Ok(()), None) => JobState::Done,
         };
-        if let Err(e) = self.save(&app, &status).await {
+        if status.state != JobState::Running {
+            status.finished_at = Some(self.clock.now_ms());
+        }
+        if let Err(e) = self.save(app, &status).await {
             tracing::error!(%app, error = %e, "cannot save the job's end");
         }
+        status.state
     }
 }

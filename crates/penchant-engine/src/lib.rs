@@ -5,16 +5,22 @@
 //! the issues that build each system.
 
 pub mod aggregates;
+mod api;
+pub mod cache;
 pub mod catalog;
+pub mod clock;
 pub mod events;
 pub mod jobs;
-pub mod layout;
+pub mod keys;
+pub mod leases;
+pub mod pending;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;
 pub mod seen;
 pub mod sets;
 pub mod strategy;
+pub mod supervisor;
 pub mod tenancy;
 pub mod vectors;
 
@@ -24,19 +30,22 @@ use penchant_store::{Store, StoreError};
 
 use crate::aggregates::Aggregates;
 use crate::catalog::Catalog;
+use crate::catalog::Record;
 use crate::events::Events;
 use crate::jobs::Jobs;
+use crate::leases::Leases;
+use crate::profiles::Profile;
 use crate::profiles::Profiles;
 use crate::seen::Seen;
 use crate::sets::Sets;
 use crate::strategy::{Strategies, Strategy, Versioned};
+use crate::supervisor::Supervisor;
 use crate::tenancy::{Tenancy, TenancyConfig};
 
-/// What can go wrong in the engine.
+/// What can go wrong in the engine: the caller's mistakes, each with a message saying what was
+/// wrong, and the engine's own failures, whose detail is for the log only.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
     /// The request is malformed (the message says how).
     #[error("{0}")]
     Invalid(String),
@@ -49,6 +58,27 @@ pub enum EngineError {
     /// The operation ran and was refused, leaving things as they were (the message says why).
     #[error("{0}")]
     Refused(String),
+    /// The store cannot serve now (down, or too much contention): retrying later may work.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Penchant failed: corrupt stored data, a store error, a failed serialization. Not the
+    /// caller's fault; the message names what failed, for the log.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(m) => EngineError::Unavailable(m),
+            other => EngineError::Internal(format!("store: {other}")),
+        }
+    }
+}
+
+/// An internal error about `what` (e.g. "corrupt profile").
+pub(crate) fn internal(what: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Internal(format!("{what}: {e}"))
 }
 
 /// The engine's result type.
@@ -66,7 +96,18 @@ pub struct EngineConfig {
     pub set_cache_bytes: u64,
     /// How long a node trusts cached set partitions and descriptions, and seen-filter settings.
     pub bloom_cache_ttl: std::time::Duration,
+    /// The engine's clock (the system's; tests set one by hand).
+    pub clock: clock::Clock,
+    /// How long a node's lease on background work (a job, the purge) lasts without renewal:
+    /// how long a job waits for another node when the node running it dies.
+    pub lease_ttl: std::time::Duration,
 }
+
+/// The global leases of background work.
+const PURGE_LEASE: &str = "purge";
+const REPAIR_LEASE: &str = "repair";
+/// How old an ingestion intent is before the regular repair takes it for interrupted.
+const REPAIR_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Users whose work an ingested batch does at once (their writes share the store's commits).
 const USERS_AT_ONCE: usize = 32;
@@ -95,6 +136,10 @@ pub struct Engine {
     jobs: Arc<Jobs>,
     sets: Arc<Sets>,
     seen: Arc<Seen>,
+    pending: pending::Pending,
+    leases: Leases,
+    supervisor: Arc<Supervisor>,
+    clock: clock::Clock,
 }
 
 impl Engine {
@@ -110,32 +155,58 @@ impl Engine {
             .chain(aggregates::tables())
             .chain(jobs::tables())
             .chain(sets::tables())
-            .chain(seen::tables());
+            .chain(seen::tables())
+            .chain(pending::tables())
+            .chain(leases::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy));
+        let clock = config.clock.clone();
+        let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy, clock.clone()));
         let catalog = Catalog::new(store.clone());
         let events = Events::new(store.clone(), catalog.clone());
-        let strategies = Arc::new(Strategies::new(store.clone(), config.strategy_cache_ttl));
-        let profiles = Profiles::new(store.clone(), strategies.clone(), tenancy.clone());
+        let strategies = Arc::new(Strategies::new(
+            store.clone(),
+            config.strategy_cache_ttl,
+            clock.clone(),
+        ));
+        let profiles = Profiles::new(
+            store.clone(),
+            strategies.clone(),
+            tenancy.clone(),
+            clock.clone(),
+        );
         let aggregates = Aggregates::new(store.clone());
+        let supervisor = Arc::new(Supervisor::default());
+        let leases = Leases::new(store.clone(), clock.clone(), config.lease_ttl);
         let jobs = Arc::new(Jobs::new(
             store.clone(),
             profiles.clone(),
             strategies.clone(),
             config.recompute_parallelism,
+            clock.clone(),
+            leases.clone(),
+            supervisor.clone(),
         ));
         let sets = Arc::new(Sets::new(
             store.clone(),
             config.set_cache_bytes,
             config.bloom_cache_ttl,
+            clock.clone(),
         ));
-        let seen = Arc::new(Seen::new(store.clone(), config.bloom_cache_ttl));
+        let seen = Arc::new(Seen::new(
+            store.clone(),
+            config.bloom_cache_ttl,
+            clock.clone(),
+        ));
         Ok(Self {
+            supervisor,
+            leases,
+            pending: pending::Pending::new(store.clone(), clock.clone()),
+            clock,
             sets,
             seen,
             store,
@@ -151,16 +222,61 @@ impl Engine {
 
     /// Store valid events, then rebuild the per-day aggregates they touch and refresh their
     /// users' profiles from them (the streaming path), while their items are marked seen: a
-    /// profile read after this returns reflects the events.
+    /// profile read after this returns reflects the events. An intent recorded first
+    /// ([`pending`]) lets [`Engine::repair`] finish the work if this stops half-way.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        let batch = self.pending.record(app, events).await?;
         self.events.ingest(app, events).await?;
-        // Profiles are computed from the aggregates: those are rebuilt first.
+        self.after_ingest(app, events).await?;
+        self.pending.done(app, events, batch).await
+    }
+
+    /// What stored events owe: their days' aggregates, then their users' profiles (computed
+    /// from the aggregates), and, meanwhile, their items marked seen.
+    async fn after_ingest(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let aggregates_then_profiles = async {
             self.aggregates.rebuild_for(app, events).await?;
             self.refresh_users(app, events).await
         };
-        futures::try_join!(aggregates_then_profiles, self.mark_seen(app, events))?;
+        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
         Ok(())
+    }
+
+    /// Finish the work of event batches that stopped half-way more than `age` ago (a crash
+    /// between storing events and acknowledging them): rebuild their days' aggregates, refresh
+    /// their users' profiles, mark their items seen, from the events as stored. Returns how many
+    /// (batch, user) intents it finished.
+    pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {
+        let intents = self.pending.left_behind(age).await?;
+        for intent in &intents {
+            let mut stored = Vec::new();
+            for day in &intent.days {
+                let request = penchant_store::ReadRows::new(aggregates::raw_day(
+                    &intent.app,
+                    &intent.user,
+                    *day,
+                ))
+                .filter(penchant_store::RowFilter::column(
+                    events::FAMILY,
+                    events::EVENT_COLUMN,
+                ));
+                for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
+                    if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
+                        stored.push(
+                            serde_json::from_slice::<events::Event>(&cell.value)
+                                .map_err(|e| internal("corrupt event", e))?,
+                        );
+                    }
+                }
+            }
+            if !stored.is_empty() {
+                tracing::info!(app = %intent.app, user = %intent.user, events = stored.len(),
+                    "finishing an interrupted ingestion");
+                self.after_ingest(&intent.app, &stored).await?;
+            }
+            self.pending.resolve(intent).await?;
+        }
+        Ok(intents.len())
     }
 
     async fn refresh_users(&self, app: &str, events: &[events::Event]) -> Result<()> {
@@ -177,7 +293,7 @@ impl Engine {
     }
 
     /// Mark the objectIDs of the app's seen-marking events as seen by their users.
-    async fn mark_seen(&self, app: &str, events: &[events::Event]) -> Result<()> {
+    async fn mark_events_seen(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let settings = self.seen.settings(app).await?;
         let mut by_user: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
         for event in events {
@@ -199,15 +315,25 @@ impl Engine {
 
     /// Delete the events (and per-day aggregates) of every app that are older than the app's
     /// retention window: they stopped counting already; the store's own 90-day rule would
-    /// remove them only later. Returns how many event rows and aggregate rows it deleted.
-    pub async fn purge_expired(&self) -> Result<(u64, u64)> {
+    /// remove them only later. Returns how many event rows and aggregate rows it deleted, or
+    /// `None` when another node holds the purge's lease (it is purging).
+    pub async fn purge_expired(&self) -> Result<Option<(u64, u64)>> {
+        if !self.leases.acquire("", PURGE_LEASE).await? {
+            return Ok(None);
+        }
+        let purged = self.purge_all().await;
+        self.leases.release("", PURGE_LEASE).await?;
+        purged.map(Some)
+    }
+
+    async fn purge_all(&self) -> Result<(u64, u64)> {
         let mut deleted = (0, 0);
         for app in self.tenancy.list_apps().await? {
             if app.retention_days >= tenancy::MAX_RETENTION_DAYS {
                 continue;
             }
             let window = self.tenancy.retention(&app.app_id).await?;
-            let cutoff = penchant_store::validate::now_micros() - window.as_micros() as i64;
+            let cutoff = self.clock.now_micros() - window.as_micros() as i64;
             deleted.0 += self
                 .purge_before(events::EVENTS_TABLE, &app.app_id, cutoff)
                 .await?;
@@ -221,8 +347,7 @@ impl Engine {
     /// and aggregates stamp every cell of a row with the same time (the event's; the day's
     /// latest), so a row with a cell newer than the cutoff is kept whole.
     async fn purge_before(&self, table: &str, app: &str, cutoff: i64) -> Result<u64> {
-        use futures::TryStreamExt;
-        use penchant_store::{ReadRows, RowFilter, RowMutation, RowSet, TimeRange};
+        use penchant_store::{ReadRows, RowFilter, RowSet, TimeRange};
         let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
         // Rows with a cell in the window, then the others: keys only.
         let newer = RowFilter::TimestampRange(TimeRange::new(cutoff, i64::MAX));
@@ -231,29 +356,8 @@ impl Engine {
             on_match: Box::new(RowFilter::BlockAll),
             on_no_match: Box::new(RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1))),
         };
-        let prefix = bytes::Bytes::from(layout::app_prefix(app));
-        let request = ReadRows::new(RowSet::prefix(prefix)).filter(old_only);
-        let mut rows = store.read_rows(table, request).await?;
-        let mut batch = Vec::new();
-        let mut deleted = 0;
-        loop {
-            let row = rows.try_next().await?;
-            if let Some(row) = &row {
-                batch.push(RowMutation::new(
-                    row.key.clone(),
-                    vec![penchant_store::Mutation::DeleteFromRow],
-                ));
-            }
-            if batch.len() >= 1000 || (row.is_none() && !batch.is_empty()) {
-                deleted += batch.len() as u64;
-                for status in store.mutate_rows(table, std::mem::take(&mut batch)).await? {
-                    status?;
-                }
-            }
-            if row.is_none() {
-                return Ok(deleted);
-            }
-        }
+        let request = ReadRows::new(RowSet::prefix(keys::app(app))).filter(old_only);
+        Ok(store.delete_read(table, request).await?)
     }
 
     /// Save an app's strategy and start recomputing every profile of the app under it.
@@ -263,59 +367,246 @@ impl Engine {
         Ok(versioned)
     }
 
-    /// Resume the recompute jobs a stopped node left unfinished (at start).
-    pub async fn resume_jobs(&self) -> Result<usize> {
-        Ok(self.jobs.resume_all().await?.len())
+    /// Resume the recompute jobs that no node runs (a stopped or dead node's, once its lease
+    /// has expired), from their checkpoints. Returns how many this node resumed.
+    pub async fn take_over_jobs(&self) -> Result<usize> {
+        self.jobs.take_over().await
     }
 
-    /// Named key sets.
-    pub fn sets(&self) -> &Sets {
-        &self.sets
+    /// Start the node's background work, owned by the engine until [`Engine::shutdown`]: at
+    /// once, finish interrupted ingestions and resume orphaned jobs; then, regularly, look for
+    /// orphaned jobs (every half lease), repair ingestions interrupted over a minute ago, and
+    /// purge expired events (every `purge_interval`, if set). With several nodes, leases make
+    /// one node do each.
+    pub fn start_background(&self, purge_interval: Option<std::time::Duration>) {
+        use std::time::Duration;
+        let engine = self.clone();
+        self.supervisor.spawn(async move {
+            let mut first = true;
+            loop {
+                let age = if first { Duration::ZERO } else { REPAIR_AFTER };
+                if let Err(e) = engine.repair_once(age).await {
+                    tracing::warn!(error = %e, "cannot repair interrupted ingestions");
+                }
+                if let Err(e) = engine.take_over_jobs().await {
+                    tracing::warn!(error = %e, "cannot look for orphaned jobs");
+                }
+                first = false;
+                let stopped = engine.supervisor.stopped();
+                tokio::select! {
+                    () = tokio::time::sleep(engine.leases.ttl() / 2) => {}
+                    () = stopped => return,
+                }
+            }
+        });
+        let Some(interval) = purge_interval.filter(|i| !i.is_zero()) else {
+            return;
+        };
+        let engine = self.clone();
+        self.supervisor.spawn(async move {
+            loop {
+                let stopped = engine.supervisor.stopped();
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = stopped => return,
+                }
+                match engine.purge_expired().await {
+                    Ok(Some((events, days))) if events + days > 0 => {
+                        tracing::info!(events, days, "purged events past their app's retention");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "retention purge failed"),
+                }
+            }
+        });
     }
 
-    /// Users' seen filters.
-    pub fn seen(&self) -> &Seen {
-        &self.seen
+    /// One repair round under the repair lease (one node at a time).
+    async fn repair_once(&self, age: std::time::Duration) -> Result<()> {
+        if self.leases.acquire("", REPAIR_LEASE).await? {
+            let repaired = self.repair(age).await;
+            self.leases.release("", REPAIR_LEASE).await?;
+            repaired?;
+        }
+        Ok(())
     }
 
-    /// Strategies.
-    pub fn strategies(&self) -> &Strategies {
-        &self.strategies
+    /// Stop the background work (jobs save their checkpoints and release their leases) and
+    /// wait for it, then make every acknowledged write durable: what a node does on shutdown.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.supervisor.shutdown().await;
+        self.flush().await
     }
 
-    /// Profiles.
-    pub fn profiles(&self) -> &Profiles {
-        &self.profiles
+    /// Stop the background work where it stands, saving and releasing nothing — a killed node,
+    /// for tests of another node taking over.
+    #[doc(hidden)]
+    pub fn kill_background(&self) {
+        self.supervisor.abort();
     }
 
-    /// Background jobs of this node.
-    pub fn jobs(&self) -> &Jobs {
-        &self.jobs
+    /// Now, by the engine's clock, in ms since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
-    /// Insights events.
-    pub fn events(&self) -> &Events {
-        &self.events
+    /// The app's strategy as stored now, if it has one.
+    pub async fn strategy(&self, app: &str) -> Result<Option<Strategy>> {
+        Ok(self
+            .strategies
+            .fresh(app)
+            .await?
+            .map(|v| v.strategy.clone()))
     }
 
-    /// Records of the apps' indexes.
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    /// The app's latest profile recompute, as last saved by whichever node runs it.
+    pub async fn recompute_status(&self, app: &str) -> Result<Option<jobs::JobStatus>> {
+        self.jobs.status(app).await
     }
 
-    /// Apps and API keys.
-    pub fn tenancy(&self) -> &Tenancy {
-        &self.tenancy
+    /// A user's profile; `None` when no counted event gives it a score.
+    pub async fn profile(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+        keys::check_user_token(user)?;
+        let profile = self.profiles.get(app, user).await?;
+        Ok(profile.filter(|p| !p.scores.is_empty()))
     }
 
-    /// The store the engine writes to.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// Forget a user's events up to now: they no longer count. Returns the time (ms) up to
+    /// which they were forgotten.
+    pub async fn delete_profile(&self, app: &str, user: &str) -> Result<i64> {
+        keys::check_user_token(user)?;
+        let until = self.now_ms();
+        self.profiles.delete_profile(app, user, until).await?;
+        Ok(until)
+    }
+
+    /// Delete every trace of a user: events, aggregates, seen filter and profile.
+    pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
+        keys::check_user_token(user)?;
+        self.profiles.delete_user(app, user).await
+    }
+
+    /// Re-rank `hits` (records of `index`; a hit holding only its `objectID` is completed from
+    /// the catalog) for a user, with the strategy's impact or `impact`. Returns the impact used
+    /// and, best first, each hit's position in `hits` with its personalization.
+    pub async fn rerank(
+        &self,
+        app: &str,
+        index: &str,
+        hits: &[Record],
+        user: &str,
+        impact: Option<u32>,
+    ) -> Result<(u32, Vec<(usize, rerank::Personalization)>)> {
+        keys::check_user_token(user)?;
+        let wanted: Vec<String> = hits
+            .iter()
+            .filter(|h| h.len() == 1)
+            .filter_map(|h| h.get("objectID")?.as_str().map(str::to_owned))
+            .collect();
+        let catalog = self.catalog.get_many(app, index, &wanted).await?;
+        let records: Vec<Record> = hits
+            .iter()
+            .map(|h| {
+                let id = h.get("objectID").and_then(|v| v.as_str());
+                match id.and_then(|id| catalog.get(id)) {
+                    Some(record) if h.len() == 1 => record.clone(),
+                    _ => h.clone(),
+                }
+            })
+            .collect();
+        let strategy = self.strategies.get(app).await?;
+        let impact = impact
+            .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
+            .unwrap_or(0);
+        let scores = self.scores(app, user).await?;
+        Ok((impact, rerank::rerank(&records, &scores, impact)))
+    }
+
+    /// A user's profile as Algolia `optionalFilters` (`facet:value<score=n>`).
+    pub async fn optional_filters(&self, app: &str, user: &str) -> Result<Vec<String>> {
+        keys::check_user_token(user)?;
+        Ok(rerank::optional_filters(&self.scores(app, user).await?))
+    }
+
+    async fn scores(&self, app: &str, user: &str) -> Result<profiles::Scores> {
+        Ok(self
+            .profiles
+            .get(app, user)
+            .await?
+            .map(|p| p.scores)
+            .unwrap_or_default())
+    }
+
+    /// Whether the data plane answers: one small read (for `/health`).
+    pub async fn check_store(&self) -> Result<()> {
+        let probe =
+            penchant_store::ReadRows::new(penchant_store::RowSet::keys([keys::app("health")]))
+                .limit(1);
+        self.store.read_all(tenancy::APPS_TABLE, probe).await?;
+        Ok(())
     }
 
     /// Make every acknowledged write durable (on shutdown).
     pub async fn flush(&self) -> Result<()> {
         Ok(self.store.flush().await?)
+    }
+}
+
+/// The subsystems and the store, for the engine's own tests and the benchmarks. The server's
+/// handlers never use these: they call the API above (a server test checks its routes).
+impl Engine {
+    /// Named key sets.
+    #[doc(hidden)]
+    pub fn sets(&self) -> &Sets {
+        &self.sets
+    }
+
+    /// Users' seen filters.
+    #[doc(hidden)]
+    pub fn seen(&self) -> &Seen {
+        &self.seen
+    }
+
+    /// Strategies.
+    #[doc(hidden)]
+    pub fn strategies(&self) -> &Strategies {
+        &self.strategies
+    }
+
+    /// Profiles.
+    #[doc(hidden)]
+    pub fn profiles(&self) -> &Profiles {
+        &self.profiles
+    }
+
+    /// Background jobs of this node.
+    #[doc(hidden)]
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
+    /// Insights events.
+    #[doc(hidden)]
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// Records of the apps' indexes.
+    #[doc(hidden)]
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Apps and API keys.
+    #[doc(hidden)]
+    pub fn tenancy(&self) -> &Tenancy {
+        &self.tenancy
+    }
+
+    /// The store the engine writes to.
+    #[doc(hidden)]
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 }
 
@@ -332,6 +623,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 11);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 13);
     }
 }

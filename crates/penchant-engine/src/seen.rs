@@ -7,15 +7,15 @@
 //! seen by events of the app's `eventTypes` (views by default) and through the API; a bulk check
 //! returns the candidates not seen.
 //!
-//! Storage: table `seen`, row `app 0x00 | user 0x00` (the user's prefix, so that deleting a user
+//! Storage: table `seen`, row [`keys::seen`] `app 0 · user 0` (the user's prefix, so that deleting a user
 //! token deletes it with the events). The base: columns `s:cur`, `s:prev`, `s:n` (keys in
 //! `cur`), `s:cap` (keys per generation) and `s:v` (its version, for optimistic updates); then
 //! up to [`COMPACT_AT`] deltas `s:+<time><random>`, each the 8-byte hashes of the items one add
-//! found new, replayed over the base on read. The app's settings live in row `app 0x00`.
+//! found new, replayed over the base on read. The app's settings live in row [`keys::app`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -23,8 +23,10 @@ use penchant_bloom::{BloomFilter, RotatingFilter, key_hash, keys_per_partition};
 use penchant_store::{GcRule, Mutation, Row, RowFilter, Store};
 use serde::{Deserialize, Serialize};
 
-use crate::events::{EventType, token_ok, user_prefix};
-use crate::layout::app_prefix;
+use crate::cache::{self, TtlCache};
+use crate::clock::Clock;
+use crate::events::EventType;
+use crate::keys;
 use crate::sets::write_if_version;
 use crate::{EngineError, Result};
 
@@ -38,7 +40,7 @@ const COUNT: &[u8] = b"n";
 const CAPACITY: &[u8] = b"cap";
 const VERSION: &[u8] = b"v";
 /// The first byte of a delta's column.
-const DELTA: u8 = b'+';
+const DELTA: u8 = keys::SEEN_DELTA;
 /// Deltas a row holds before an add folds them into the base.
 pub const COMPACT_AT: usize = 16;
 /// Most objectIDs in one call.
@@ -144,70 +146,63 @@ fn invalid(e: impl std::fmt::Display) -> EngineError {
 }
 
 fn corrupt(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Invalid(format!("corrupt seen filter: {e}"))
+    crate::internal("corrupt seen filter", e)
 }
 
 /// The users' seen filters of every app.
 #[derive(Debug)]
 pub struct Seen {
     store: Arc<dyn Store>,
-    ttl: Duration,
-    settings: Mutex<HashMap<String, (Instant, Arc<SeenSettings>)>>,
+    settings: TtlCache<String, Arc<SeenSettings>>,
     /// Empty filters by (bits, error rate): sizing one takes a search over the model.
     empty: Mutex<HashMap<(u64, u64), RotatingFilter>>,
 }
 
 impl Seen {
     /// Seen filters over `store`; a node trusts its copy of an app's settings for `ttl`.
-    pub fn new(store: Arc<dyn Store>, ttl: Duration) -> Self {
+    pub fn new(store: Arc<dyn Store>, ttl: Duration, clock: Clock) -> Self {
         Self {
             store,
-            ttl,
-            settings: Mutex::new(HashMap::new()),
+            settings: TtlCache::new(cache::DEFAULT_CAPACITY, ttl, clock),
             empty: Mutex::new(HashMap::new()),
         }
     }
 
     /// An app's settings (defaults until set).
     pub async fn settings(&self, app: &str) -> Result<Arc<SeenSettings>> {
-        if let Some((at, s)) = self.settings.lock().get(app)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(s.clone());
+        if let Some(s) = self.settings.get(app) {
+            return Ok(s);
         }
         let row = self
             .store
             .read_row(
                 SEEN_TABLE,
-                Bytes::from(app_prefix(app)),
+                keys::app(app),
                 Some(RowFilter::column(FAMILY, SETTINGS)),
             )
             .await?;
         let settings = match row.as_ref().and_then(|r| r.latest(FAMILY, SETTINGS)) {
-            Some(c) => serde_json::from_slice(&c.value).map_err(invalid)?,
+            Some(c) => serde_json::from_slice(&c.value).map_err(corrupt)?,
             None => SeenSettings::default(),
         };
         let settings = Arc::new(settings);
-        self.settings
-            .lock()
-            .insert(app.to_owned(), (Instant::now(), settings.clone()));
+        self.settings.insert(app.to_owned(), settings.clone());
         Ok(settings)
     }
 
     /// Replace an app's settings.
     pub async fn set_settings(&self, app: &str, settings: SeenSettings) -> Result<()> {
         settings.check()?;
-        let json = serde_json::to_vec(&settings).map_err(invalid)?;
+        let json =
+            serde_json::to_vec(&settings).map_err(|e| crate::internal("serialization", e))?;
         self.store
             .mutate_row(
                 SEEN_TABLE,
-                Bytes::from(app_prefix(app)),
+                keys::app(app),
                 vec![Mutation::set_now(FAMILY, SETTINGS, json)],
             )
             .await?;
-        self.settings
-            .lock()
-            .insert(app.to_owned(), (Instant::now(), Arc::new(settings)));
+        self.settings.insert(app.to_owned(), Arc::new(settings));
         Ok(())
     }
 
@@ -224,12 +219,8 @@ impl Seen {
     }
 
     fn row(app: &str, user: &str) -> Result<Bytes> {
-        if !token_ok(user) {
-            return Err(EngineError::Invalid(
-                "userToken must be 1 to 129 characters among a-z A-Z 0-9 _ = / + -".into(),
-            ));
-        }
-        Ok(Bytes::from(user_prefix(app, user)))
+        keys::check_user_token(user)?;
+        Ok(keys::seen(app, user))
     }
 
     /// A user's filter (its base with the deltas written since replayed), or `None`.
@@ -280,7 +271,7 @@ impl Seen {
             }
             if version > 0 && deltas.len() < COMPACT_AT {
                 let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-                let cell = Mutation::set_now(FAMILY, delta_qualifier(), delta);
+                let cell = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
                 self.store.mutate_row(SEEN_TABLE, row, vec![cell]).await?;
                 return Ok(added);
             }
@@ -311,9 +302,9 @@ impl Seen {
                 return Ok(added);
             }
         }
-        Err(EngineError::Store(penchant_store::StoreError::Unavailable(
+        Err(EngineError::Unavailable(
             "too many concurrent updates of one seen filter; retry".into(),
-        )))
+        ))
     }
 
     /// Whether each item may have been seen.
@@ -396,18 +387,6 @@ struct Loaded {
     filter: RotatingFilter,
     /// The qualifiers of the deltas replayed.
     deltas: Vec<Bytes>,
-}
-
-/// A delta's column: `+`, the time (ns, big-endian: deltas replay in the order they were
-/// written, as far as the writers' clocks tell) and random bytes (no two adds collide).
-fn delta_qualifier() -> Bytes {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut q = vec![DELTA];
-    q.extend_from_slice(&nanos.to_be_bytes());
-    q.extend_from_slice(&rand::random::<u32>().to_be_bytes());
-    Bytes::from(q)
 }
 
 /// A user's row, or `None` without a base (deltas alone are what an add racing with a

@@ -2,17 +2,17 @@
 //! and how much, and how strongly results are re-ranked. Algolia's
 //! `GET/POST /1/strategies/personalization` body.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use parking_lot::Mutex;
 use penchant_store::{GcRule, Mutation, Store};
 use serde::{Deserialize, Serialize};
 
+use crate::cache::{self, TtlCache};
+use crate::clock::Clock;
 use crate::events::EventType;
-use crate::layout::app_prefix;
+use crate::keys;
 use crate::{EngineError, Result};
 
 pub const STRATEGIES_TABLE: &str = "strategies";
@@ -132,40 +132,31 @@ pub struct Versioned {
 
 /// A version no other save gets: nanoseconds since the epoch, plus random low digits (two saves
 /// in the same instant, on two nodes, still differ). Versions are only compared for equality.
-fn new_version() -> i64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let nanos = i64::try_from(nanos).unwrap_or(i64::MAX / 2);
-    nanos - nanos % 1000 + rand::random_range(0..1000)
+fn new_version(clock: &Clock) -> i64 {
+    clock.now_micros().saturating_mul(1000) + rand::random_range(0..1000)
 }
-
-/// When a strategy was read, and what was found.
-type Cached = (Instant, Option<Arc<Versioned>>);
 
 /// Apps' strategies, with a per-node cache.
 #[derive(Debug)]
 pub struct Strategies {
     store: Arc<dyn Store>,
-    ttl: Duration,
-    cache: Mutex<HashMap<String, Cached>>,
+    clock: Clock,
+    cache: TtlCache<String, Option<Arc<Versioned>>>,
 }
 
 impl Strategies {
-    pub fn new(store: Arc<dyn Store>, ttl: Duration) -> Self {
+    pub fn new(store: Arc<dyn Store>, ttl: Duration, clock: Clock) -> Self {
         Self {
             store,
-            ttl,
-            cache: Mutex::new(HashMap::new()),
+            cache: TtlCache::new(cache::DEFAULT_CAPACITY, ttl, clock.clone()),
+            clock,
         }
     }
 
     /// The app's strategy (cached for the TTL), if it has one.
     pub async fn get(&self, app: &str) -> Result<Option<Arc<Versioned>>> {
-        if let Some((at, s)) = self.cache.lock().get(app)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(s.clone());
+        if let Some(s) = self.cache.get(app) {
+            return Ok(s);
         }
         self.fresh(app).await
     }
@@ -174,17 +165,15 @@ impl Strategies {
     pub async fn fresh(&self, app: &str) -> Result<Option<Arc<Versioned>>> {
         let row = self
             .store
-            .read_row(STRATEGIES_TABLE, Bytes::from(app_prefix(app)), None)
+            .read_row(STRATEGIES_TABLE, keys::app(app), None)
             .await?;
         let strategy = row
             .and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
             .map(|v| serde_json::from_slice::<Versioned>(&v))
             .transpose()
-            .map_err(|e| EngineError::Invalid(format!("corrupt strategy: {e}")))?
+            .map_err(|e| crate::internal("corrupt strategy", e))?
             .map(Arc::new);
-        self.cache
-            .lock()
-            .insert(app.to_owned(), (Instant::now(), strategy.clone()));
+        self.cache.insert(app.to_owned(), strategy.clone());
         Ok(strategy)
     }
 
@@ -193,20 +182,18 @@ impl Strategies {
         strategy.check()?;
         let versioned = Arc::new(Versioned {
             strategy,
-            version: new_version(),
+            version: new_version(&self.clock),
         });
         let value =
-            serde_json::to_vec(&*versioned).map_err(|e| EngineError::Invalid(e.to_string()))?;
+            serde_json::to_vec(&*versioned).map_err(|e| crate::internal("serialization", e))?;
         self.store
             .mutate_row(
                 STRATEGIES_TABLE,
-                Bytes::from(app_prefix(app)),
+                keys::app(app),
                 vec![Mutation::set_now(FAMILY, COLUMN, value)],
             )
             .await?;
-        self.cache
-            .lock()
-            .insert(app.to_owned(), (Instant::now(), Some(versioned.clone())));
+        self.cache.insert(app.to_owned(), Some(versioned.clone()));
         Ok(versioned)
     }
 }

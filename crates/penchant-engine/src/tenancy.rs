@@ -1,6 +1,6 @@
 //! Apps and API keys: multi-tenancy, with Algolia's ACLs.
 //!
-//! An app owns every row whose key starts with its [`app_prefix`]. API keys belong to one app and
+//! An app owns every row whose key starts with its prefix ([`keys::app`]). API keys belong to one app and
 //! carry ACLs; they are stored hashed (SHA-256: keys are 128 random bits, so a fast hash is as safe
 //! as a slow one) under the app's prefix, in table `keys`. A global admin key from the
 //! configuration manages apps (bootstrapping) and acts as an admin key of every app.
@@ -8,18 +8,19 @@
 //! Every node caches key lookups (hits and misses) for a configured interval: a key created or
 //! deleted through one node is seen by the others within that interval.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
-use penchant_store::{GcRule, Mutation, ReadRows, RowSet, Store, StoreError};
+use penchant_store::{GcRule, Mutation, ReadRows, RowSet, Store};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::layout::app_prefix;
+use crate::cache::{self, TtlCache};
+use crate::clock::Clock;
+use crate::keys;
 use crate::{EngineError, Result};
 
 pub const APPS_TABLE: &str = "apps";
@@ -114,10 +115,6 @@ fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
-fn unix_now() -> i64 {
-    penchant_store::validate::now_micros() / 1_000_000
-}
-
 /// Apps `[A-Za-z0-9_-]{1,64}`.
 pub fn check_app_id(app_id: &str) -> Result<()> {
     let ok = !app_id.is_empty()
@@ -134,18 +131,16 @@ pub fn check_app_id(app_id: &str) -> Result<()> {
     }
 }
 
-/// (app, key digest) → (when looked up, what was found).
-type KeyCache = HashMap<(String, [u8; 32]), (Instant, Option<KeyInfo>)>;
-
 /// Apps and keys over the store, with a per-node cache of key lookups.
 #[derive(Debug)]
 pub struct Tenancy {
     store: Arc<dyn Store>,
     admin_digest: Option<[u8; 32]>,
-    ttl: Duration,
-    cache: Mutex<KeyCache>,
-    /// App → (when read, retention days).
-    retention: Mutex<HashMap<String, (Instant, u32)>>,
+    clock: Clock,
+    /// (app, key digest) → what was found.
+    cache: TtlCache<(String, [u8; 32]), Option<KeyInfo>>,
+    /// App → retention days.
+    retention: TtlCache<String, u32>,
 }
 
 /// The tables this module needs, with their families.
@@ -155,7 +150,7 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
 }
 
 impl Tenancy {
-    pub fn new(store: Arc<dyn Store>, config: &TenancyConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: &TenancyConfig, clock: Clock) -> Self {
         Self {
             store,
             admin_digest: config
@@ -163,9 +158,9 @@ impl Tenancy {
                 .as_deref()
                 .filter(|k| !k.is_empty())
                 .map(digest),
-            ttl: config.cache_ttl,
-            cache: Mutex::new(HashMap::new()),
-            retention: Mutex::new(HashMap::new()),
+            cache: TtlCache::new(cache::DEFAULT_CAPACITY, config.cache_ttl, clock.clone()),
+            retention: TtlCache::new(cache::DEFAULT_CAPACITY, config.cache_ttl, clock.clone()),
+            clock,
         }
     }
 
@@ -187,20 +182,14 @@ impl Tenancy {
         }
         let hash = digest(key);
         let cache_key = (app_id.to_owned(), hash);
-        if let Some((at, info)) = self.cache.lock().get(&cache_key)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(info.as_ref().map(|i| Principal {
-                app_id: app_id.to_owned(),
-                acl: i.acl.clone(),
-            }));
-        }
-        let info = self.key_info(app_id, &hash).await?;
-        let mut cache = self.cache.lock();
-        if cache.len() > 100_000 {
-            cache.clear();
-        }
-        cache.insert(cache_key, (Instant::now(), info.clone()));
+        let info = match self.cache.get(&cache_key) {
+            Some(info) => info,
+            None => {
+                let info = self.key_info(app_id, &hash).await?;
+                self.cache.insert(cache_key, info.clone());
+                info
+            }
+        };
         Ok(info.map(|i| Principal {
             app_id: app_id.to_owned(),
             acl: i.acl,
@@ -238,7 +227,7 @@ impl Tenancy {
         let app = App {
             app_id: app_id.clone(),
             name: name.to_owned(),
-            created_at: unix_now(),
+            created_at: self.clock.now_micros() / 1_000_000,
             retention_days,
         };
         let value = Bytes::from(serde_json::to_vec(&app).map_err(internal)?);
@@ -246,7 +235,7 @@ impl Tenancy {
             .store
             .check_and_mutate_row(
                 APPS_TABLE,
-                Bytes::from(app_prefix(&app_id)),
+                keys::app(&app_id),
                 None,
                 vec![],
                 vec![Mutation::set_now(FAMILY, APP_COLUMN, value)],
@@ -270,7 +259,7 @@ impl Tenancy {
         }
         let row = self
             .store
-            .read_row(APPS_TABLE, Bytes::from(app_prefix(app_id)), None)
+            .read_row(APPS_TABLE, keys::app(app_id), None)
             .await?;
         row.and_then(|r| r.latest(FAMILY, APP_COLUMN).map(|c| c.value.clone()))
             .map(|v| decode(&v))
@@ -299,28 +288,24 @@ impl Tenancy {
         self.store
             .mutate_row(
                 APPS_TABLE,
-                Bytes::from(app_prefix(app_id)),
+                keys::app(app_id),
                 vec![Mutation::set_now(FAMILY, APP_COLUMN, value)],
             )
             .await?;
-        self.retention.lock().remove(app_id);
+        self.retention.remove(app_id);
         Ok(app)
     }
 
     /// An app's retention window (cached like keys; the default for an unknown app).
     pub async fn retention(&self, app_id: &str) -> Result<Duration> {
-        if let Some((at, days)) = self.retention.lock().get(app_id)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(Duration::from_secs(u64::from(*days) * 86_400));
+        if let Some(days) = self.retention.get(app_id) {
+            return Ok(Duration::from_secs(u64::from(days) * 86_400));
         }
         let days = self
             .app(app_id)
             .await?
             .map_or(MAX_RETENTION_DAYS, |a| a.retention_days);
-        self.retention
-            .lock()
-            .insert(app_id.to_owned(), (Instant::now(), days));
+        self.retention.insert(app_id.to_owned(), days);
         Ok(Duration::from_secs(u64::from(days) * 86_400))
     }
 
@@ -340,7 +325,7 @@ impl Tenancy {
                 "app `{app_id}` does not exist"
             )));
         }
-        let prefix = app_prefix(app_id);
+        let prefix = keys::app(app_id);
         // The app's own row last: until then the deletion can be retried.
         for table in self.store.list_tables().await? {
             if table.name != APPS_TABLE {
@@ -348,7 +333,8 @@ impl Tenancy {
             }
         }
         self.store.drop_row_range(APPS_TABLE, &prefix).await?;
-        self.cache.lock().retain(|(app, _), _| app != app_id);
+        self.cache.retain(|(app, _)| app != app_id);
+        self.retention.remove(app_id);
         Ok(())
     }
 
@@ -368,7 +354,7 @@ impl Tenancy {
         let info = KeyInfo {
             acl,
             description: description.to_owned(),
-            created_at: unix_now(),
+            created_at: self.clock.now_micros() / 1_000_000,
             prefix: key[..6].to_owned(),
         };
         let hash = digest(&key);
@@ -380,7 +366,7 @@ impl Tenancy {
                 vec![Mutation::set_now(FAMILY, KEY_COLUMN, value)],
             )
             .await?;
-        self.cache.lock().remove(&(app_id.to_owned(), hash));
+        self.cache.remove(&(app_id.to_owned(), hash));
         Ok((key, info))
     }
 
@@ -391,7 +377,7 @@ impl Tenancy {
 
     /// Every key of an app (their infos; keys are not stored).
     pub async fn list_keys(&self, app_id: &str) -> Result<Vec<KeyInfo>> {
-        let request = ReadRows::new(RowSet::prefix(Bytes::from(app_prefix(app_id))));
+        let request = ReadRows::new(RowSet::prefix(keys::app(app_id)));
         let rows = self.store.read_all(KEYS_TABLE, request).await?;
         let mut keys: Vec<KeyInfo> = rows
             .iter()
@@ -410,15 +396,13 @@ impl Tenancy {
             .store
             .check_and_mutate_row(KEYS_TABLE, row, None, vec![Mutation::DeleteFromRow], vec![])
             .await?;
-        self.cache.lock().remove(&(app_id.to_owned(), hash));
+        self.cache.remove(&(app_id.to_owned(), hash));
         Ok(existed)
     }
 }
 
 fn key_row(app_id: &str, hash: &[u8; 32]) -> Bytes {
-    let mut row = app_prefix(app_id);
-    row.extend_from_slice(hash);
-    Bytes::from(row)
+    keys::api_key(app_id, hash)
 }
 
 fn random_string(len: usize, alphabet: &[u8]) -> String {
@@ -433,7 +417,7 @@ fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 }
 
 fn internal(e: impl std::fmt::Display) -> EngineError {
-    EngineError::Store(StoreError::Backend(format!("corrupt tenancy record: {e}")))
+    crate::internal("corrupt tenancy record", e)
 }
 
 #[cfg(test)]
@@ -441,8 +425,9 @@ mod tests {
     use super::*;
     use penchant_store::MemStore;
 
-    async fn tenancy(ttl: Duration) -> (Arc<dyn Store>, Tenancy) {
+    async fn tenancy(ttl: Duration) -> (Arc<dyn Store>, Tenancy, Clock) {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
+        let clock = Clock::manual(1_800_000_000_000_000);
         for (name, families) in tables() {
             store.create_table(name, families).await.unwrap();
         }
@@ -450,12 +435,16 @@ mod tests {
             admin_key: Some("root".into()),
             cache_ttl: ttl,
         };
-        (store.clone(), Tenancy::new(store, &config))
+        (
+            store.clone(),
+            Tenancy::new(store, &config, clock.clone()),
+            clock,
+        )
     }
 
     #[tokio::test]
     async fn apps_keys_and_acls() {
-        let (_, t) = tenancy(Duration::ZERO).await;
+        let (_, t, _) = tenancy(Duration::ZERO).await;
         let (app, admin) = t.create_app(Some("APP1"), "shop").await.unwrap();
         assert_eq!(app.app_id, "APP1");
         assert!(matches!(
@@ -499,15 +488,17 @@ mod tests {
 
     #[tokio::test]
     async fn cached_lookups_go_stale_for_at_most_the_ttl() {
-        let (store, t) = tenancy(Duration::from_millis(200)).await;
+        let (store, t, clock) = tenancy(Duration::from_millis(200)).await;
         let (_, key) = t.create_app(Some("APP"), "shop").await.unwrap();
         assert!(t.authenticate("APP", &key).await.unwrap().is_some());
         // Deleted behind this node's back (as through another node): still cached...
-        let other = Tenancy::new(store, &TenancyConfig::default());
+        let other = Tenancy::new(store, &TenancyConfig::default(), clock.clone());
         assert!(other.delete_key("APP", &key).await.unwrap());
         assert!(t.authenticate("APP", &key).await.unwrap().is_some());
+        clock.advance(Duration::from_millis(199));
+        assert!(t.authenticate("APP", &key).await.unwrap().is_some());
         // ...until the TTL passes.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        clock.advance(Duration::from_millis(1));
         assert!(t.authenticate("APP", &key).await.unwrap().is_none());
     }
 }

@@ -99,8 +99,8 @@ async fn a_refresh_during_a_batch_is_not_overwritten() {
             let engine = engine.clone();
             tokio::spawn(async move {
                 engine
-                    .profiles()
-                    .recompute_all(APP, &versioned, source, 1)
+                    .jobs()
+                    .recompute_now(APP, &versioned, source, 1)
                     .await
             })
         };

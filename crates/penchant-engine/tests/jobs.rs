@@ -39,7 +39,10 @@ async fn save_job(store: &Arc<dyn Store>, status: &JobStatus) {
         .mutate_row(
             "jobs",
             Bytes::from_static(b"APP\0"),
-            vec![Mutation::set_now("j", "recompute", json)],
+            vec![
+                Mutation::set_now("j", "recompute", json),
+                Mutation::set_now("j", "version", status.strategy_version.to_string()),
+            ],
         )
         .await
         .unwrap();
@@ -123,7 +126,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
     };
     assert!(status.ranges[1].range.start.as_deref() < Some(checkpoint.as_str()));
     save_job(&store, &status).await;
-    assert_eq!(engine.resume_jobs().await.unwrap(), 1);
+    assert_eq!(engine.take_over_jobs().await.unwrap(), 1);
     let resumed = wait(&engine).await;
     assert_eq!(resumed.state, JobState::Done, "{resumed:?}");
     assert_eq!(resumed.ranges_done, 3);
@@ -171,7 +174,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
         ..resumed
     };
     save_job(&store, &stale).await;
-    assert_eq!(engine.resume_jobs().await.unwrap(), 0);
+    assert_eq!(engine.take_over_jobs().await.unwrap(), 0);
     assert_eq!(
         engine.jobs().status(APP).await.unwrap().unwrap().state,
         JobState::Superseded

@@ -2,18 +2,17 @@
 //! query string, checked against the app's keys; ACLs checked per route.
 
 use axum::extract::{FromRequestParts, Query};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
 use penchant_engine::tenancy::{Acl, Principal};
 
 use crate::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 const APP_HEADER: &str = "x-algolia-application-id";
 const KEY_HEADER: &str = "x-algolia-api-key";
 
 fn invalid_credentials() -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, "Invalid credentials")
+    ApiError::kind(ErrorKind::Unauthorized, "Invalid credentials")
 }
 
 /// The application ID and API key of a request: headers first, then query parameters (names
@@ -52,8 +51,8 @@ impl Auth {
         if self.0.allows(acl) {
             Ok(&self.0)
         } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
+            Err(ApiError::kind(
+                ErrorKind::Forbidden,
                 "Method not allowed with this API key",
             ))
         }
@@ -67,7 +66,7 @@ impl FromRequestParts<AppState> for Auth {
         let (Some(app), Some(key)) = credentials(parts) else {
             return Err(invalid_credentials());
         };
-        match state.engine.tenancy().authenticate(&app, &key).await? {
+        match state.engine.authenticate(&app, &key).await? {
             Some(principal) => Ok(Auth(principal)),
             None => Err(invalid_credentials()),
         }
@@ -83,7 +82,7 @@ impl FromRequestParts<AppState> for GlobalAdmin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match credentials(parts).1 {
-            Some(key) if state.engine.tenancy().is_global_admin(&key) => Ok(GlobalAdmin),
+            Some(key) if state.engine.is_global_admin(&key) => Ok(GlobalAdmin),
             _ => Err(invalid_credentials()),
         }
     }

@@ -1,66 +1,237 @@
 //! The one place where errors become HTTP responses.
 //!
-//! Bodies follow Algolia's shape: `{"status": <code>, "message": "<what was wrong>"}`.
+//! Every error has an [`ErrorKind`]; [`ErrorKind::status`] is the one exhaustive table from kind to
+//! HTTP status. Bodies follow Algolia's shape: `{"status": <code>, "message": "<what was wrong>"}`.
+//! Penchant's own failures (corrupt stored data, a store error, a failed serialization) are
+//! 500s whose body says only that something failed and gives an error id; the detail goes to the
+//! log under the same id — never a backend's text in a response.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use penchant_engine::EngineError;
-use penchant_store::StoreError;
 use serde_json::json;
+
+/// What kind of error a response reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed.
+    BadRequest,
+    /// No valid credentials.
+    Unauthorized,
+    /// The credentials do not allow this.
+    Forbidden,
+    /// What the request names does not exist (or no route does).
+    NotFound,
+    /// The route exists, not with this method.
+    MethodNotAllowed,
+    /// What the request creates exists, or the operation was refused as things are.
+    Conflict,
+    /// The body is over the route's limit.
+    PayloadTooLarge,
+    /// A well-formed body that breaks a rule (Algolia's Insights answers these with 422).
+    Unprocessable,
+    /// The store cannot serve now: retry later.
+    Unavailable,
+    /// Penchant failed.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status of each kind.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn from_status(status: StatusCode) -> Self {
+        match status {
+            StatusCode::BAD_REQUEST => ErrorKind::BadRequest,
+            StatusCode::UNAUTHORIZED => ErrorKind::Unauthorized,
+            StatusCode::FORBIDDEN => ErrorKind::Forbidden,
+            StatusCode::NOT_FOUND => ErrorKind::NotFound,
+            StatusCode::METHOD_NOT_ALLOWED => ErrorKind::MethodNotAllowed,
+            StatusCode::CONFLICT => ErrorKind::Conflict,
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorKind::PayloadTooLarge,
+            StatusCode::UNPROCESSABLE_ENTITY => ErrorKind::Unprocessable,
+            StatusCode::SERVICE_UNAVAILABLE => ErrorKind::Unavailable,
+            _ => ErrorKind::Internal,
+        }
+    }
+}
 
 /// An error a handler returns.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
+    pub kind: ErrorKind,
     pub message: String,
+    /// For [`ErrorKind::Internal`] and [`ErrorKind::Unavailable`]: the id under which the
+    /// detail was logged.
+    pub error_id: Option<String>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    /// An error of a kind, with the message the caller sees.
+    pub fn kind(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
-            status,
+            kind,
             message: message.into(),
+            error_id: None,
         }
+    }
+
+    /// An error with the kind of an HTTP status (`StatusCode::BAD_REQUEST` → bad request).
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self::kind(ErrorKind::from_status(status), message)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::kind(ErrorKind::BadRequest, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::kind(ErrorKind::NotFound, message)
+    }
+
+    /// Penchant failed: the caller sees a generic message and an id; the detail is logged with
+    /// the same id.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self::logged(
+            ErrorKind::Internal,
+            detail,
+            "an internal error occurred; it is in the server's log with its errorId",
+        )
+    }
+
+    /// The store cannot serve now: a generic message for the caller, the detail in the log.
+    pub fn unavailable(detail: impl std::fmt::Display) -> Self {
+        Self::logged(
+            ErrorKind::Unavailable,
+            detail,
+            "the store is unavailable; retry later",
+        )
+    }
+
+    fn logged(kind: ErrorKind, detail: impl std::fmt::Display, message: &str) -> Self {
+        let id = format!("{:016x}", rand::random::<u64>());
+        match kind {
+            ErrorKind::Internal => {
+                tracing::error!(error_id = %id, error = %detail, "internal error")
+            }
+            _ => tracing::warn!(error_id = %id, error = %detail, "store unavailable"),
+        }
+        Self {
+            kind,
+            message: message.to_owned(),
+            error_id: Some(id),
+        }
+    }
+
+    /// The HTTP status of the error.
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
     }
 }
 
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match e {
-            EngineError::Store(e) => e.into(),
-            EngineError::Invalid(m) => ApiError::new(StatusCode::BAD_REQUEST, m),
-            EngineError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, m),
-            EngineError::Exists(m) => ApiError::new(StatusCode::CONFLICT, m),
-            EngineError::Refused(m) => ApiError::new(StatusCode::CONFLICT, m),
+            EngineError::Invalid(m) => ApiError::kind(ErrorKind::BadRequest, m),
+            EngineError::NotFound(m) => ApiError::kind(ErrorKind::NotFound, m),
+            EngineError::Exists(m) | EngineError::Refused(m) => {
+                ApiError::kind(ErrorKind::Conflict, m)
+            }
+            EngineError::Unavailable(m) => ApiError::unavailable(m),
+            EngineError::Internal(m) => ApiError::internal(m),
         }
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        let status = match &e {
-            StoreError::TableNotFound(_) | StoreError::FamilyNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            StoreError::TableExists(_) | StoreError::FamilyExists { .. } => StatusCode::CONFLICT,
-            StoreError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
-            StoreError::FailedPrecondition(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            StoreError::Backend(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        if status.is_server_error() {
-            tracing::error!(error = %e, "store error");
-        }
-        ApiError::new(status, e.to_string())
-    }
+/// A JSON value a handler answers with; serialization failing is an internal error (never a
+/// 200 with a `null` body).
+pub fn to_json(value: &impl serde::Serialize) -> Result<Json<serde_json::Value>, ApiError> {
+    serde_json::to_value(value)
+        .map(Json)
+        .map_err(ApiError::internal)
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"status": self.status.as_u16(), "message": self.message});
-        (self.status, Json(body)).into_response()
+        let status = self.status();
+        let mut body = json!({"status": status.as_u16(), "message": self.message});
+        if let Some(id) = self.error_id {
+            body["errorId"] = id.into();
+        }
+        (status, Json(body)).into_response()
     }
+}
+
+/// The router's fallback: no route has this path.
+pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::kind(
+        ErrorKind::NotFound,
+        format!("no route for {method} {}", uri.path()),
+    )
+}
+
+/// The router's fallback for a route without this method (the `Allow` header lists those it
+/// has).
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::kind(
+        ErrorKind::MethodNotAllowed,
+        format!("method {method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// The longest text of a plain-text error that becomes a JSON message.
+const MAX_PLAIN_ERROR_BYTES: usize = 4096;
+
+/// Middleware: every error response in Algolia's JSON shape. Handlers' errors already are
+/// ([`ApiError`]); axum's own rejections are plain text (a path segment that is not UTF-8, a
+/// query string that does not parse): their text becomes the message (a server error's is not
+/// shown, its status' reason is), other headers (`Allow`) are kept.
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = if status.is_server_error() {
+        None
+    } else {
+        axum::body::to_bytes(body, MAX_PLAIN_ERROR_BYTES)
+            .await
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+            .filter(|t| !t.is_empty())
+    };
+    let message =
+        text.unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_lowercase());
+    let body = json!({"status": status.as_u16(), "message": message}).to_string();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(body))
 }
 
 #[cfg(test)]
@@ -68,13 +239,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn store_errors_map_to_statuses() {
-        let e: ApiError = StoreError::InvalidArgument("row key must not be empty".into()).into();
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        assert!(e.message.contains("row key must not be empty"));
-        let e: ApiError = StoreError::TableNotFound("t".into()).into();
-        assert_eq!(e.status, StatusCode::NOT_FOUND);
-        let e: ApiError = StoreError::Unavailable("down".into()).into();
-        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+    fn engine_errors_map_to_statuses_and_hide_internals() {
+        let e: ApiError = EngineError::Invalid("bad".into()).into();
+        assert_eq!(
+            (e.status(), e.message.as_str()),
+            (StatusCode::BAD_REQUEST, "bad")
+        );
+        let e: ApiError =
+            EngineError::Internal("store: column qualifier is 20007 bytes".into()).into();
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.message.contains("qualifier"), "{}", e.message);
+        assert!(e.error_id.is_some());
+        let e: ApiError = penchant_engine::EngineError::from(
+            penchant_store::StoreError::InvalidArgument("row key must not be empty".into()),
+        )
+        .into();
+        assert_eq!(
+            e.status(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "a store's refusal is ours"
+        );
+        assert!(!e.message.contains("row key"));
+        let e: ApiError = penchant_engine::EngineError::from(
+            penchant_store::StoreError::Unavailable("connection refused 10.0.0.1".into()),
+        )
+        .into();
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!e.message.contains("10.0.0.1"));
     }
 }

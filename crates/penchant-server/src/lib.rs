@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod error;
 pub mod json;
+pub mod protocol;
 pub mod routes;
 
 use std::future::Future;
@@ -49,6 +50,10 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::events::routes())
         .merge(routes::personalization::routes())
         .merge(routes::bloom::routes())
+        // Errors are Algolia's JSON, unknown routes and methods included.
+        .fallback(error::unknown_route)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn(error::json_errors))
         // Browsers call the Insights API from any origin (search-insights).
         .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())

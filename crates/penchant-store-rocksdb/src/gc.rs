@@ -4,7 +4,7 @@
 //! The filter judges each cell alone, as the newest version of its column (rank 0): a
 //! compaction cannot rank versions safely, because the newer versions it sees may be deleted by
 //! tombstones outside its input. Rules are monotone in the rank, so a cell expired at rank 0 is
-//! expired at any rank. Version limits are enforced on write instead (see `lib.rs`), and reads
+//! expired at any rank. Version limits are enforced on write instead (see `write.rs`), and reads
 //! apply every rule exactly.
 
 use std::collections::HashMap;

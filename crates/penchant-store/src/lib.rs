@@ -135,7 +135,68 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn read_all(&self, table: &str, request: ReadRows) -> Result<Vec<Row>> {
         self.read_rows(table, request).await?.try_collect().await
     }
+
+    /// Apply a batch of row mutations, in batches the backends accept; the first failed entry
+    /// is the error (entries before and after it may have been applied: each row is atomic,
+    /// not the batch).
+    async fn mutate_all(&self, table: &str, entries: Vec<RowMutation>) -> Result<()> {
+        let mut batch = Vec::new();
+        let mut mutations = 0;
+        let mut entries = entries.into_iter().peekable();
+        while let Some(entry) = entries.next() {
+            mutations += entry.mutations.len();
+            batch.push(entry);
+            let full = batch.len() >= MUTATE_BATCH
+                || entries.peek().is_some_and(|next| {
+                    mutations + next.mutations.len() > validate::MAX_MUTATIONS / 2
+                });
+            if full || entries.peek().is_none() {
+                mutations = 0;
+                for status in self.mutate_rows(table, std::mem::take(&mut batch)).await? {
+                    status?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete every row whose key starts with `prefix`, row by row (a data operation: unlike
+    /// [`Store::drop_row_range`], an admin operation on Bigtable, it is fit for per-request
+    /// traffic). Returns how many rows it deleted.
+    async fn delete_prefix(&self, table: &str, prefix: Bytes) -> Result<u64> {
+        let keys_only = RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1));
+        let request = ReadRows::new(RowSet::prefix(prefix)).filter(keys_only);
+        self.delete_read(table, request).await
+    }
+
+    /// Delete, row by row, every row that `request` reads (give it a filter that keeps one
+    /// small cell of each row to delete, and none of the rows to keep). Returns how many rows it
+    /// deleted.
+    async fn delete_read(&self, table: &str, request: ReadRows) -> Result<u64> {
+        let mut rows = self.read_rows(table, request).await?;
+        let mut batch = Vec::new();
+        let mut deleted = 0;
+        loop {
+            let row = rows.try_next().await?;
+            if let Some(row) = &row {
+                batch.push(RowMutation::new(
+                    row.key.clone(),
+                    vec![Mutation::DeleteFromRow],
+                ));
+            }
+            if batch.len() >= MUTATE_BATCH || (row.is_none() && !batch.is_empty()) {
+                deleted += batch.len() as u64;
+                self.mutate_all(table, std::mem::take(&mut batch)).await?;
+            }
+            if row.is_none() {
+                return Ok(deleted);
+            }
+        }
+    }
 }
+
+/// Row mutations [`Store::mutate_all`] sends at once.
+const MUTATE_BATCH: usize = 1000;
 
 /// The kind of traffic a call belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

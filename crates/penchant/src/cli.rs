@@ -1,8 +1,11 @@
 //! Command-line interface.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, FlagOverrides, LogFlags, LogFormat, ServerFlags, StoreFlags};
@@ -32,9 +35,9 @@ enum Command {
     Jobs(JobsArgs),
     /// Manage an app's key sets (Bloom filters) on a running server (global admin key).
     Sets(SetsArgs),
-    /// Run a benchmark and print its table.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Run a benchmark and print its table (the `penchant-bench` executable next to this one).
+    #[command(after_help = BENCH_HELP)]
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -122,19 +125,69 @@ struct ServeArgs {
     config: ConfigArgs,
 }
 
-#[derive(Debug, Subcommand)]
-enum BenchCommand {
-    /// The store: durable writes, scans, point reads, each beside raw RocksDB.
-    Store(crate::bench::store::StoreBenchArgs),
-    /// Bloom filters: lookups beside the `fastbloom` crate, and a bulk seen-filter check.
-    Bloom(crate::bench::bloom::BloomBenchArgs),
-    /// Personalization on MovieLens 100k: ingestion over HTTP, event-to-profile latency, full
-    /// recompute.
-    Personalization(crate::bench::personalization::PersonalizationBenchArgs),
+const BENCH_HELP: &str = "\
+`penchant bench <SUITE> --help` lists a suite's flags.
+
+The benchmarks are a separate executable, so that the server does not link them: this command
+runs `penchant-bench` from the folder of this `penchant` executable, with the arguments as given,
+and exits with its status. Build it with
+
+    cargo build --release -p penchant-bench
+
+(cargo puts it next to a release `penchant`), or run it directly:
+
+    cargo run --release -p penchant-bench -- <SUITE> [FLAGS]";
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// The suite (`store`, `bloom`, `personalization`) and its flags, passed to `penchant-bench`
+    /// as they are.
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..
+    )]
+    args: Vec<OsString>,
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+/// `penchant bench ...`: run the `penchant-bench` executable next to this one and return its exit
+/// status.
+fn bench(args: &[OsString]) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("cannot locate the penchant executable")?;
+    let name = format!("penchant-bench{}", std::env::consts::EXE_SUFFIX);
+    let bench = exe.with_file_name(name);
+    if !bench.is_file() {
+        anyhow::bail!(
+            "the benchmarks are a separate executable, and {} does not exist: build it with \
+             `cargo build --release -p penchant-bench` (cargo puts it next to a release \
+             `penchant`), or run `cargo run --release -p penchant-bench -- <suite> [flags]`",
+            bench.display()
+        );
+    }
+    let status = std::process::Command::new(&bench)
+        .args(args)
+        .status()
+        .with_context(|| format!("cannot run {}", bench.display()))?;
+    Ok(exit_code(status))
+}
+
+/// A child's exit status as this process's: its code, or 128 + the signal that killed it.
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    #[cfg(unix)]
+    if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+        return ExitCode::from(128u8.wrapping_add(signal as u8));
+    }
+    match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    }
+}
+
+/// Run a command; its exit code (`penchant bench` exits with the benchmark's).
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let done = match cli.command {
         Command::Serve(args) => {
             let config = args.config.load()?;
             crate::telemetry::init(&config.log)?;
@@ -149,10 +202,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
         Command::Sets(args) => crate::admin::sets(args.command, &args.target, &args.config.load()?),
-        Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(args),
-        Command::Bench(BenchCommand::Bloom(args)) => crate::bench::bloom::run(args),
-        Command::Bench(BenchCommand::Personalization(args)) => {
-            crate::bench::personalization::run(args)
-        }
-    }
+        Command::Bench(args) => return bench(&args.args),
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }

@@ -1,7 +1,7 @@
-//! `penchant`: the server, its administration and its benchmarks.
+//! `penchant`: the server and its administration (`penchant bench` runs the separate
+//! `penchant-bench` executable).
 
 mod admin;
-mod bench;
 mod cli;
 mod config;
 mod serve;
@@ -19,7 +19,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             // The whole chain: what failed, and why.
             eprintln!("error: {e:#}");

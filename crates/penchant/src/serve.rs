@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
 use penchant_engine::tenancy::TenancyConfig;
 use penchant_engine::{Engine, EngineConfig};
 use penchant_server::AppState;
@@ -53,7 +52,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'st
                 .apps
                 .iter()
                 .map(|(app, target)| {
-                    let prefix = Bytes::from(penchant_engine::layout::app_prefix(app));
+                    let prefix = penchant_engine::keys::app(app);
                     (prefix, Arc::clone(&targets[target]))
                 })
                 .collect();
@@ -83,37 +82,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         recompute_parallelism: config.personalization.recompute_parallelism,
         set_cache_bytes: config.bloom.set_cache_bytes,
         bloom_cache_ttl: Duration::from_millis(config.bloom.cache_ttl_ms),
+        ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)
         .await
         .context("cannot open the engine")?;
-    let resumed = engine
-        .resume_jobs()
-        .await
-        .context("cannot resume unfinished jobs")?;
-    if resumed > 0 {
-        tracing::info!(resumed, "resumed unfinished profile recomputes");
-    }
-    if config.personalization.purge_interval_secs > 0 {
-        let (engine, every) = (
-            engine.clone(),
-            Duration::from_secs(config.personalization.purge_interval_secs),
-        );
-        // Deletes events past each app's retention window; runs until the process ends.
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            loop {
-                ticks.tick().await;
-                match engine.purge_expired().await {
-                    Ok((0, 0)) => {}
-                    Ok((events, days)) => {
-                        tracing::info!(events, days, "purged events past their app's retention")
-                    }
-                    Err(error) => tracing::warn!(%error, "purging expired events failed"),
-                }
-            }
-        });
-    }
+    // Interrupted ingestions repaired and orphaned jobs resumed at once, then regularly; the
+    // retention purge every interval (0: off). The engine owns this work until its shutdown.
+    let purge = config.personalization.purge_interval_secs;
+    engine.start_background((purge > 0).then(|| Duration::from_secs(purge)));
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
@@ -149,8 +126,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             }
         }
     };
-    // Flush whatever happened to the server.
-    let flushed = engine.flush().await.context("cannot flush the store");
+    // Stop the background work (jobs save their checkpoints), then flush, whatever happened
+    // to the server.
+    let flushed = engine.shutdown().await.context("cannot flush the store");
     served
         .context("server task failed")?
         .context("server failed")?;

@@ -163,6 +163,8 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "events",
             "jobs",
             "keys",
+            "leases",
+            "pending",
             "profiles",
             "seen",
             "set_partitions",

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::GlobalAdmin;
-use crate::error::ApiError;
+use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
 
 pub fn routes() -> Router<AppState> {
@@ -44,10 +44,9 @@ async fn update(
 ) -> Result<Json<Value>, ApiError> {
     let app = state
         .engine
-        .tenancy()
         .update_app(&app_id, body.name, body.retention_days)
         .await?;
-    Ok(Json(serde_json::to_value(app).unwrap_or_default()))
+    to_json(&app)
 }
 
 async fn create(
@@ -57,8 +56,7 @@ async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (app, admin_key) = state
         .engine
-        .tenancy()
-        .create_app_with(
+        .create_app(
             body.app_id.as_deref(),
             &body.name,
             body.retention_days
@@ -78,7 +76,7 @@ async fn create(
 }
 
 async fn list(_: GlobalAdmin, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let apps = state.engine.tenancy().list_apps().await?;
+    let apps = state.engine.list_apps().await?;
     Ok(Json(json!({ "apps": apps })))
 }
 
@@ -87,6 +85,6 @@ async fn remove(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    state.engine.tenancy().delete_app(&app_id).await?;
+    state.engine.delete_app(&app_id).await?;
     Ok(Json(json!({ "deletedAt": crate::iso_now() })))
 }

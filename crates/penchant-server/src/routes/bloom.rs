@@ -8,9 +8,11 @@
 //!   (`addObject`);
 //! - `POST /1/sets/{name}/exists` `{key}` → `{exists}` and `/mexists` `{keys}` → `{exists: [..]}`
 //!   (`search`);
-//! - `POST /1/sets/{name}/rebuild` (`editSettings`): the body is the key list, one per line,
-//!   streamed; 200 with the rebuild, or 409 when the new generation's estimated false-positive
-//!   rate passes `maxErrorRate` (the set keeps its generation).
+//! - `POST /1/sets/{name}/rebuild[?allowEmpty=true]` (`editSettings`): the body is the key list,
+//!   one per line, streamed; 200 with the rebuild, or 409 when the new generation's estimated
+//!   false-positive rate passes `maxErrorRate` (the set keeps its generation). A list without a
+//!   key (an empty body, blank lines) is refused with a 400, as it would empty the set, unless
+//!   the query says `allowEmpty=true`.
 //!
 //! Users' seen filters (Coffee Meets Bagel's):
 //! - `GET/PUT /1/seen/settings` (`search` / `editSettings`): `{filterBits, errorRate, eventTypes}`;
@@ -19,11 +21,12 @@
 //!   events are pushed), `/exists` `{objectID}` / `/mexists` `{objectIDs}` and `/unseen`
 //!   `{objectIDs}` → `{objectIDs: [the unseen ones, in order]}` (`search`).
 
-use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::{Stream, StreamExt};
 use penchant_engine::seen::SeenSettings;
 use penchant_engine::sets::SetConfig;
 use penchant_engine::tenancy::Acl;
@@ -32,8 +35,8 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::Auth;
-use crate::error::ApiError;
-use crate::json::JsonBody;
+use crate::error::{ApiError, to_json};
+use crate::json::{AnyJsonBody, JsonBody};
 
 /// Bodies of key lists: 100,000 keys of up to ~160 bytes.
 const MAX_BODY_BYTES: usize = 16 << 20;
@@ -108,12 +111,6 @@ struct Reserve {
     config: SetConfig,
 }
 
-fn json<T: serde::Serialize>(value: T) -> Result<Json<Value>, ApiError> {
-    serde_json::to_value(value)
-        .map(Json)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
-}
-
 async fn reserve(
     auth: Auth,
     State(state): State<AppState>,
@@ -124,13 +121,13 @@ async fn reserve(
     let JsonBody(body) = body?;
     let Reserve { name, config } = serde_json::from_value(body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("Invalid set: {e}")))?;
-    let info = state.engine.sets().reserve(app, &name, config).await?;
-    Ok((StatusCode::CREATED, json(info)?))
+    let info = state.engine.reserve_set(app, &name, config).await?;
+    Ok((StatusCode::CREATED, to_json(&info)?))
 }
 
 async fn list_sets(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    let sets = state.engine.sets().list(app).await?;
+    let sets = state.engine.list_sets(app).await?;
     Ok(Json(json!({ "sets": sets })))
 }
 
@@ -140,7 +137,7 @@ async fn set_info(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    json(state.engine.sets().info(app, &name).await?)
+    to_json(&state.engine.set_info(app, &name).await?)
 }
 
 async fn delete_set(
@@ -149,7 +146,7 @@ async fn delete_set(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::EditSettings)?.app_id;
-    state.engine.sets().delete(app, &name).await?;
+    state.engine.delete_set(app, &name).await?;
     Ok(Json(json!({ "deletedAt": crate::iso_now() })))
 }
 
@@ -158,7 +155,7 @@ async fn set_command(
     auth: Auth,
     State(state): State<AppState>,
     Path((name, command)): Path<(String, String)>,
-    JsonBody(body): JsonBody<Value>,
+    AnyJsonBody(body): AnyJsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
     let (acl, field, many) = match command.as_str() {
         "add" => (Acl::AddObject, "added", false),
@@ -169,29 +166,89 @@ async fn set_command(
     };
     let app = &auth.require(acl)?.app_id;
     let keys = keys_of(body, if many { "keys" } else { "key" }, many)?;
-    let sets = state.engine.sets();
     let answers = match acl {
-        Acl::AddObject => sets.add(app, &name, &keys).await?,
-        _ => sets.exists(app, &name, &keys).await?,
+        Acl::AddObject => state.engine.add_to_set(app, &name, &keys).await?,
+        _ => state.engine.set_contains(app, &name, &keys).await?,
     };
     Ok(answer(field, answers, many))
 }
+
+/// The rebuild's query (beside credentials, which may be there too).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RebuildParams {
+    /// An empty key list empties the set only when the caller says so.
+    #[serde(default)]
+    allow_empty: bool,
+}
+
+/// The 400 of a rebuild without a key.
+pub const EMPTY_REBUILD: &str = "the key list is empty: a rebuild from it would empty the set; \
+     send at least one key (one per line), or add ?allowEmpty=true to empty the set";
 
 async fn rebuild(
     auth: Auth,
     State(state): State<AppState>,
     Path(name): Path<String>,
+    Query(params): Query<RebuildParams>,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::EditSettings)?.app_id;
     // The key list may be far larger than any JSON body: it is read as a stream.
-    let lines = body.into_data_stream();
-    json(state.engine.sets().rebuild(app, &name, lines).await?)
+    let (lines, has_key) = first_key(body.into_data_stream()).await;
+    if !has_key && !params.allow_empty {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, EMPTY_REBUILD));
+    }
+    to_json(&state.engine.rebuild_set(app, &name, lines).await?)
+}
+
+/// Reads a key list up to its first key, a line that is not empty once a trailing `\r` is cut
+/// (as the rebuild counts keys); returns the list with what was read put back, and whether it
+/// has a key. Blank lines before the key are dropped (the rebuild skips them), so a list of
+/// only blank lines is not held in memory. A read error counts as a key: the rebuild reports
+/// it.
+async fn first_key<S, E>(mut lines: S) -> (impl Stream<Item = Result<Bytes, E>> + Unpin, bool)
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    // The current line so far, when no key was found: empty, or a lone `\r`.
+    let mut cr = false;
+    let mut head: Vec<Result<Bytes, E>> = Vec::new();
+    let mut found = false;
+    while let Some(chunk) = lines.next().await {
+        let line_began_with_cr = cr;
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                head.push(Err(e));
+                found = true;
+                break;
+            }
+        };
+        for &b in chunk.iter() {
+            match b {
+                b'\n' => cr = false,
+                b'\r' if !cr => cr = true,
+                _ => {
+                    found = true;
+                    break;
+                }
+            }
+        }
+        if found {
+            if line_began_with_cr {
+                head.push(Ok(Bytes::from_static(b"\r")));
+            }
+            head.push(Ok(chunk));
+            break;
+        }
+    }
+    (futures::stream::iter(head).chain(lines), found)
 }
 
 async fn seen_settings(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    json(&*state.engine.seen().settings(app).await?)
+    to_json(&*state.engine.seen_settings(app).await?)
 }
 
 async fn set_seen_settings(
@@ -205,8 +262,7 @@ async fn set_seen_settings(
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("Invalid settings: {e}")))?;
     state
         .engine
-        .seen()
-        .set_settings(app, settings.clone())
+        .set_seen_settings(app, settings.clone())
         .await?;
     Ok(Json(
         json!({ "updatedAt": crate::iso_now(), "settings": settings }),
@@ -219,7 +275,7 @@ async fn seen_info(
     Path(user): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    json(state.engine.seen().info(app, &user).await?)
+    to_json(&state.engine.seen_info(app, &user).await?)
 }
 
 async fn seen_clear(
@@ -228,7 +284,7 @@ async fn seen_clear(
     Path(user): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let app = &auth.require(Acl::DeleteObject)?.app_id;
-    state.engine.seen().clear(app, &user).await?;
+    state.engine.clear_seen(app, &user).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -237,7 +293,7 @@ async fn seen_command(
     auth: Auth,
     State(state): State<AppState>,
     Path((user, command)): Path<(String, String)>,
-    JsonBody(body): JsonBody<Value>,
+    AnyJsonBody(body): AnyJsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
     let many = !matches!(command.as_str(), "add" | "exists");
     if !matches!(
@@ -248,10 +304,44 @@ async fn seen_command(
     }
     let app = &auth.require(Acl::Search)?.app_id;
     let ids = keys_of(body, if many { "objectIDs" } else { "objectID" }, many)?;
-    let seen = state.engine.seen();
+    let engine = &state.engine;
     Ok(match command.as_str() {
-        "add" | "madd" => answer("added", seen.add(app, &user, &ids).await?, many),
-        "exists" | "mexists" => answer("exists", seen.exists(app, &user, &ids).await?, many),
-        _ => answer("objectIDs", seen.unseen(app, &user, &ids).await?, true),
+        "add" | "madd" => answer("added", engine.mark_seen(app, &user, &ids).await?, many),
+        "exists" | "mexists" => answer("exists", engine.has_seen(app, &user, &ids).await?, many),
+        _ => answer("objectIDs", engine.unseen(app, &user, &ids).await?, true),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `first_key` over these chunks: whether it found a key, and the bytes it gives back.
+    async fn peek(chunks: &[&'static str]) -> (bool, String) {
+        let chunks = chunks
+            .iter()
+            .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from_static(c.as_bytes())));
+        let (rest, found) = first_key(futures::stream::iter(chunks)).await;
+        let rest: Vec<Bytes> = rest.map(Result::unwrap).collect().await;
+        (found, String::from_utf8(rest.concat()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn first_key_counts_keys_as_the_rebuild_does_across_chunks() {
+        let blanks: [&[&str]; 5] = [&[], &[""], &["\n", "\r\n", ""], &["\r"], &["\n\r", "\n\r"]];
+        for blank in blanks {
+            assert_eq!(peek(blank).await, (false, String::new()), "{blank:?}");
+        }
+        let cases: [(&[&str], &str); 6] = [
+            (&["a"], "a"),
+            (&["\n\n", "ab\n", "c"], "ab\nc"),
+            (&["\r", "x\n"], "\rx\n"),
+            (&["\r", "\r\n"], "\r\r\n"),
+            (&["\r", "\n\r", "\n", " "], " "),
+            (&["\n\r", "\nk"], "\r\nk"),
+        ];
+        for (chunks, back) in cases {
+            assert_eq!(peek(chunks).await, (true, back.to_owned()), "{chunks:?}");
+        }
+    }
 }

@@ -4,11 +4,13 @@
 //!   `updateObject`, `partialUpdateObject`, `partialUpdateObjectNoCreate`, `deleteObject`,
 //!   `delete`, `clear`),
 //! - `PUT`/`GET`/`DELETE /1/indexes/{index}/{objectID}`,
-//! - `POST /1/indexes/{index}/{objectID}/partial` (`?createIfNotExists=false` to not create),
+//! - `POST /1/indexes/{index}/{objectID}/partial` (`?createIfNotExists=false` to not create;
+//!   Algolia's `_operation`s, [`penchant_engine::catalog::OPERATIONS`]),
 //! - `GET /1/indexes/{index}/task/{taskID}`.
 //!
-//! Writes are applied before the response is sent, so every task is `published`. Task IDs are
-//! unique per request (the node's clock in microseconds).
+//! Writes are applied before the response is sent, so every task is `published`; a request's
+//! writes are all or nothing (all checked before the first is written). Task IDs are unique per
+//! request (the node's clock in microseconds).
 
 use std::collections::BTreeMap;
 
@@ -128,7 +130,7 @@ async fn apply(
         writes.push((index, write));
     }
     let app = &auth.0.app_id;
-    Ok(state.engine.catalog().apply(app, writes).await?)
+    Ok(state.engine.write_records(app, writes).await?)
 }
 
 async fn batch_one(
@@ -195,8 +197,7 @@ async fn get_object(
     let app = &auth.require(Acl::Search)?.app_id;
     let record = state
         .engine
-        .catalog()
-        .get(app, &index, &object_id)
+        .record(app, &index, &object_id)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "ObjectID does not exist"))?;
     let record = match params.attributes_to_retrieve {
@@ -226,8 +227,7 @@ async fn put_object(
     record.insert("objectID".into(), Value::String(object_id.clone()));
     state
         .engine
-        .catalog()
-        .apply(app, vec![(index, Write::Put(record))])
+        .write_records(app, vec![(index, Write::Put(record))])
         .await?;
     Ok(Json(json!({
         "objectID": object_id,
@@ -244,8 +244,7 @@ async fn delete_object(
     let app = &auth.require(Acl::DeleteObject)?.app_id;
     state
         .engine
-        .catalog()
-        .apply(app, vec![(index, Write::Delete(object_id))])
+        .write_records(app, vec![(index, Write::Delete(object_id))])
         .await?;
     Ok(Json(
         json!({ "taskID": task_id(), "deletedAt": crate::iso_now() }),
@@ -273,8 +272,7 @@ async fn partial(
     };
     state
         .engine
-        .catalog()
-        .apply(app, vec![(index, write)])
+        .write_records(app, vec![(index, write)])
         .await?;
     Ok(Json(json!({
         "objectID": object_id,

@@ -51,7 +51,6 @@ async fn create(
     let app = &auth.require(Acl::Admin)?.app_id;
     let (key, _) = state
         .engine
-        .tenancy()
         .create_key(app, body.acl, &body.description)
         .await?;
     Ok(Json(json!({ "key": key, "createdAt": crate::iso_now() })))
@@ -59,7 +58,7 @@ async fn create(
 
 async fn list(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Admin)?.app_id;
-    let keys = state.engine.tenancy().list_keys(app).await?;
+    let keys = state.engine.list_keys(app).await?;
     let keys: Vec<Value> = keys
         .iter()
         .map(|k| describe(&format!("{}…", k.prefix), k))
@@ -77,7 +76,7 @@ async fn show(
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Admin)?.app_id;
-    let info = state.engine.tenancy().get_key(app, &key).await?;
+    let info = state.engine.get_key(app, &key).await?;
     info.map(|i| Json(describe(&key, &i)))
         .ok_or_else(no_such_key)
 }
@@ -88,7 +87,7 @@ async fn remove(
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Admin)?.app_id;
-    if state.engine.tenancy().delete_key(app, &key).await? {
+    if state.engine.delete_key(app, &key).await? {
         Ok(Json(json!({ "deletedAt": crate::iso_now() })))
     } else {
         Err(no_such_key())

@@ -15,13 +15,14 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use penchant_engine::catalog::Record;
+use penchant_engine::keys;
 use penchant_engine::strategy::Strategy;
 use penchant_engine::tenancy::Acl;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Auth;
-use crate::error::ApiError;
+use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
 use crate::{AppState, iso};
 
@@ -61,12 +62,13 @@ async fn rerank(
     JsonBody(body): JsonBody<RerankBody>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    let bad = |m: &str| ApiError::new(StatusCode::BAD_REQUEST, m);
     if body.hits.len() > MAX_HITS {
-        return Err(bad("hits can contain at most 1000 hits"));
+        return Err(ApiError::bad_request("hits can contain at most 1000 hits"));
     }
     if body.personalization_impact.is_some_and(|i| i > 100) {
-        return Err(bad("personalizationImpact must be between 0 and 100"));
+        return Err(ApiError::bad_request(
+            "personalizationImpact must be between 0 and 100",
+        ));
     }
     let mut hits: Vec<Record> = Vec::with_capacity(body.hits.len());
     for hit in body.hits {
@@ -74,39 +76,24 @@ async fn rerank(
             Value::Object(map) if map.get("objectID").is_some_and(Value::is_string) => {
                 hits.push(map)
             }
-            _ => return Err(bad("every hit must be an object with a string objectID")),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "every hit must be an object with a string objectID",
+                ));
+            }
         }
     }
-    // Hits given by objectID alone are resolved from the catalog; others are used as given.
-    let wanted: Vec<String> = hits
-        .iter()
-        .filter(|h| h.len() == 1)
-        .filter_map(|h| h["objectID"].as_str().map(str::to_owned))
-        .collect();
-    let catalog = state
+    keys::check_user_token(&body.user_token)?;
+    let (impact, ranked) = state
         .engine
-        .catalog()
-        .get_many(app, &index, &wanted)
-        .await?;
-    let records: Vec<Record> = hits
-        .iter()
-        .map(
-            |h| match h["objectID"].as_str().and_then(|id| catalog.get(id)) {
-                Some(record) if h.len() == 1 => record.clone(),
-                _ => h.clone(),
-            },
+        .rerank(
+            app,
+            &index,
+            &hits,
+            &body.user_token,
+            body.personalization_impact,
         )
-        .collect();
-    let strategy = state.engine.strategies().get(app).await?;
-    let impact = body
-        .personalization_impact
-        .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
-        .unwrap_or(0);
-    let scores = match state.engine.profiles().get(app, &body.user_token).await? {
-        Some(p) => p.scores,
-        None => Default::default(),
-    };
-    let ranked = penchant_engine::rerank::rerank(&records, &scores, impact);
+        .await?;
     let out: Vec<Value> = ranked
         .into_iter()
         .map(|(i, p)| {
@@ -128,22 +115,19 @@ async fn optional_filters(
     Path(user): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    let scores = match state.engine.profiles().get(app, &user).await? {
-        Some(p) => p.scores,
-        None => Default::default(),
-    };
+    keys::check_user_token(&user)?;
+    let filters = state.engine.optional_filters(app, &user).await?;
     Ok(Json(json!({
         "userToken": user,
-        "optionalFilters": penchant_engine::rerank::optional_filters(&scores),
+        "optionalFilters": filters,
     })))
 }
 
 async fn get_strategy(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Recommendation)?.app_id;
-    match state.engine.strategies().fresh(app).await? {
-        Some(s) => Ok(Json(serde_json::to_value(&s.strategy).unwrap_or_default())),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
+    match state.engine.strategy(app).await? {
+        Some(strategy) => to_json(&strategy),
+        None => Err(ApiError::not_found(
             "No personalization strategy is set for this application",
         )),
     }
@@ -164,10 +148,9 @@ async fn set_strategy(
 
 async fn job(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Recommendation)?.app_id;
-    match state.engine.jobs().status(app).await? {
-        Some(status) => Ok(Json(serde_json::to_value(status).unwrap_or_default())),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
+    match state.engine.recompute_status(app).await? {
+        Some(status) => to_json(&status),
+        None => Err(ApiError::not_found(
             "No recompute job has run for this application",
         )),
     }
@@ -179,13 +162,10 @@ async fn profile(
     Path(user): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Recommendation)?.app_id;
-    let profile = state.engine.profiles().get(app, &user).await?;
-    let profile = profile.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("User token {user} not found"),
-        )
-    })?;
+    keys::check_user_token(&user)?;
+    let profile = state.engine.profile(app, &user).await?;
+    let profile =
+        profile.ok_or_else(|| ApiError::not_found(format!("User token {user} not found")))?;
     Ok(Json(json!({
         "userToken": profile.user_token,
         "lastEventAt": profile.last_event_at.map(iso),
@@ -199,12 +179,8 @@ async fn delete_profile(
     Path(user): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Recommendation)?.app_id;
-    let until = penchant_store::validate::now_micros() / 1000;
-    state
-        .engine
-        .profiles()
-        .delete_profile(app, &user, until)
-        .await?;
+    keys::check_user_token(&user)?;
+    let until = state.engine.delete_profile(app, &user).await?;
     Ok(Json(
         json!({ "userToken": user, "deletedUntil": iso(until) }),
     ))
@@ -216,6 +192,7 @@ async fn delete_user(
     Path(user): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let app = &auth.require(Acl::DeleteObject)?.app_id;
-    state.engine.profiles().delete_user(app, &user).await?;
+    keys::check_user_token(&user)?;
+    state.engine.delete_user(app, &user).await?;
     Ok(StatusCode::NO_CONTENT)
 }

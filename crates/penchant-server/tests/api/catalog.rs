@@ -1,8 +1,6 @@
 //! Algolia's indexing routes over HTTP: batches, single objects, partial updates, tasks, ACLs.
 
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 

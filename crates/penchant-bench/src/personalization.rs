@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use serde::de::IgnoredAny;
 
-use super::{InProcess, rate};
+use crate::{InProcess, rate};
 
 #[derive(Debug, clap::Args)]
 pub struct PersonalizationBenchArgs {
@@ -223,8 +223,8 @@ async fn bench(
     let versioned = engine.strategies().set(APP, parsed).await?;
     let start = Instant::now();
     let stats = engine
-        .profiles()
-        .recompute_all(APP, &versioned, Source::Raw, args.parallelism)
+        .jobs()
+        .recompute_now(APP, &versioned, Source::Raw, args.parallelism)
         .await?;
     let recompute = stats.events as f64 / start.elapsed().as_secs_f64();
     // Again from the aggregates, under yet another strategy (else every profile is current).
@@ -232,13 +232,13 @@ async fn bench(
     let versioned = engine.strategies().set(APP, parsed).await?;
     let start = Instant::now();
     let agg_stats = engine
-        .profiles()
-        .recompute_all(APP, &versioned, Source::Aggregates, args.parallelism)
+        .jobs()
+        .recompute_now(APP, &versioned, Source::Aggregates, args.parallelism)
         .await?;
     let from_aggregates = stats.events as f64 / start.elapsed().as_secs_f64();
     let start = Instant::now();
     let mut scanned = 0u64;
-    let prefix = penchant_engine::layout::app_prefix(APP);
+    let prefix = penchant_engine::keys::app(APP);
     let mut stream = store
         .read_rows("events", ReadRows::new(RowSet::prefix(prefix)))
         .await?;

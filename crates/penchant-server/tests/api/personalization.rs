@@ -1,10 +1,8 @@
 //! Strategy, streaming profiles, recompute jobs and deletions over HTTP.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Server;
+use crate::common::Server;
 use penchant_store::ReadRows;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

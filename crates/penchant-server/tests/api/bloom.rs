@@ -1,8 +1,6 @@
 //! Key sets and seen filters over HTTP.
 
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use penchant_store::{ReadRows, RowSet};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

@@ -20,7 +20,7 @@ use rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions,
 };
 
-use super::rate;
+use crate::rate;
 
 const TABLE: &str = "bench";
 const FAMILY: &str = "f";

@@ -1,8 +1,50 @@
-//! Benchmarks that print tables: each workload beside a reference run in the same process.
+//! Penchant's benchmarks: each suite prints a table, each workload beside a reference run in
+//! the same process.
+//!
+//! - [`store`]: durable writes (single rows from concurrent writers, and batches), scans with and
+//!   without a qualifier filter, point-read latency; beside the same cells in a raw RocksDB with
+//!   the same options. `--bigtable-emulator` also runs them on the Bigtable backend against an
+//!   emulator it starts.
+//! - [`bloom`]: Bloom filter lookups, single and batched, beside the `fastbloom` crate; then one
+//!   user's seen filter checked three ways: in process, over Penchant's HTTP API, and the seed's
+//!   Redis approach against a `redis-server` child (a minimal RESP client here).
+//! - [`personalization`]: MovieLens 100k as Insights events over HTTP: ingestion,
+//!   event-to-profile latency, full recompute from raw events and from per-day aggregates,
+//!   beside a plain scan of the same events.
+//!
+//! The HTTP workloads run Penchant in this process ([`InProcess`]: the engine on the suite's
+//! store behind the server's real router, on a loopback port). The benchmarks live in this crate
+//! so that the server binary links none of what only they need (raw RocksDB, `fastbloom`,
+//! `hdrhistogram`, the Redis client, the Bigtable emulator launcher). The `penchant-bench` binary
+//! parses `penchant-bench <suite> [flags]` ([`Suite`]); `penchant bench <suite> [flags]` runs it
+//! when it lies next to the `penchant` executable.
 
 pub mod bloom;
 pub mod personalization;
 pub mod store;
+
+/// A benchmark suite and its flags: `penchant-bench <suite> [flags]`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Suite {
+    /// The store: durable writes, scans, point reads, each beside raw RocksDB.
+    Store(store::StoreBenchArgs),
+    /// Bloom filters: lookups beside the `fastbloom` crate, and a bulk seen-filter check.
+    Bloom(bloom::BloomBenchArgs),
+    /// Personalization on MovieLens 100k: ingestion over HTTP, event-to-profile latency, full
+    /// recompute.
+    Personalization(personalization::PersonalizationBenchArgs),
+}
+
+impl Suite {
+    /// Run the suite; its table goes to stdout, progress to stderr.
+    pub fn run(self) -> anyhow::Result<()> {
+        match self {
+            Suite::Store(args) => store::run(args),
+            Suite::Bloom(args) => bloom::run(args),
+            Suite::Personalization(args) => personalization::run(args),
+        }
+    }
+}
 
 use std::sync::Arc;
 

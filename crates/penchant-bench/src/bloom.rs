@@ -25,7 +25,7 @@ use penchant_store::Store;
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::{Rng, SeedableRng};
 
-use super::{InProcess, rate};
+use crate::{InProcess, rate};
 
 const ROUNDS: usize = 3;
 

@@ -33,6 +33,7 @@ impl Server {
             recompute_parallelism: 2,
             set_cache_bytes: 1 << 20,
             bloom_cache_ttl: Duration::from_secs(60),
+            ..EngineConfig::default()
         };
         let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
         let engine = Engine::open(store.clone(), config).await.unwrap();

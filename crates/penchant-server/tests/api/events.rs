@@ -1,9 +1,7 @@
 //! `POST /1/events` over HTTP: Algolia's messages, all-or-nothing, search-insights' quirks, and
 //! the wide-schema rows it writes.
 
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use penchant_store::{ReadRows, Row};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

@@ -1,8 +1,6 @@
 //! Apps, API keys and ACLs over HTTP, on the in-memory store.
 
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 

@@ -1,0 +1,115 @@
+//! Each suite of the `penchant-bench` binary runs end to end on a small workload and prints its
+//! table. The numbers are not checked: only that every workload ran and was reported.
+
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_penchant-bench"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("PENCHANT_") || key == "RUST_LOG" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(args).output().unwrap()
+}
+
+/// The suite's stdout, after checking it succeeded.
+fn ok(args: &[&str]) -> String {
+    let out = bench(args);
+    assert!(
+        out.status.success(),
+        "penchant-bench {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn help_lists_the_suites_and_a_missing_suite_is_a_usage_error() {
+    let help = ok(&["--help"]);
+    for suite in ["store", "bloom", "personalization"] {
+        assert!(help.contains(suite), "{help}");
+    }
+    let store = ok(&["store", "--help"]);
+    assert!(store.contains("--bigtable-emulator"), "{store}");
+    assert_eq!(bench(&[]).status.code(), Some(2));
+    assert_eq!(bench(&["nope"]).status.code(), Some(2));
+}
+
+#[test]
+fn store_suite_prints_every_workload_beside_raw_rocksdb() {
+    let table = ok(&[
+        "store",
+        "--rows",
+        "2000",
+        "--writers",
+        "4",
+        "--reads",
+        "500",
+        "--no-sync",
+    ]);
+    assert!(table.contains("raw rocksdb"), "{table}");
+    for workload in [
+        "durable writes, 1 row each, 4 writers",
+        "durable writes, batches of 500 rows",
+        "scan, all cells",
+        "scan, qualifier filter (1 of 4)",
+        "point read, sequential",
+        "point read latency p99",
+    ] {
+        assert!(table.contains(workload), "{workload}: {table}");
+    }
+}
+
+#[test]
+fn bloom_suite_prints_the_filters_and_the_seen_check() {
+    let table = ok(&["bloom", "--small-only", "--lookups", "100000"]);
+    assert!(table.contains("fastbloom"), "{table}");
+    assert!(table.contains("16 KB"), "{table}");
+    assert!(!table.contains("128 MB"), "--small-only: {table}");
+    for approach in ["penchant-bloom in-process", "Penchant HTTP API (loopback)"] {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(approach))
+            .unwrap_or_else(|| panic!("{approach}: {table}"));
+        assert!(!line.contains("failed"), "{line}");
+    }
+}
+
+#[test]
+fn personalization_suite_runs_on_a_small_movielens() {
+    let dir = tempfile::tempdir().unwrap();
+    let genres = ["Action", "Comedy", "Drama", "Horror"];
+    let mut items =
+        String::from("item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n");
+    for i in 1..=20 {
+        items += &format!("{i}\tMovie {i}\t{}\t{}\n", 1990 + i % 5, genres[i % 4]);
+    }
+    let mut ratings = String::from("user_id:token\titem_id:token\trating:float\ttimestamp:float\n");
+    for n in 0..600 {
+        let (user, item) = (1 + n % 30, 1 + (n * 7) % 20);
+        ratings += &format!("{user}\t{item}\t{}\t{}\n", 1 + n % 5, 880_000_000 + n * 60);
+    }
+    std::fs::write(dir.path().join("ml-100k.item"), items).unwrap();
+    std::fs::write(dir.path().join("ml-100k.inter"), ratings).unwrap();
+
+    let table = ok(&[
+        "personalization",
+        "--movielens",
+        dir.path().to_str().unwrap(),
+        "--pushes",
+        "20",
+        "--no-sync",
+    ]);
+    for workload in [
+        "ingestion, HTTP, batches of 1000, 4 clients",
+        "event -> profile latency p99",
+        "full recompute from raw events",
+        "plain scan of the same events",
+        "full recompute from per-day aggregates",
+    ] {
+        assert!(table.contains(workload), "{workload}: {table}");
+    }
+    assert!(table.contains("(30 users)"), "{table}");
+}

@@ -1,0 +1,207 @@
+//! The engine's API by resource, for the server's handlers: apps and keys, catalog records, key
+//! sets and seen filters. (Events, strategies, profiles and background work are in the crate
+//! root.) Handlers call these, never a subsystem or the store.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::Stream;
+
+use crate::catalog::{Record, Write};
+use crate::seen::{SeenInfo, SeenSettings};
+use crate::sets::{Rebuild, SetConfig, SetDescription, SetInfo};
+use crate::tenancy::{Acl, App, KeyInfo, Principal};
+use crate::{Engine, Result};
+
+/// Apps and API keys.
+impl Engine {
+    /// Whether `key` is the global admin key.
+    pub fn is_global_admin(&self, key: &str) -> bool {
+        self.tenancy.is_global_admin(key)
+    }
+
+    /// The principal of an (app, key) pair, or `None` if the key is not valid for the app.
+    pub async fn authenticate(&self, app_id: &str, key: &str) -> Result<Option<Principal>> {
+        self.tenancy.authenticate(app_id, key).await
+    }
+
+    /// Create an app (a random ID if none is given) with a retention window; returns it and
+    /// its admin key.
+    pub async fn create_app(
+        &self,
+        app_id: Option<&str>,
+        name: &str,
+        retention_days: u32,
+    ) -> Result<(App, String)> {
+        self.tenancy
+            .create_app_with(app_id, name, retention_days)
+            .await
+    }
+
+    /// One app, if it exists.
+    pub async fn app(&self, app_id: &str) -> Result<Option<App>> {
+        self.tenancy.app(app_id).await
+    }
+
+    /// Change an app's name or retention window.
+    pub async fn update_app(
+        &self,
+        app_id: &str,
+        name: Option<String>,
+        retention_days: Option<u32>,
+    ) -> Result<App> {
+        self.tenancy.update_app(app_id, name, retention_days).await
+    }
+
+    /// Every app.
+    pub async fn list_apps(&self) -> Result<Vec<App>> {
+        self.tenancy.list_apps().await
+    }
+
+    /// Delete an app and every row it owns.
+    pub async fn delete_app(&self, app_id: &str) -> Result<()> {
+        self.tenancy.delete_app(app_id).await
+    }
+
+    /// Create an API key; returns the key (shown only now) and its info.
+    pub async fn create_key(
+        &self,
+        app_id: &str,
+        acl: BTreeSet<Acl>,
+        description: &str,
+    ) -> Result<(String, KeyInfo)> {
+        self.tenancy.create_key(app_id, acl, description).await
+    }
+
+    /// One key's info.
+    pub async fn get_key(&self, app_id: &str, key: &str) -> Result<Option<KeyInfo>> {
+        self.tenancy.get_key(app_id, key).await
+    }
+
+    /// Every key of an app.
+    pub async fn list_keys(&self, app_id: &str) -> Result<Vec<KeyInfo>> {
+        self.tenancy.list_keys(app_id).await
+    }
+
+    /// Delete a key; `false` if it did not exist.
+    pub async fn delete_key(&self, app_id: &str, key: &str) -> Result<bool> {
+        self.tenancy.delete_key(app_id, key).await
+    }
+}
+
+/// Catalog records.
+impl Engine {
+    /// One record.
+    pub async fn record(&self, app: &str, index: &str, object_id: &str) -> Result<Option<Record>> {
+        self.catalog.get(app, index, object_id).await
+    }
+
+    /// Apply writes to indexes (all checked before any is written); returns the objectIDs.
+    pub async fn write_records(
+        &self,
+        app: &str,
+        writes: Vec<(String, Write)>,
+    ) -> Result<Vec<String>> {
+        self.catalog.apply(app, writes).await
+    }
+}
+
+/// Key sets.
+impl Engine {
+    pub async fn reserve_set(&self, app: &str, name: &str, config: SetConfig) -> Result<SetInfo> {
+        self.sets.reserve(app, name, config).await
+    }
+
+    pub async fn list_sets(&self, app: &str) -> Result<Vec<SetDescription>> {
+        self.sets.list(app).await
+    }
+
+    /// A set's description with its size, fill and estimated false-positive rate.
+    pub async fn set_info(&self, app: &str, name: &str) -> Result<SetInfo> {
+        self.sets.info(app, name).await
+    }
+
+    pub async fn delete_set(&self, app: &str, name: &str) -> Result<()> {
+        self.sets.delete(app, name).await
+    }
+
+    /// Add keys to a set; for each, whether it was new.
+    pub async fn add_to_set<K: AsRef<[u8]> + Sync>(
+        &self,
+        app: &str,
+        name: &str,
+        keys: &[K],
+    ) -> Result<Vec<bool>> {
+        self.sets.add(app, name, keys).await
+    }
+
+    /// For each key, whether the set may hold it (no false negatives).
+    pub async fn set_contains<K: AsRef<[u8]>>(
+        &self,
+        app: &str,
+        name: &str,
+        keys: &[K],
+    ) -> Result<Vec<bool>> {
+        self.sets.exists(app, name, keys).await
+    }
+
+    /// Rebuild a set from a stream of newline-separated keys, into a new generation.
+    pub async fn rebuild_set<S, E>(&self, app: &str, name: &str, lines: S) -> Result<Rebuild>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        self.sets.rebuild(app, name, lines).await
+    }
+}
+
+/// Users' seen filters.
+impl Engine {
+    pub async fn seen_settings(&self, app: &str) -> Result<Arc<SeenSettings>> {
+        self.seen.settings(app).await
+    }
+
+    pub async fn set_seen_settings(&self, app: &str, settings: SeenSettings) -> Result<()> {
+        self.seen.set_settings(app, settings).await
+    }
+
+    pub async fn seen_info(&self, app: &str, user: &str) -> Result<SeenInfo> {
+        self.seen.info(app, user).await
+    }
+
+    /// Forget what a user has seen.
+    pub async fn clear_seen(&self, app: &str, user: &str) -> Result<()> {
+        self.seen.clear(app, user).await
+    }
+
+    /// Mark items seen; for each, whether it was new.
+    pub async fn mark_seen<K: AsRef<[u8]>>(
+        &self,
+        app: &str,
+        user: &str,
+        ids: &[K],
+    ) -> Result<Vec<bool>> {
+        self.seen.add(app, user, ids).await
+    }
+
+    /// For each item, whether the user may have seen it.
+    pub async fn has_seen<K: AsRef<[u8]>>(
+        &self,
+        app: &str,
+        user: &str,
+        ids: &[K],
+    ) -> Result<Vec<bool>> {
+        self.seen.exists(app, user, ids).await
+    }
+
+    /// The items the user has not seen, in their order.
+    pub async fn unseen<'k, K: AsRef<[u8]>>(
+        &self,
+        app: &str,
+        user: &str,
+        ids: &'k [K],
+    ) -> Result<Vec<&'k K>> {
+        self.seen.unseen(app, user, ids).await
+    }
+}

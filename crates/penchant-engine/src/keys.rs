@@ -1,0 +1,349 @@
+//! Row keys: the one place that encodes, decodes and validates the key of every row Penchant
+//! writes. No other module formats or parses a key.
+//!
+//! Every key starts with the app and a 0 byte ([`app`]), so an app's data is one contiguous key
+//! range in every table — what multi-tenancy, deleting an app and data residency (placing an
+//! app's prefix in a region's store) rest on. Rows about one user continue with the user token
+//! and a 0 byte ([`user`]), so a user's rows are one range too, and deleting a user is deleting a
+//! prefix. The 0 byte separates parts: no app ID, user token, index name or set name may hold
+//! one ([`check_user_token`] and the other checks keep them out), else `a\0` would reach `a`'s
+//! rows.
+//!
+//! | table | row key |
+//! |---|---|
+//! | `apps`, `strategies`, `jobs`, `seen` (settings) | `app 0` |
+//! | `keys` | `app 0 · SHA-256 of the key (32 bytes)` |
+//! | `catalog` | `app 0 · index 0 · objectID` |
+//! | `events` | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)` |
+//! | `aggregates` | `app 0 · user 0 · day since the epoch (u32 BE)` |
+//! | `seen` (a user's filter) | `app 0 · user 0` |
+//! | `profiles` | `app 0 · user` |
+//! | `sets` | `app 0 · set name` |
+//! | `set_partitions` | `app 0 · set name 0 · generation (u64 BE) · partition (u32 BE)` |
+//! | `leases` | `app 0 · lease name` |
+//! | `pending` | `app 0 · user 0` |
+//!
+//! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
+//! `CSV(event type, event name, facet)`) and [`seen_delta`].
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+use penchant_store::{RowRange, RowSet};
+
+use crate::{EngineError, Result};
+
+/// The longest user token, in bytes (Algolia's documented 128, and one more as it accepts).
+pub const MAX_USER_TOKEN_BYTES: usize = 129;
+
+/// Whether a user token is valid: 1 to 129 of `a-z A-Z 0-9 _ = / + -` (Algolia's pattern), so
+/// never the separator.
+pub fn user_token_ok(token: &str) -> bool {
+    (1..=MAX_USER_TOKEN_BYTES).contains(&token.len())
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'/' | b'+' | b'-'))
+}
+
+/// Algolia's message for a user token outside its pattern.
+pub const USER_TOKEN_MESSAGE: &str = "UserToken must contain only alphanumeric, equal, plus, \
+    slash, hyphen, or underscore characters, and be between 1 and 128 characters long";
+
+/// Check a user token that names a user (in a path, or a body).
+pub fn check_user_token(token: &str) -> Result<()> {
+    if user_token_ok(token) {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(USER_TOKEN_MESSAGE.into()))
+    }
+}
+
+/// Whether a key part may go between separators: no 0 byte.
+fn part_ok(part: &str) -> bool {
+    !part.as_bytes().contains(&0)
+}
+
+/// Check a name that becomes a key part (index name, object ID, set name...).
+pub fn check_part(what: &str, part: &str) -> Result<()> {
+    if part_ok(part) {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "{what} must not contain a NUL character (\\u0000)"
+        )))
+    }
+}
+
+/// The key prefix of every row of `app`: its ID and a 0 byte, so that no app's prefix is a
+/// prefix of another's. Also the whole key of the app's one-row records (its description, its
+/// strategy, its job status, its seen settings).
+pub fn app(app: &str) -> Bytes {
+    debug_assert!(part_ok(app), "app IDs never hold a 0 byte");
+    let mut key = Vec::with_capacity(app.len() + 1);
+    key.extend_from_slice(app.as_bytes());
+    key.push(0);
+    Bytes::from(key)
+}
+
+/// The app of an `app 0` key (table `jobs`).
+pub fn app_of(key: &[u8]) -> Option<&str> {
+    std::str::from_utf8(key.strip_suffix(b"\0")?).ok()
+}
+
+fn app_and(app_id: &str, rest: &[&[u8]]) -> Vec<u8> {
+    let mut key =
+        Vec::with_capacity(app_id.len() + 1 + rest.iter().map(|r| r.len()).sum::<usize>());
+    key.extend_from_slice(&app(app_id));
+    for part in rest {
+        key.extend_from_slice(part);
+    }
+    key
+}
+
+/// The prefix of every row of one user of an app (events, aggregates, seen filter).
+pub fn user(app_id: &str, user: &str) -> Bytes {
+    debug_assert!(
+        part_ok(user),
+        "user tokens are checked before they reach a key"
+    );
+    Bytes::from(app_and(app_id, &[user.as_bytes(), b"\0"]))
+}
+
+/// The user of a row keyed `app 0 · user 0 · ...` (events, aggregates), or of a store split
+/// point inside such rows.
+pub fn user_of<'k>(app_id: &str, key: &'k [u8]) -> Option<&'k str> {
+    let rest = key.strip_prefix(&app(app_id)[..])?;
+    let end = rest.iter().position(|b| *b == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// The app and the user of a row keyed `app 0 · user 0 · ...` (any app).
+pub fn app_user_of(key: &[u8]) -> Option<(&str, &str)> {
+    let app_end = key.iter().position(|b| *b == 0)?;
+    let rest = &key[app_end + 1..];
+    let user_end = rest.iter().position(|b| *b == 0)?;
+    Some((
+        std::str::from_utf8(&key[..app_end]).ok()?,
+        std::str::from_utf8(&rest[..user_end]).ok()?,
+    ))
+}
+
+/// A user's row of ingestion intents (table `pending`): the user's prefix itself.
+pub fn pending(app_id: &str, user_token: &str) -> Bytes {
+    user(app_id, user_token)
+}
+
+/// An API key's row: the app, and the key's SHA-256.
+pub fn api_key(app_id: &str, digest: &[u8; 32]) -> Bytes {
+    Bytes::from(app_and(app_id, &[digest]))
+}
+
+/// The prefix of every record of an index.
+pub fn index(app_id: &str, index: &str) -> Bytes {
+    debug_assert!(part_ok(index));
+    Bytes::from(app_and(app_id, &[index.as_bytes(), b"\0"]))
+}
+
+/// A catalog record's row.
+pub fn record(app_id: &str, index_name: &str, object_id: &str) -> Bytes {
+    let mut key = index(app_id, index_name).to_vec();
+    key.extend_from_slice(object_id.as_bytes());
+    Bytes::from(key)
+}
+
+/// An event's row: its user, its time (ms) and a discriminator.
+pub fn event(app_id: &str, user_token: &str, ms: i64, discriminator: u64) -> Bytes {
+    let mut key = user(app_id, user_token).to_vec();
+    key.extend_from_slice(&(ms.max(0) as u64).to_be_bytes());
+    key.extend_from_slice(&discriminator.to_be_bytes());
+    Bytes::from(key)
+}
+
+/// The raw event rows of a user from `from` to `until` ms (`[from, until)`).
+pub fn events_between(app_id: &str, user_token: &str, from: i64, until: i64) -> RowSet {
+    let prefix = user(app_id, user_token);
+    let at = |ms: i64| {
+        let mut k = prefix.to_vec();
+        k.extend_from_slice(&(ms.max(0) as u64).to_be_bytes());
+        Bytes::from(k)
+    };
+    RowSet::range(RowRange::closed_open(at(from), at(until)))
+}
+
+/// A user's aggregate row of one day (days since the epoch).
+pub fn day(app_id: &str, user_token: &str, day: i64) -> Bytes {
+    let mut key = user(app_id, user_token).to_vec();
+    key.extend_from_slice(&(day.max(0) as u32).to_be_bytes());
+    Bytes::from(key)
+}
+
+/// The day of an aggregate row.
+pub fn day_of(key: &[u8]) -> Option<i64> {
+    let bytes: [u8; 4] = key.get(key.len().checked_sub(4)?..)?.try_into().ok()?;
+    Some(i64::from(u32::from_be_bytes(bytes)))
+}
+
+/// A user's seen-filter row: the user's prefix itself.
+pub fn seen(app_id: &str, user_token: &str) -> Bytes {
+    user(app_id, user_token)
+}
+
+/// A user's profile row.
+pub fn profile(app_id: &str, user_token: &str) -> Bytes {
+    debug_assert!(part_ok(user_token));
+    Bytes::from(app_and(app_id, &[user_token.as_bytes()]))
+}
+
+/// The user of a profile row.
+pub fn profile_user<'k>(app_id: &str, key: &'k [u8]) -> Option<&'k str> {
+    std::str::from_utf8(key.strip_prefix(&app(app_id)[..])?).ok()
+}
+
+/// The rows of users from `start` (or the app's first user) to before `end` (or past its last),
+/// skipping every row up to and including user `after`'s, in a table keyed `app 0 · user 0 ·`.
+pub fn users_between(
+    app_id: &str,
+    start: Option<&str>,
+    after: Option<&str>,
+    end: Option<&str>,
+) -> RowRange {
+    let at = |user: &str, tail: &[u8]| Bytes::from(app_and(app_id, &[user.as_bytes(), tail]));
+    // User tokens never contain bytes below 0x2b: `user 0x01` is past every row of `user` and
+    // before every other user's.
+    let start = match (after, start) {
+        (Some(after), _) => Bound::Included(at(after, b"\x01")),
+        (None, Some(start)) => Bound::Included(at(start, b"")),
+        (None, None) => Bound::Included(app(app_id)),
+    };
+    let end = match end {
+        Some(end) => Bound::Excluded(at(end, b"")),
+        None => match penchant_store::prefix_successor(&app(app_id)) {
+            Some(e) => Bound::Excluded(Bytes::from(e)),
+            None => Bound::Unbounded,
+        },
+    };
+    RowRange { start, end }
+}
+
+/// A set's description row.
+pub fn set(app_id: &str, name: &str) -> Bytes {
+    debug_assert!(part_ok(name));
+    Bytes::from(app_and(app_id, &[name.as_bytes()]))
+}
+
+/// The prefix of every partition of a set, of every generation.
+pub fn set_partitions(app_id: &str, name: &str) -> Bytes {
+    Bytes::from(app_and(app_id, &[name.as_bytes(), b"\0"]))
+}
+
+/// The prefix of the partitions of one generation of a set.
+pub fn generation(app_id: &str, name: &str, generation: u64) -> Bytes {
+    let mut key = set_partitions(app_id, name).to_vec();
+    key.extend_from_slice(&generation.to_be_bytes());
+    Bytes::from(key)
+}
+
+/// One partition's row.
+pub fn partition(app_id: &str, name: &str, gen_: u64, partition: u32) -> Bytes {
+    let mut key = generation(app_id, name, gen_).to_vec();
+    key.extend_from_slice(&partition.to_be_bytes());
+    Bytes::from(key)
+}
+
+/// One CSV field, quoted when it must be (RFC 4180).
+fn csv_field(out: &mut String, field: &str) {
+    if field.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&field.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(field);
+    }
+}
+
+/// The qualifier of an event's (and a day's) counts for one facet, in tables `events` and
+/// `aggregates`: `CSV(event type, event name, facet)` — the seed's wide schema.
+pub fn event_qualifier(event_type: &str, event_name: &str, facet: &str) -> Bytes {
+    let mut q = String::with_capacity(event_name.len() + facet.len() + 16);
+    q.push_str(event_type);
+    q.push(',');
+    csv_field(&mut q, event_name);
+    q.push(',');
+    csv_field(&mut q, facet);
+    Bytes::from(q)
+}
+
+/// The first byte of a seen filter's delta column.
+pub const SEEN_DELTA: u8 = b'+';
+
+/// A seen filter's delta column: `+`, the time (ns, big-endian: deltas replay in the order they
+/// were written, as far as the writers' clocks tell) and random bytes (no two adds collide).
+pub fn seen_delta() -> Bytes {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut q = vec![SEEN_DELTA];
+    q.extend_from_slice(&nanos.to_be_bytes());
+    q.extend_from_slice(&rand::random::<u32>().to_be_bytes());
+    Bytes::from(q)
+}
+
+/// A lease's row: held by one node at a time (`app 0 · name`; global leases use app `""`).
+pub fn lease(app_id: &str, name: &str) -> Bytes {
+    Bytes::from(app_and(app_id, &[name.as_bytes()]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_prefixes_never_nest() {
+        let a = app("APP");
+        let b = app("APP2");
+        assert!(!b.starts_with(&a) && !a.starts_with(&b));
+        assert!(a < b, "apps sort like their IDs");
+    }
+
+    #[test]
+    fn keys_decode_what_they_encode() {
+        let e = event("APP", "u-1", 1_700_000_000_000, 7);
+        assert_eq!(user_of("APP", &e), Some("u-1"));
+        assert_eq!(user_of("OTHER", &e), None);
+        let d = day("APP", "u-1", 19_700);
+        assert_eq!(
+            (user_of("APP", &d), day_of(&d)),
+            (Some("u-1"), Some(19_700))
+        );
+        assert!(d.starts_with(&user("APP", "u-1")));
+        assert_eq!(profile_user("APP", &profile("APP", "u=1")), Some("u=1"));
+        assert_eq!(app_of(&app("APP")), Some("APP"));
+        assert_eq!(app_user_of(&d), Some(("APP", "u-1")));
+        assert_eq!(app_user_of(&pending("A", "b")), Some(("A", "b")));
+        let p = partition("APP", "s", 5, 2);
+        assert!(p.starts_with(&generation("APP", "s", 5)));
+        assert!(p.starts_with(&set_partitions("APP", "s")));
+        assert!(!p.starts_with(&set_partitions("APP", "s2")));
+    }
+
+    #[test]
+    fn a_user_range_holds_exactly_its_users() {
+        let range = users_between("APP", Some("b"), Some("b"), Some("d"));
+        let inside = |k: &Bytes| range.contains(k);
+        assert!(!inside(&event("APP", "b", 5, 0)), "after b");
+        assert!(inside(&event("APP", "b0", 5, 0)));
+        assert!(inside(&day("APP", "c", 1)));
+        assert!(!inside(&day("APP", "d", 1)), "end excluded");
+        let all = users_between("APP", None, None, None);
+        assert!(all.contains(&event("APP", "a", 0, 0)));
+        assert!(!all.contains(&event("APQ", "a", 0, 0)));
+    }
+
+    #[test]
+    fn separators_cannot_hide_in_tokens() {
+        assert!(check_user_token("a\0").is_err());
+        assert!(check_user_token("a").is_ok());
+        assert!(check_user_token(&"x".repeat(130)).is_err());
+        assert!(check_part("set name", "a\0b").is_err());
+    }
+}

@@ -1,0 +1,172 @@
+//! Leases: so that with several nodes on one store, exactly one runs a piece of background work
+//! (an app's profile recompute, the retention purge, the repair sweep).
+//!
+//! A lease is one cell (table `leases`, row [`keys::lease`], column `l:holder`) whose value is
+//! the holder's node id and whose timestamp is when the lease expires. Taking and renewing are
+//! check-and-mutate writes, atomic on the row: renew if the cell holds this node's id and has not
+//! expired; take if no unexpired cell is there. A holder renews well before expiry while it
+//! works and releases the lease when it stops; a holder that dies stops renewing, and another node
+//! takes the lease once it has expired — and resumes the work from its last checkpoint.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use penchant_store::{GcRule, Mutation, RowFilter, Store, TimeRange};
+
+use crate::clock::Clock;
+use crate::{Result, keys};
+
+pub const LEASES_TABLE: &str = "leases";
+const FAMILY: &str = "l";
+const HOLDER: &[u8] = b"holder";
+/// A lease's life without renewal when none is configured.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// The tables this module needs.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    vec![(
+        LEASES_TABLE,
+        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+    )]
+}
+
+/// This node's leases.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    store: Arc<dyn Store>,
+    clock: Clock,
+    /// This node's id: random, 16 hex digits.
+    node: String,
+    ttl: Duration,
+}
+
+impl Leases {
+    /// Leases over `store`, held for `ttl` (0: [`DEFAULT_TTL`]) after each take or renewal.
+    pub fn new(store: Arc<dyn Store>, clock: Clock, ttl: Duration) -> Self {
+        Self {
+            store,
+            clock,
+            node: format!("{:016x}", rand::random::<u64>()),
+            ttl: if ttl.is_zero() { DEFAULT_TTL } else { ttl },
+        }
+    }
+
+    /// How long a lease lasts without renewal.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Whole ms, in µs (Bigtable's timestamp granularity).
+    fn now(&self) -> i64 {
+        self.clock.now_ms() * 1000
+    }
+
+    /// An unexpired holder cell.
+    fn unexpired(&self) -> RowFilter {
+        RowFilter::column(FAMILY, HOLDER).and(RowFilter::TimestampRange(TimeRange {
+            start: Some(self.now() + 1000),
+            end: None,
+        }))
+    }
+
+    fn hold(&self) -> Vec<Mutation> {
+        let until = self.now() + self.ttl.as_millis() as i64 * 1000;
+        vec![
+            Mutation::delete_column(FAMILY, HOLDER),
+            Mutation::set(FAMILY, HOLDER, until, self.node.clone()),
+        ]
+    }
+
+    /// Take the lease `name` of `app` ("" for a global one), or renew it if this node holds it.
+    /// Returns whether this node holds it now.
+    pub async fn acquire(&self, app: &str, name: &str) -> Result<bool> {
+        let row = keys::lease(app, name);
+        if self.renew_row(row.clone()).await? {
+            return Ok(true);
+        }
+        let taken_by_other = self
+            .store
+            .check_and_mutate_row(
+                LEASES_TABLE,
+                row,
+                Some(self.unexpired()),
+                vec![],
+                self.hold(),
+            )
+            .await?;
+        Ok(!taken_by_other)
+    }
+
+    /// Renew a lease this node holds; `false` if it does not hold it (any more).
+    pub async fn renew(&self, app: &str, name: &str) -> Result<bool> {
+        self.renew_row(keys::lease(app, name)).await
+    }
+
+    async fn renew_row(&self, row: Bytes) -> Result<bool> {
+        let mine = self
+            .unexpired()
+            .and(RowFilter::ValueRegex(format!("^{}$", self.node)));
+        Ok(self
+            .store
+            .check_and_mutate_row(LEASES_TABLE, row, Some(mine), self.hold(), vec![])
+            .await?)
+    }
+
+    /// Give a lease up (if this node holds it), so another node may take it at once.
+    pub async fn release(&self, app: &str, name: &str) -> Result<()> {
+        let mine = RowFilter::column(FAMILY, HOLDER)
+            .and(RowFilter::ValueRegex(format!("^{}$", self.node)));
+        self.store
+            .check_and_mutate_row(
+                LEASES_TABLE,
+                keys::lease(app, name),
+                Some(mine),
+                vec![Mutation::delete_column(FAMILY, HOLDER)],
+                vec![],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_node_holds_a_lease_until_it_expires_or_is_released() {
+        let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+        for (name, families) in tables() {
+            store.create_table(name, families).await.unwrap();
+        }
+        let clock = Clock::manual(1_800_000_000_000_000);
+        let ttl = Duration::from_secs(10);
+        let a = Leases::new(store.clone(), clock.clone(), ttl);
+        let b = Leases::new(store, clock.clone(), ttl);
+        assert!(a.acquire("APP", "job").await.unwrap());
+        assert!(!b.acquire("APP", "job").await.unwrap(), "held by a");
+        assert!(
+            b.acquire("APP", "other").await.unwrap(),
+            "leases are per name"
+        );
+        assert!(b.acquire("APP2", "job").await.unwrap(), "and per app");
+        clock.advance(Duration::from_secs(9));
+        assert!(a.renew("APP", "job").await.unwrap());
+        clock.advance(Duration::from_secs(9));
+        assert!(!b.acquire("APP", "job").await.unwrap(), "renewed: 1 s left");
+        clock.advance(Duration::from_secs(2));
+        assert!(!a.renew("APP", "job").await.unwrap(), "expired");
+        assert!(b.acquire("APP", "job").await.unwrap(), "taken over");
+        assert!(!a.acquire("APP", "job").await.unwrap());
+        b.release("APP", "job").await.unwrap();
+        a.release("APP", "job").await.unwrap();
+        assert!(a.acquire("APP", "job").await.unwrap(), "released");
+    }
+}

@@ -1,0 +1,217 @@
+//! The formula: which qualifiers a strategy reads and how much each weighs, and the profile a
+//! user's rows give.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use penchant_store::{Row, RowFilter};
+use serde::Deserialize;
+
+use super::Profile;
+use crate::aggregates;
+use crate::events::{self, qualifier};
+use crate::strategy::Strategy;
+
+/// Values kept per facet.
+pub const MAX_VALUES_PER_FACET: usize = 100;
+/// The highest score.
+pub const MAX_SCORE: u64 = 20;
+
+/// The wide-schema qualifiers a strategy reads, with the weight of each: event score × facet
+/// score, and the facet.
+fn weights(strategy: &Strategy) -> HashMap<Bytes, (u64, String)> {
+    let mut out = HashMap::new();
+    for e in &strategy.events_scoring {
+        for f in &strategy.facets_scoring {
+            out.insert(
+                qualifier(e.event_type, &e.event_name, &f.facet_name),
+                (
+                    u64::from(e.score) * u64::from(f.score),
+                    f.facet_name.clone(),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// The filter reading what a strategy needs of a row: its qualifiers, and a marker cell without
+/// its value (every row has one: it gives the row's time even when no qualifier matches).
+fn strategy_filter(strategy: &Strategy, family: &str, marker: &'static [u8]) -> RowFilter {
+    let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
+    let marker = RowFilter::column(family, marker).and(RowFilter::StripValue);
+    if qualifiers.is_empty() {
+        marker
+    } else {
+        RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
+    }
+}
+
+/// What a strategy needs of a user's raw events (marker: each event's `event` cell).
+pub(super) fn read_filter(strategy: &Strategy) -> RowFilter {
+    strategy_filter(strategy, events::FAMILY, events::EVENT_COLUMN)
+}
+
+/// The event time of a row, in ms (its cells carry it).
+fn row_time(row: &Row) -> Option<i64> {
+    row.cells.first().map(|c| c.timestamp / 1000)
+}
+
+/// Compute a profile from a user's event rows (as read with [`read_filter`]), counting the
+/// events after `deleted_until` and from `since` on (the app's retention window), both in ms.
+pub fn compute(
+    strategy: &Strategy,
+    user: &str,
+    rows: &[Row],
+    deleted_until: i64,
+    since: i64,
+) -> Profile {
+    Scorer::new(strategy).compute(user, rows, deleted_until, since)
+}
+
+/// A strategy's weights per qualifier, built once and used for every user of a recompute.
+#[derive(Debug)]
+pub struct Scorer {
+    weights: HashMap<Bytes, (u64, String)>,
+}
+
+impl Scorer {
+    pub fn new(strategy: &Strategy) -> Self {
+        Self {
+            weights: weights(strategy),
+        }
+    }
+
+    /// [`compute`] with this scorer's strategy.
+    pub fn compute(&self, user: &str, rows: &[Row], deleted_until: i64, since: i64) -> Profile {
+        let weights = &self.weights;
+        // Facet values borrow from the rows' JSON where it has no escapes (nearly always).
+        let mut raw: BTreeMap<&str, BTreeMap<Cow<'_, str>, u64>> = BTreeMap::new();
+        let mut last_event_at = None;
+        for row in rows {
+            let Some(ts) = row_time(row) else { continue };
+            if ts <= deleted_until || ts < since {
+                continue;
+            }
+            last_event_at = last_event_at.max(Some(ts));
+            for cell in &row.cells {
+                let Some((weight, facet)) = weights.get(&cell.qualifier) else {
+                    continue;
+                };
+                let Ok(Counts(counts)) = serde_json::from_slice::<Counts<'_>>(&cell.value) else {
+                    continue;
+                };
+                let values = raw.entry(facet.as_str()).or_default();
+                for (value, n) in counts {
+                    *values.entry(value).or_default() += weight * n;
+                }
+            }
+        }
+        let best = raw
+            .values()
+            .flat_map(|v| v.values())
+            .copied()
+            .max()
+            .unwrap_or(0);
+        let scores = raw
+            .into_iter()
+            .map(|(facet, values)| {
+                let mut ranked: Vec<(Cow<'_, str>, u64)> = values.into_iter().collect();
+                ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                ranked.truncate(MAX_VALUES_PER_FACET);
+                let scaled = ranked
+                    .into_iter()
+                    .map(|(value, r)| {
+                        let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
+                        (value.into_owned(), score as u32)
+                    })
+                    .collect();
+                (facet.to_owned(), scaled)
+            })
+            .collect();
+        Profile {
+            user_token: user.to_owned(),
+            last_event_at,
+            scores,
+        }
+    }
+}
+
+/// A cell's counts, `{"value": n, ...}`, with the values borrowed from the JSON where they
+/// have no escapes: a recompute decodes millions of them.
+struct Counts<'a>(Vec<(Cow<'a, str>, u64)>);
+
+impl<'de> Deserialize<'de> for Counts<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Key<'a>(Cow<'a, str>);
+        impl<'de> Deserialize<'de> for Key<'de> {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Key<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_borrowed_str<E>(
+                        self,
+                        v: &'de str,
+                    ) -> std::result::Result<Key<'de>, E> {
+                        Ok(Key(Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                        Ok(Key(Cow::Owned(v.to_owned())))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        struct Map;
+        impl<'de> serde::de::Visitor<'de> for Map {
+            type Value = Counts<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of counts")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Counts<'de>, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(2));
+                while let Some((Key(k), n)) = map.next_entry::<Key<'de>, u64>()? {
+                    out.push((k, n));
+                }
+                Ok(Counts(out))
+            }
+        }
+        d.deserialize_map(Map)
+    }
+}
+
+/// What a strategy needs of aggregate rows (marker: each day's `_last` cell).
+pub(super) fn aggregate_filter(strategy: &Strategy) -> RowFilter {
+    strategy_filter(strategy, aggregates::FAMILY, aggregates::LAST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_borrow_plain_values_and_own_escaped_ones() {
+        let json = br#"{"Drama": 2, "Sci\"Fi": 1, "caf\u00e9": 3}"#;
+        let Counts(counts) = serde_json::from_slice(json).unwrap();
+        assert_eq!(
+            counts,
+            vec![
+                (Cow::Borrowed("Drama"), 2),
+                (Cow::Owned("Sci\"Fi".into()), 1),
+                (Cow::Owned("café".into()), 3)
+            ]
+        );
+        assert!(matches!(counts[0].0, Cow::Borrowed(_)));
+        assert!(matches!(counts[1].0, Cow::Owned(_)));
+        assert!(serde_json::from_slice::<Counts<'_>>(b"[1]").is_err());
+    }
+}

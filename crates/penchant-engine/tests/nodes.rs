@@ -1,0 +1,234 @@
+//! Two nodes (engines) on one store: background work runs on exactly one, a dead node's job is
+//! taken over from its checkpoint once its lease expires, and an ingestion a node died in the
+//! middle of is finished by the next node that starts.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{Hook, Hooked, Op};
+use penchant_engine::clock::Clock;
+use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::jobs::JobState;
+use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::Store;
+
+const APP: &str = "APP";
+const USERS: usize = 300;
+
+/// Once closed, stops every write of `table` (of the operation `op`) after the first `allow`:
+/// they never finish, like the writes of a node that dies.
+#[derive(Debug)]
+struct Stall {
+    table: &'static str,
+    op: Op,
+    allow: usize,
+    seen: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl Stall {
+    fn new(table: &'static str, op: Op, allow: usize) -> Self {
+        Self {
+            table,
+            op,
+            allow,
+            seen: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+}
+
+#[async_trait]
+impl Hook for Stall {
+    async fn before(&self, op: Op, table: &str) {
+        if op == self.op
+            && table == self.table
+            && self.closed.load(Ordering::SeqCst)
+            && self.seen.fetch_add(1, Ordering::SeqCst) >= self.allow
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn strategy() -> Strategy {
+    Strategy {
+        events_scoring: vec![EventScoring {
+            event_name: "Viewed".into(),
+            event_type: EventType::View,
+            score: 10,
+        }],
+        facets_scoring: vec![FacetScoring {
+            facet_name: "brand".into(),
+            score: 10,
+        }],
+        personalization_impact: 50,
+    }
+}
+
+fn view(user: String, brand: String, timestamp: i64) -> Event {
+    Event {
+        event_type: EventType::View,
+        event_subtype: None,
+        event_name: "Viewed".into(),
+        index: "items".into(),
+        user_token: user,
+        authenticated_user_token: None,
+        timestamp,
+        target: Target::Filters(vec![("brand".into(), brand)]),
+        query_id: None,
+        positions: None,
+        object_data: None,
+        value: None,
+        currency: None,
+    }
+}
+
+fn user(i: usize) -> String {
+    format!("u{i:03}")
+}
+
+fn config(clock: &Clock) -> EngineConfig {
+    EngineConfig {
+        recompute_parallelism: 1,
+        clock: clock.clone(),
+        lease_ttl: Duration::from_secs(10),
+        ..EngineConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expires() {
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    // Node A dies after writing its first chunk of profiles.
+    let hooked = Arc::new(Hooked {
+        inner: penchant_store::MemStore::new(),
+        hook: Stall::new("profiles", Op::WriteRows, 1),
+    });
+    let store: Arc<dyn Store> = hooked.clone();
+    let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
+    let b = Engine::open(store, config(&clock)).await.unwrap();
+    let now = clock.now_ms();
+    let events: Vec<Event> = (0..USERS)
+        .map(|i| view(user(i), format!("b{}", i % 7), now - 1000))
+        .collect();
+    a.push_events(APP, &events).await.unwrap();
+
+    hooked.hook.closed.store(true, Ordering::SeqCst);
+    let version = a.set_strategy(APP, strategy()).await.unwrap().version;
+    // A saves its checkpoint (every half second), then stalls on its next chunk.
+    let checkpoint = loop {
+        let status = b.recompute_status(APP).await.unwrap().unwrap();
+        if let Some(after) = status.ranges[0].range.after.clone() {
+            break after;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        b.take_over_jobs().await.unwrap(),
+        0,
+        "A holds the job's lease: B leaves it alone"
+    );
+    a.kill_background();
+    hooked.hook.closed.store(false, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(9));
+    assert_eq!(
+        b.take_over_jobs().await.unwrap(),
+        0,
+        "the lease has 1 s left"
+    );
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        b.take_over_jobs().await.unwrap(),
+        1,
+        "expired: B takes over"
+    );
+    let done = loop {
+        let status = b.recompute_status(APP).await.unwrap().unwrap();
+        if status.state != JobState::Running {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    // A's part counted once, B's part: B scanned only the users after A's checkpoint (a user
+    // scanned twice would count twice, as skipped the second time).
+    let left = (0..USERS).filter(|&i| user(i) > checkpoint).count();
+    assert!(left < USERS, "A got somewhere: {checkpoint}");
+    let range = &done.ranges[0].stats;
+    assert_eq!(range.users + range.skipped, USERS as u64, "{done:?}");
+    for i in 0..USERS {
+        let (_, v) = b
+            .profiles()
+            .stored_profile(APP, &user(i))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(v, version, "{}", user(i));
+    }
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
+    let clock = Clock::system();
+    // The node dies once the events are stored, before their aggregates are rebuilt.
+    let hooked = Arc::new(Hooked {
+        inner: penchant_store::MemStore::new(),
+        hook: Stall::new("aggregates", Op::Write, 0),
+    });
+    let store: Arc<dyn Store> = hooked.clone();
+    let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
+    a.set_strategy(APP, strategy()).await.unwrap();
+    let now = clock.now_ms();
+    a.push_events(APP, &[view(user(1), "early".into(), now - 2000)])
+        .await
+        .unwrap();
+    hooked.hook.closed.store(true, Ordering::SeqCst);
+    let events: Vec<Event> = (0..20)
+        .map(|i| view(user(i), "late".into(), now - 1000))
+        .collect();
+    let push = tokio::spawn({
+        let a = a.clone();
+        async move { a.push_events(APP, &events).await }
+    });
+    // The events are stored; the node is killed while it rebuilds their aggregates.
+    let stored = |u: String| {
+        let store = store.clone();
+        async move {
+            let request = penchant_store::ReadRows::new(penchant_store::RowSet::prefix(
+                penchant_engine::keys::user(APP, &u),
+            ));
+            store.read_all("events", request).await.unwrap().len()
+        }
+    };
+    while stored(user(19)).await == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    push.abort();
+    a.kill_background();
+    hooked.hook.closed.store(false, Ordering::SeqCst);
+
+    let late = |engine: Engine, u: String| async move {
+        let profile = engine.profiles().stored_profile(APP, &u).await.unwrap();
+        profile.is_some_and(|(p, _)| p.scores["brand"].contains_key("late"))
+    };
+    assert!(
+        !late(a.clone(), user(1)).await,
+        "the profile missed the event"
+    );
+    // The next node to start finishes the work (the engine's start-up repair).
+    let b = Engine::open(store.clone(), config(&clock)).await.unwrap();
+    assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 20);
+    for i in 0..20 {
+        assert!(late(b.clone(), user(i)).await, "{}", user(i));
+    }
+    let profile = b.profile(APP, &user(1)).await.unwrap().unwrap();
+    assert!(profile.scores["brand"].contains_key("early"));
+    assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 0, "nothing left");
+}

@@ -1,0 +1,12 @@
+//! The server's HTTP tests, one binary: each module is a resource, `common` the test server.
+
+mod common;
+
+mod auth;
+mod bloom;
+mod catalog;
+mod events;
+mod http;
+mod personalization;
+mod regressions;
+mod user_tokens;

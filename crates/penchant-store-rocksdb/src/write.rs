@@ -1,0 +1,368 @@
+//! Writes: row mutations encoded into `WriteBatch`es while their rows' lock stripes are held,
+//! version limits enforced as cells are written, and the store's write calls (mutations,
+//! check-and-mutate, read-modify-write, flush).
+
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use bytes::Bytes;
+use parking_lot::MutexGuard;
+use penchant_store::validate::{self, now_micros, resolve_timestamp};
+use penchant_store::{
+    Mutation, ReadModifyWriteRule, Result, Row, RowFilter, RowMutation, StoreError,
+    prefix_successor,
+};
+use rocksdb::{WriteBatch, WriteOptions};
+
+use crate::read::read_options;
+use crate::schema::Table;
+use crate::{Inner, RocksStore, backend, keys};
+
+pub(crate) const LOCK_STRIPES: usize = 4096;
+
+impl Inner {
+    fn write_opts(&self) -> WriteOptions {
+        let mut o = WriteOptions::default();
+        o.set_sync(self.sync_writes);
+        o
+    }
+
+    pub(crate) fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.db
+            .write_opt(batch, &self.write_opts())
+            .map_err(backend)
+    }
+
+    fn stripe(&self, table: u32, row: &[u8]) -> usize {
+        let mut h = self.hasher.build_hasher();
+        table.hash(&mut h);
+        row.hash(&mut h);
+        (h.finish() as usize) % self.stripes.len()
+    }
+
+    /// Lock the stripes of some rows, in stripe order (so two writers never deadlock).
+    fn lock_rows<'a>(
+        &self,
+        table: u32,
+        rows: impl Iterator<Item = &'a [u8]>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = rows.map(|r| self.stripe(table, r)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Add one row's mutations to a batch: all of them, or nothing if encoding fails.
+    fn add_mutations(
+        &self,
+        batch: &mut WriteBatch,
+        table: &Table,
+        row: &[u8],
+        mutations: &[Mutation],
+        now: i64,
+    ) -> Result<()> {
+        let ops = self.encode_row(table, row, mutations, now)?;
+        let cf = self.data_cf()?;
+        for op in ops {
+            match op {
+                BatchOp::Put(k, v) => batch.put_cf(cf, k, v),
+                BatchOp::Delete(k) => batch.delete_cf(cf, k),
+                BatchOp::DeleteRange(from, to) => batch.delete_range_cf(cf, from, to),
+            }
+        }
+        Ok(())
+    }
+
+    /// Encode one row's mutations as batch operations. The caller holds the row's lock:
+    /// enforcing version limits reads the columns written.
+    fn encode_row(
+        &self,
+        table: &Table,
+        row: &[u8],
+        mutations: &[Mutation],
+        now: i64,
+    ) -> Result<Vec<BatchOp>> {
+        let mut ops = Vec::with_capacity(mutations.len());
+        let rs = keys::row_start(table.meta.id, row);
+        let family_id = |f: &str| {
+            table
+                .meta
+                .family_id(f)
+                .ok_or_else(|| StoreError::FamilyNotFound {
+                    table: table.meta.name.clone(),
+                    family: f.to_owned(),
+                })
+        };
+        for m in mutations {
+            match m {
+                Mutation::SetCell {
+                    family,
+                    qualifier,
+                    timestamp,
+                    value,
+                } => {
+                    let ts = resolve_timestamp(*timestamp, now);
+                    let key = keys::cell_key(&rs, family_id(family)?, qualifier, ts);
+                    ops.push(BatchOp::Put(key, value.clone()));
+                }
+                Mutation::DeleteFromColumn {
+                    family,
+                    qualifier,
+                    range,
+                } => {
+                    let col = keys::column_prefix(&rs, family_id(family)?, qualifier);
+                    if range.end.is_some_and(|end| end <= range.start.unwrap_or(0)) {
+                        continue; // an empty range
+                    }
+                    // Timestamps are stored inverted: [start, end) becomes [enc(end - 1), enc(start)].
+                    let at = |ts: i64| [&col[..], &keys::encode_ts(ts)].concat();
+                    let lo = range.end.map_or_else(|| col.clone(), |end| at(end - 1));
+                    let hi = match range.start {
+                        Some(start) if start > 0 => at(start - 1),
+                        _ => prefix_successor(&col).unwrap_or_default(),
+                    };
+                    ops.push(BatchOp::DeleteRange(lo, hi));
+                }
+                Mutation::DeleteFromFamily { family } => {
+                    let start = keys::family_start(&rs, family_id(family)?);
+                    let end = prefix_successor(&start).unwrap_or_default();
+                    ops.push(BatchOp::DeleteRange(start, end));
+                }
+                Mutation::DeleteFromRow => {
+                    ops.push(BatchOp::DeleteRange(
+                        rs.clone(),
+                        keys::row_end(table.meta.id, row),
+                    ));
+                }
+            }
+        }
+        self.enforce_version_limits(&mut ops, table, &rs, mutations, now)?;
+        Ok(ops)
+    }
+
+    /// For each column written in a family whose rule counts versions, delete the versions the
+    /// rule expires once the mutations apply.
+    fn enforce_version_limits(
+        &self,
+        ops: &mut Vec<BatchOp>,
+        table: &Table,
+        rs: &[u8],
+        mutations: &[Mutation],
+        now: i64,
+    ) -> Result<()> {
+        let cf = self.data_cf()?;
+        let mut done: Vec<(&str, &[u8])> = Vec::new();
+        for m in mutations {
+            let Mutation::SetCell {
+                family, qualifier, ..
+            } = m
+            else {
+                continue;
+            };
+            let Some(fam) = table.meta.families.get(family) else {
+                continue;
+            };
+            if fam.gc_rule.is_age_only() || done.contains(&(family.as_str(), &qualifier[..])) {
+                continue;
+            }
+            done.push((family, qualifier));
+            // The column's versions as stored, then as the mutations leave them.
+            let col = keys::column_prefix(rs, fam.id, qualifier);
+            let mut versions = std::collections::BTreeSet::new();
+            let opts = read_options(prefix_successor(&col).unwrap_or_default(), true);
+            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
+            it.seek(&col);
+            while let Some(k) = it.key() {
+                if let Some(c) = keys::parse(k) {
+                    versions.insert(std::cmp::Reverse(c.timestamp));
+                }
+                it.next();
+            }
+            it.status().map_err(backend)?;
+            for m in mutations {
+                match m {
+                    Mutation::SetCell {
+                        family: f,
+                        qualifier: q,
+                        timestamp,
+                        ..
+                    } if f == family && q == qualifier => {
+                        versions.insert(std::cmp::Reverse(resolve_timestamp(*timestamp, now)));
+                    }
+                    Mutation::DeleteFromColumn {
+                        family: f,
+                        qualifier: q,
+                        range,
+                    } if f == family && q == qualifier => {
+                        versions.retain(|std::cmp::Reverse(ts)| !range.contains(*ts));
+                    }
+                    Mutation::DeleteFromFamily { family: f } if f == family => versions.clear(),
+                    Mutation::DeleteFromRow => versions.clear(),
+                    _ => {}
+                }
+            }
+            let newest_first = versions.iter().map(|std::cmp::Reverse(ts)| *ts);
+            for ts in validate::expired_versions(&fam.gc_rule, newest_first, now) {
+                ops.push(BatchOp::Delete([&col[..], &keys::encode_ts(ts)].concat()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One operation of a write batch, collected before anything goes into the batch.
+enum BatchOp {
+    Put(Vec<u8>, Bytes),
+    Delete(Vec<u8>),
+    DeleteRange(Vec<u8>, Vec<u8>),
+}
+
+pub(crate) async fn mutate_row(
+    store: &RocksStore,
+    table: &str,
+    row_key: Bytes,
+    mutations: Vec<Mutation>,
+) -> Result<()> {
+    let t = store.inner.table(table)?;
+    validate::check_mutations(&t.schema, &row_key, &mutations)?;
+    store
+        .blocking(move |inner| {
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
+            let mut batch = WriteBatch::default();
+            inner.add_mutations(&mut batch, &t, &row_key, &mutations, now_micros())?;
+            inner.write(batch)
+        })
+        .await
+}
+
+pub(crate) async fn mutate_rows(
+    store: &RocksStore,
+    table: &str,
+    entries: Vec<RowMutation>,
+) -> Result<Vec<Result<()>>> {
+    let t = store.inner.table(table)?;
+    penchant_store::check_batch_size(&entries)?;
+    store
+        .blocking(move |inner| {
+            let now = now_micros();
+            let mut statuses: Vec<Result<()>> = entries
+                .iter()
+                .map(|e| validate::check_mutations(&t.schema, &e.row_key, &e.mutations))
+                .collect();
+            let valid: Vec<usize> = (0..entries.len())
+                .filter(|i| statuses[*i].is_ok())
+                .collect();
+            let _locks = inner.lock_rows(t.meta.id, valid.iter().map(|i| &entries[*i].row_key[..]));
+            // One write for the whole batch, except that a row named again starts a new write,
+            // so that its version limits see the earlier entry.
+            let mut rounds: Vec<Vec<usize>> = Vec::new();
+            let mut rows_in_round = std::collections::HashSet::new();
+            for i in valid {
+                let repeated = !rows_in_round.insert(&entries[i].row_key);
+                match rounds.last_mut() {
+                    Some(round) if !repeated => round.push(i),
+                    _ => {
+                        rows_in_round.clear();
+                        rows_in_round.insert(&entries[i].row_key);
+                        rounds.push(vec![i]);
+                    }
+                }
+            }
+            for round in rounds {
+                let mut batch = WriteBatch::default();
+                let mut written = Vec::with_capacity(round.len());
+                for i in round {
+                    let e = &entries[i];
+                    match inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now) {
+                        Ok(()) => written.push(i),
+                        Err(err) => statuses[i] = Err(err),
+                    }
+                }
+                if batch.is_empty() {
+                    continue;
+                }
+                // A failed write fails exactly the rows it held; earlier rounds stand.
+                if let Err(err) = inner.write(batch) {
+                    for i in written {
+                        statuses[i] = Err(StoreError::Backend(err.to_string()));
+                    }
+                }
+            }
+            Ok(statuses)
+        })
+        .await
+}
+
+pub(crate) async fn check_and_mutate_row(
+    store: &RocksStore,
+    table: &str,
+    row_key: Bytes,
+    predicate: Option<RowFilter>,
+    on_match: Vec<Mutation>,
+    on_no_match: Vec<Mutation>,
+) -> Result<bool> {
+    let t = store.inner.table(table)?;
+    penchant_store::check_conditional(&t.schema, &row_key, &on_match, &on_no_match)?;
+    let predicate = predicate.as_ref().map(RowFilter::compile).transpose()?;
+    store
+        .blocking(move |inner| {
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
+            let now = now_micros();
+            let cells = inner.row_cells(&t, &row_key, now)?;
+            let matched = match &predicate {
+                Some(p) => p.matches(&row_key, &cells),
+                None => !cells.is_empty(),
+            };
+            let mutations = if matched { &on_match } else { &on_no_match };
+            if !mutations.is_empty() {
+                let mut batch = WriteBatch::default();
+                inner.add_mutations(&mut batch, &t, &row_key, mutations, now)?;
+                inner.write(batch)?;
+            }
+            Ok(matched)
+        })
+        .await
+}
+
+pub(crate) async fn read_modify_write_row(
+    store: &RocksStore,
+    table: &str,
+    row_key: Bytes,
+    rules: Vec<ReadModifyWriteRule>,
+) -> Result<Row> {
+    let t = store.inner.table(table)?;
+    validate::check_rmw_rules(&t.schema, &row_key, &rules)?;
+    store
+        .blocking(move |inner| {
+            let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
+            let now = now_micros();
+            // Only the columns the rules touch are read, however wide the row.
+            let mut columns: Vec<(&str, &[u8])> = Vec::new();
+            for r in &rules {
+                if !columns.contains(&(r.family.as_str(), &r.qualifier[..])) {
+                    columns.push((&r.family, &r.qualifier));
+                }
+            }
+            let current = inner.column_cells(&t, &row_key, columns, now)?;
+            let cells = validate::read_modify_write(&current, &rules, now)?;
+            let mutations: Vec<Mutation> =
+                cells.iter().map(penchant_store::cell_to_mutation).collect();
+            let mut batch = WriteBatch::default();
+            inner.add_mutations(&mut batch, &t, &row_key, &mutations, now)?;
+            inner.write(batch)?;
+            Ok(Row {
+                key: row_key,
+                cells,
+            })
+        })
+        .await
+}
+
+pub(crate) async fn flush(store: &RocksStore) -> Result<()> {
+    store
+        .blocking(|inner| {
+            inner.db.flush_wal(true).map_err(backend)?;
+            inner.db.flush_cf(inner.data_cf()?).map_err(backend)?;
+            inner.db.flush_cf(inner.meta_cf()?).map_err(backend)
+        })
+        .await
+}
