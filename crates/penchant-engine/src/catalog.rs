@@ -600,7 +600,7 @@ impl Catalog {
         // Write it: the cleared indexes first, then each record's final state.
         for index in &cleared {
             self.store
-                .drop_row_range(CATALOG_TABLE, &index_prefix(app, index))
+                .delete_prefix(CATALOG_TABLE, index_prefix(app, index))
                 .await?;
         }
         let batch: Vec<RowMutation> = state

@@ -65,6 +65,10 @@ pub struct PersonalizationConfig {
     /// How often a node deletes the events past each app's retention window (they no longer
     /// count; the store's 90-day rule would delete them later), in seconds; 0: never.
     pub purge_interval_secs: u64,
+    /// How long a node's lease on background work (a recompute job, the purge, the repair of
+    /// interrupted ingestions) lasts without renewal, in seconds: how long a job waits before
+    /// another node takes it over when the node running it dies.
+    pub lease_ttl_secs: u64,
 }
 
 impl Default for PersonalizationConfig {
@@ -73,6 +77,7 @@ impl Default for PersonalizationConfig {
             strategy_cache_ttl_ms: 5_000,
             recompute_parallelism: 4,
             purge_interval_secs: 3_600,
+            lease_ttl_secs: 10,
         }
     }
 }

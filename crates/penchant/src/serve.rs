@@ -82,6 +82,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         recompute_parallelism: config.personalization.recompute_parallelism,
         set_cache_bytes: config.bloom.set_cache_bytes,
         bloom_cache_ttl: Duration::from_millis(config.bloom.cache_ttl_ms),
+        lease_ttl: Duration::from_secs(config.personalization.lease_ttl_secs),
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use penchant_engine::catalog::MAX_ATTRIBUTE_PATH_BYTES;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::keys::{USER_TOKEN_MESSAGE, user_token_ok};
 use serde_json::{Map, Value};
@@ -201,6 +202,16 @@ pub fn validate_event(raw: &Value, now: i64) -> Result<Event, Rejection> {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            // The attribute becomes a facet, part of a store qualifier, as a record's does.
+            if let Some((attribute, _)) = parsed
+                .iter()
+                .find(|(a, _)| a.len() > MAX_ATTRIBUTE_PATH_BYTES)
+            {
+                let start: String = attribute.chars().take(64).collect();
+                return Err(reject(format!(
+                    "Filter attribute `{start}…` is longer than {MAX_ATTRIBUTE_PATH_BYTES} bytes"
+                )));
+            }
             Target::Filters(parsed)
         }
     };
@@ -492,6 +503,16 @@ mod tests {
                 e.insert("filters".into(), json!(["novalue"]));
             },
             "Filter `novalue` must be of the form attribute:value (URL-encoded)",
+        );
+        check(
+            |e| {
+                e.remove("objectIDs");
+                e.insert("filters".into(), json!([format!("{}:v", "a".repeat(1001))]));
+            },
+            &format!(
+                "Filter attribute `{}…` is longer than 1000 bytes",
+                "a".repeat(64)
+            ),
         );
         check(
             |e| {
