@@ -174,10 +174,12 @@ impl Events {
     }
 
     /// Store valid events of an app (idempotently for events with a timestamp: a retried request
-    /// writes the same cells).
-    pub async fn ingest(&self, app: &str, events: &[Event]) -> Result<()> {
+    /// writes the same cells), in one write with `intent`, the batch's intent row
+    /// ([`crate::pending`]).
+    pub async fn ingest(&self, app: &str, events: &[Event], intent: RowMutation) -> Result<()> {
         let facets = self.facets(app, events).await?;
-        let mut rows = Vec::with_capacity(events.len());
+        let mut rows = Vec::with_capacity(events.len() + 1);
+        rows.push(intent);
         for (position, (event, counts)) in events.iter().zip(facets).enumerate() {
             let ts = event.timestamp * 1000;
             let mut mutations = Vec::with_capacity(counts.len() + 1);

@@ -14,14 +14,13 @@
 //! | `apps`, `strategies`, `jobs`, `seen` (settings) | `app 0` |
 //! | `keys` | `app 0 · SHA-256 of the key (32 bytes)` |
 //! | `catalog` | `app 0 · index 0 · objectID` |
-//! | `events` | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)` |
+//! | `events` | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)`; a batch's ingestion intent: `app 0 · 0xFF · batch (u64 BE)` |
 //! | `aggregates` | `app 0 · user 0 · day since the epoch (u32 BE)` |
 //! | `seen` (a user's filter) | `app 0 · user 0` |
 //! | `profiles` | `app 0 · user` |
 //! | `sets` | `app 0 · set name` |
 //! | `set_partitions` | `app 0 · set name 0 · generation (u64 BE) · partition (u32 BE)` |
 //! | `leases` | `app 0 · lease name` |
-//! | `pending` | `app 0 · user 0` |
 //!
 //! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
 //! `CSV(event type, event name, facet)`) and [`seen_delta`].
@@ -117,20 +116,15 @@ pub fn user_of<'k>(app_id: &str, key: &'k [u8]) -> Option<&'k str> {
     std::str::from_utf8(&rest[..end]).ok()
 }
 
-/// The app and the user of a row keyed `app 0 · user 0 · ...` (any app).
-pub fn app_user_of(key: &[u8]) -> Option<(&str, &str)> {
-    let app_end = key.iter().position(|b| *b == 0)?;
-    let rest = &key[app_end + 1..];
-    let user_end = rest.iter().position(|b| *b == 0)?;
-    Some((
-        std::str::from_utf8(&key[..app_end]).ok()?,
-        std::str::from_utf8(&rest[..user_end]).ok()?,
-    ))
+/// The prefix of an app's ingestion intents in table `events`: `app 0 · 0xFF`, past every user
+/// of the app (no user token holds the byte 0xFF), inside the app's prefix.
+pub fn intents(app_id: &str) -> Bytes {
+    Bytes::from(app_and(app_id, &[b"\xff"]))
 }
 
-/// A user's row of ingestion intents (table `pending`): the user's prefix itself.
-pub fn pending(app_id: &str, user_token: &str) -> Bytes {
-    user(app_id, user_token)
+/// A batch's intent row (table `events`): `app 0 · 0xFF · batch id (u64 BE)`.
+pub fn intent(app_id: &str, batch: u64) -> Bytes {
+    Bytes::from(app_and(app_id, &[b"\xff", &batch.to_be_bytes()]))
 }
 
 /// An API key's row: the app, and the key's SHA-256.
@@ -318,8 +312,17 @@ mod tests {
         assert!(d.starts_with(&user("APP", "u-1")));
         assert_eq!(profile_user("APP", &profile("APP", "u=1")), Some("u=1"));
         assert_eq!(app_of(&app("APP")), Some("APP"));
-        assert_eq!(app_user_of(&d), Some(("APP", "u-1")));
-        assert_eq!(app_user_of(&pending("A", "b")), Some(("A", "b")));
+        assert!(intent("APP", 7).starts_with(&intents("APP")));
+        assert!(intent("APP", 7).starts_with(&app("APP")));
+        let all = users_between("APP", None, None, None);
+        assert!(
+            all.contains(&intent("APP", u64::MAX)),
+            "inside the app's range"
+        );
+        assert!(
+            event("APP", "zzz", i64::MAX, u64::MAX) < intent("APP", 0),
+            "past every user"
+        );
         let p = partition("APP", "s", 5, 2);
         assert!(p.starts_with(&generation("APP", "s", 5)));
         assert!(p.starts_with(&set_partitions("APP", "s")));

@@ -156,7 +156,6 @@ impl Engine {
             .chain(jobs::tables())
             .chain(sets::tables())
             .chain(seen::tables())
-            .chain(pending::tables())
             .chain(leases::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
@@ -225,10 +224,18 @@ impl Engine {
     /// profile read after this returns reflects the events. An intent recorded first
     /// ([`pending`]) lets [`Engine::repair`] finish the work if this stops half-way.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
-        let batch = self.pending.record(app, events).await?;
-        self.events.ingest(app, events).await?;
+        let (batch, intent) = self.pending.intent(app, events);
+        self.events.ingest(app, events, intent).await?;
         self.after_ingest(app, events).await?;
-        self.pending.done(app, events, batch).await
+        // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
+        // that is already done, which changes nothing.
+        let (pending, app) = (self.pending.clone(), app.to_owned());
+        self.supervisor.spawn(async move {
+            if let Err(e) = pending.done(&app, batch).await {
+                tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
+            }
+        });
+        Ok(())
     }
 
     /// What stored events owe: their days' aggregates, then their users' profiles (computed
@@ -247,7 +254,14 @@ impl Engine {
     /// their users' profiles, mark their items seen, from the events as stored. Returns how many
     /// (batch, user) intents it finished.
     pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {
-        let intents = self.pending.left_behind(age).await?;
+        let apps: Vec<String> = self
+            .tenancy
+            .list_apps()
+            .await?
+            .into_iter()
+            .map(|a| a.app_id)
+            .collect();
+        let intents = self.pending.left_behind(&apps, age).await?;
         for intent in &intents {
             let mut stored = Vec::new();
             for day in &intent.days {
@@ -623,6 +637,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 13);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 12);
     }
 }

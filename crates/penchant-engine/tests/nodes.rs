@@ -184,6 +184,7 @@ async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
     });
     let store: Arc<dyn Store> = hooked.clone();
     let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
+    a.create_app(Some(APP), "shop", 90).await.unwrap();
     a.set_strategy(APP, strategy()).await.unwrap();
     let now = clock.now_ms();
     a.push_events(APP, &[view(user(1), "early".into(), now - 2000)])

@@ -28,6 +28,7 @@ fn view(user: &str, brand: &str, timestamp: i64) -> Event {
     }
 }
 
+/// An app's rows of users in `table` (not the batches' intent rows).
 async fn rows(engine: &Engine, table: &str, app: &str) -> usize {
     let prefix = penchant_engine::keys::app(app);
     engine
@@ -35,7 +36,9 @@ async fn rows(engine: &Engine, table: &str, app: &str) -> usize {
         .read_all(table, ReadRows::new(RowSet::prefix(prefix)))
         .await
         .unwrap()
-        .len()
+        .iter()
+        .filter(|r| penchant_engine::keys::user_of(app, &r.key).is_some())
+        .count()
 }
 
 #[tokio::test]

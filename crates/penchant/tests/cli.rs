@@ -164,7 +164,6 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "jobs",
             "keys",
             "leases",
-            "pending",
             "profiles",
             "seen",
             "set_partitions",

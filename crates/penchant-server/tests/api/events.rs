@@ -6,11 +6,15 @@ use penchant_store::{ReadRows, Row};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+/// The stored events (not the batches' intent rows, which are deleted once their work is done).
 async fn rows(s: &Server) -> Vec<Row> {
-    s.store
+    let mut rows = s
+        .store
         .read_all("events", ReadRows::default())
         .await
-        .unwrap()
+        .unwrap();
+    rows.retain(|r| r.latest("e", b"event").is_some());
+    rows
 }
 
 fn cell(row: &Row, qualifier: &str) -> Option<Value> {
