@@ -12,6 +12,12 @@
 //! `cur`), `s:cap` (keys per generation) and `s:v` (its version, for optimistic updates); then
 //! up to [`COMPACT_AT`] deltas `s:+<time><random>`, each the 8-byte hashes of the items one add
 //! found new, replayed over the base on read. The app's settings live in row [`keys::app`].
+//!
+//! **Sized to what it holds.** A user who has seen a few items has no base: their row holds only
+//! deltas (8 bytes an item), replayed over an empty filter on read — until the hashes pass
+//! [`SPARSE_SHARE`] of the bitmap's size (or [`COMPACT_AT`] deltas), when an add writes the base.
+//! The answers are the filter's either way (the hashes replay into the same bits), so the
+//! false-positive guarantee is unchanged; a light user costs tens of bytes, not `filterBits / 8`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -43,6 +49,9 @@ const VERSION: &[u8] = b"v";
 const DELTA: u8 = keys::SEEN_DELTA;
 /// Deltas a row holds before an add folds them into the base.
 pub const COMPACT_AT: usize = 16;
+/// A row without a base keeps its hashes as deltas while they take at most this share of the
+/// bitmap's bytes (1/16: 1 KB of hashes, 128 items, for the default 16 KB filter).
+pub const SPARSE_SHARE: u64 = 16;
 /// Most objectIDs in one call.
 pub const MAX_IDS_PER_CALL: usize = 100_000;
 const ATTEMPTS: usize = 32;
@@ -223,33 +232,38 @@ impl Seen {
         Ok(keys::seen(app, user))
     }
 
-    /// A user's filter (its base with the deltas written since replayed), or `None`.
+    /// A user's filter (its base, or an empty filter, with the deltas written since replayed),
+    /// or `None`.
     async fn load(&self, app: &str, user: &str) -> Result<Option<Loaded>> {
         let row = self
             .store
             .read_row(SEEN_TABLE, Self::row(app, user)?, None)
             .await?;
-        Ok(match row {
-            Some(row) => decode(&row)?,
-            None => None,
-        })
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let empty = match row.latest(FAMILY, CURRENT) {
+            Some(_) => None,
+            None => Some(self.new_filter(app).await?),
+        };
+        decode(&row, empty)
     }
 
     /// Mark items seen; each answer tells whether the item was new to the filter.
     ///
-    /// The first add writes the filter (its base); later ones write only a small delta cell
-    /// with the hashes of the new items — no read-change-write of the whole filter, no conflict
-    /// between concurrent adds. Once a row holds [`COMPACT_AT`] deltas, an add folds them into
-    /// the base instead (a conditional write on the base's version, deleting the deltas it
-    /// folded, in one row mutation).
+    /// An add writes only a small delta cell with the hashes of the new items — no
+    /// read-change-write of the whole filter, no conflict between concurrent adds. Once a row
+    /// holds [`COMPACT_AT`] deltas, or a row without a base holds more hashes than
+    /// [`SPARSE_SHARE`] allows, an add folds them into the base instead (a conditional write on
+    /// the base's version, deleting the deltas it folded, in one row mutation).
     pub async fn add<K: AsRef<[u8]>>(&self, app: &str, user: &str, ids: &[K]) -> Result<Vec<bool>> {
         check_count(ids.len())?;
         let row = Self::row(app, user)?;
         for _ in 0..ATTEMPTS {
             let loaded = self.load(app, user).await?;
-            let (version, mut filter, deltas) = match loaded {
-                Some(l) => (l.version, l.filter, l.deltas),
-                None => (0, self.new_filter(app).await?, Vec::new()),
+            let (version, mut filter, deltas, hashed) = match loaded {
+                Some(l) => (l.version, l.filter, l.deltas, l.hashes),
+                None => (0, self.new_filter(app).await?, Vec::new(), 0),
             };
             let mut new_hashes = Vec::new();
             let added: Vec<bool> = ids
@@ -269,7 +283,9 @@ impl Seen {
             if new_hashes.is_empty() {
                 return Ok(added);
             }
-            if version > 0 && deltas.len() < COMPACT_AT {
+            let sparse = (hashed + new_hashes.len() as u64) * 8
+                <= filter.current().size_bytes() as u64 / SPARSE_SHARE;
+            if (version > 0 || sparse) && deltas.len() < COMPACT_AT {
                 let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
                 let cell = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
                 self.store.mutate_row(SEEN_TABLE, row, vec![cell]).await?;
@@ -387,11 +403,13 @@ struct Loaded {
     filter: RotatingFilter,
     /// The qualifiers of the deltas replayed.
     deltas: Vec<Bytes>,
+    /// The hashes the deltas hold.
+    hashes: u64,
 }
 
-/// A user's row, or `None` without a base (deltas alone are what an add racing with a
-/// deletion may leave).
-fn decode(row: &Row) -> Result<Option<Loaded>> {
+/// A user's row: its base, or `empty` when it has none, with its deltas replayed. `None` for a
+/// row without a base or a delta.
+fn decode(row: &Row, empty: Option<RotatingFilter>) -> Result<Option<Loaded>> {
     let cell = |q: &[u8]| row.latest(FAMILY, q).map(|c| &c.value[..]);
     let number = |q: &[u8]| {
         cell(q)
@@ -404,22 +422,27 @@ fn decode(row: &Row) -> Result<Option<Loaded>> {
             .transpose()
             .map_err(corrupt)
     };
-    let Some(current) = filter(CURRENT)? else {
-        return Ok(None);
-    };
-    let previous = filter(PREVIOUS)?;
-    let mut filter = RotatingFilter::from_parts(current, previous, number(COUNT), number(CAPACITY))
-        .map_err(corrupt)?;
     // In the order they were written (their columns sort by time).
     let mut cells: Vec<_> = row
         .family(FAMILY)
         .filter(|c| c.qualifier.first() == Some(&DELTA))
         .collect();
     cells.sort_by(|a, b| a.qualifier.cmp(&b.qualifier));
+    let mut filter = match (filter(CURRENT)?, empty) {
+        (Some(current), _) => {
+            let previous = filter(PREVIOUS)?;
+            RotatingFilter::from_parts(current, previous, number(COUNT), number(CAPACITY))
+                .map_err(corrupt)?
+        }
+        (None, Some(empty)) if !cells.is_empty() => empty,
+        (None, _) => return Ok(None),
+    };
     let mut deltas = Vec::with_capacity(cells.len());
+    let mut hashes = 0;
     for c in cells {
         for hash in c.value.chunks_exact(8) {
             filter.insert_hash(u64::from_le_bytes(hash.try_into().unwrap_or_default()));
+            hashes += 1;
         }
         deltas.push(c.qualifier.clone());
     }
@@ -427,5 +450,6 @@ fn decode(row: &Row) -> Result<Option<Loaded>> {
         version: number(VERSION),
         filter,
         deltas,
+        hashes,
     }))
 }

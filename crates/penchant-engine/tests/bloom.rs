@@ -246,3 +246,53 @@ async fn seen_filters_remember_recent_items_across_rotations_and_compactions() {
         assert!(deltas <= COMPACT_AT, "{deltas} deltas");
     }
 }
+
+#[tokio::test]
+async fn a_light_users_seen_filter_holds_their_hashes_until_a_bitmap_pays() {
+    use penchant_engine::seen::SPARSE_SHARE;
+    let store = Arc::new(penchant_store::MemStore::new());
+    let engine = Engine::open(store, EngineConfig::default()).await.unwrap();
+    let row = || async {
+        engine
+            .store()
+            .read_row("seen", penchant_engine::keys::seen(APP, "u"), None)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let stored_bytes = |row: &penchant_store::Row| {
+        row.cells
+            .iter()
+            .map(|c| c.qualifier.len() + c.value.len())
+            .sum::<usize>()
+    };
+    // Two views: two deltas of 8 bytes each, no 16 KB bitmap.
+    engine.seen().add(APP, "u", &["a"]).await.unwrap();
+    engine.seen().add(APP, "u", &["b", "a"]).await.unwrap();
+    let light = row().await;
+    assert!(light.latest("s", b"cur").is_none(), "{light:?}");
+    assert!(stored_bytes(&light) < 64, "{} bytes", stored_bytes(&light));
+    let seen = engine.seen();
+    assert_eq!(
+        seen.exists(APP, "u", &["a", "b", "c"]).await.unwrap(),
+        [true, true, false]
+    );
+    let info = seen.info(APP, "u").await.unwrap();
+    assert_eq!((info.keys, info.filter_bits), (2, 1 << 17));
+    // Past the share of the bitmap the hashes may take, the base is written and the deltas
+    // folded into it; every item stays seen.
+    let items = keys(
+        "item",
+        (info.filter_bits / 8 / SPARSE_SHARE / 8) as usize + 1,
+    );
+    for item in &items {
+        seen.add(APP, "u", &[item]).await.unwrap();
+    }
+    let heavy = row().await;
+    assert!(heavy.latest("s", b"cur").is_some());
+    assert!(seen.unseen(APP, "u", &items).await.unwrap().is_empty());
+    assert_eq!(
+        seen.exists(APP, "u", &["a", "b"]).await.unwrap(),
+        [true, true]
+    );
+}

@@ -122,7 +122,9 @@ async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expir
     hooked.hook.closed.store(true, Ordering::SeqCst);
     let version = a.set_strategy(APP, strategy()).await.unwrap().version;
     // A saves its checkpoint (every half second), then stalls on its next chunk.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let checkpoint = loop {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint saved");
         let status = b.recompute_status(APP).await.unwrap().unwrap();
         if let Some(after) = status.ranges[0].range.after.clone() {
             break after;
@@ -149,6 +151,7 @@ async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expir
         "expired: B takes over"
     );
     let done = loop {
+        assert!(std::time::Instant::now() < deadline, "the job did not end");
         let status = b.recompute_status(APP).await.unwrap().unwrap();
         if status.state != JobState::Running {
             break status;
@@ -208,7 +211,12 @@ async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
             store.read_all("events", request).await.unwrap().len()
         }
     };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while stored(user(19)).await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the events were not stored"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     push.abort();
