@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod error;
 pub mod json;
+pub mod metrics;
 pub mod protocol;
 pub mod routes;
 
@@ -27,6 +28,8 @@ pub struct AppState {
     /// A short name of the store backend, for `/health`.
     pub backend: Arc<str>,
     pub started: Instant,
+    /// What `/metrics` reports.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -35,6 +38,7 @@ impl AppState {
             engine,
             backend: backend.into(),
             started: Instant::now(),
+            metrics: Arc::default(),
         }
     }
 }
@@ -45,6 +49,7 @@ pub fn router(state: AppState) -> Router {
     let router = routes::indexes::add(Router::new().without_v07_checks());
     router
         .merge(routes::health::routes())
+        .merge(metrics::routes())
         .merge(routes::apps::routes())
         .merge(routes::keys::routes())
         .merge(routes::events::routes())
@@ -54,6 +59,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(error::unknown_route)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn(error::json_errors))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            metrics::track,
+        ))
         // Browsers call the Insights API from any origin (search-insights).
         .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http())

@@ -32,9 +32,11 @@ async fn push(
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
     // The one check of the body's size: the route's limit.
-    let body =
-        body.map_err(|_| ApiError::kind(ErrorKind::PayloadTooLarge, "Request Entity Too Large"))?;
-    let events = validate_request(&body, state.engine.now_ms())?;
+    let events = body
+        .map_err(|_| ApiError::kind(ErrorKind::PayloadTooLarge, "Request Entity Too Large"))
+        .and_then(|body| validate_request(&body, state.engine.now_ms()))
+        .inspect_err(|e| state.metrics.events_rejected(e.status().as_u16()))?;
     state.engine.push_events(app, &events).await?;
+    state.metrics.events_ingested(events.len());
     Ok(Json(json!({"status": 200, "message": "OK"})))
 }

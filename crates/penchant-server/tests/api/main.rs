@@ -7,6 +7,7 @@ mod bloom;
 mod catalog;
 mod events;
 mod http;
+mod metrics;
 mod personalization;
 mod regressions;
 mod user_tokens;
