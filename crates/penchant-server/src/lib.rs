@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod error;
 pub mod json;
+pub mod metered;
 pub mod metrics;
 pub mod protocol;
 pub mod routes;
@@ -34,11 +35,16 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(engine: Engine, backend: &str) -> Self {
+        Self::with_metrics(engine, backend, Arc::default())
+    }
+
+    /// With metrics shared with others (a [`metered::MeteredStore`] under the engine).
+    pub fn with_metrics(engine: Engine, backend: &str, metrics: Arc<metrics::Metrics>) -> Self {
         Self {
             engine,
             backend: backend.into(),
             started: Instant::now(),
-            metrics: Arc::default(),
+            metrics,
         }
     }
 }

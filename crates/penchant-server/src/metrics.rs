@@ -39,6 +39,12 @@ struct Status {
     status: u16,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreOp {
+    backend: &'static str,
+    op: &'static str,
+}
+
 type Latencies = Family<Route, Histogram, fn() -> Histogram>;
 
 /// Latency buckets: 50 µs to about 1.6 s, doubling.
@@ -54,6 +60,8 @@ pub struct Metrics {
     latency: Latencies,
     events_ingested: Counter,
     events_rejected: Family<Status, Counter>,
+    store_latency: Family<StoreOp, Histogram, fn() -> Histogram>,
+    store_errors: Family<StoreOp, Counter>,
 }
 
 impl Default for Metrics {
@@ -83,12 +91,28 @@ impl Default for Metrics {
             "Insights requests refused, by status (422: a rule broken, 413: too large)",
             events_rejected.clone(),
         );
+        let store_latency = Family::<StoreOp, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        registry.register(
+            "store_operation_duration_seconds",
+            "Store operations by backend and operation (a read: until its stream is done)",
+            store_latency.clone(),
+        );
+        let store_errors = Family::<StoreOp, Counter>::default();
+        registry.register(
+            "store_errors",
+            "Store operations that failed, by backend and operation",
+            store_errors.clone(),
+        );
         Self {
             registry,
             requests,
             latency,
             events_ingested,
             events_rejected,
+            store_latency,
+            store_errors,
         }
     }
 }
@@ -104,7 +128,17 @@ impl Metrics {
         self.events_rejected.get_or_create(&Status { status }).inc();
     }
 
-    fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// One store operation, its time and whether it failed ([`crate::metered::MeteredStore`]).
+    pub fn store_operation(&self, backend: &'static str, op: &'static str, secs: f64, ok: bool) {
+        let key = StoreOp { backend, op };
+        self.store_latency.get_or_create(&key).observe(secs);
+        if !ok {
+            self.store_errors.get_or_create(&key).inc();
+        }
+    }
+
+    /// The metrics in Prometheus' text format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)

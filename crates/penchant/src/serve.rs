@@ -73,6 +73,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives once the server is up must never kill it unflushed.
     let mut signals = Signals::install()?;
     let (store, backend) = open_store(&config).await?;
+    // Every store operation timed into what `/metrics` reports.
+    let metrics = Arc::new(penchant_server::metrics::Metrics::default());
+    let store: Arc<dyn Store> = Arc::new(penchant_server::metered::MeteredStore::new(
+        store,
+        backend,
+        metrics.clone(),
+    ));
     let engine_config = EngineConfig {
         tenancy: TenancyConfig {
             admin_key: config.auth.admin_key.clone(),
@@ -104,7 +111,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
     };
-    let app = penchant_server::router(AppState::new(engine.clone(), backend));
+    let app = penchant_server::router(AppState::with_metrics(engine.clone(), backend, metrics));
     let mut server = tokio::spawn(penchant_server::serve(listener, app, shutdown));
     let served = tokio::select! {
         // The server stopped by itself: an error.

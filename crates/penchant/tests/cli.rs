@@ -49,6 +49,23 @@ async fn serve_answers_health_and_stops_cleanly_on_sigterm_and_ctrl_c() {
         dir.path().join("CURRENT").exists(),
         "the store lives in --data-dir"
     );
+    // The health check's read of the store shows in the metrics, with the route's.
+    let metrics = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"penchant_store_operation_duration_seconds_count{backend="embedded",op="read_rows"}"#,
+        r#"penchant_http_requests_total{method="GET",route="/health",status="200"} 1"#,
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing:
+{metrics}"
+        );
+    }
     signal(&child, "-TERM");
     let (status, stderr) = wait(child);
     assert!(

@@ -1,0 +1,222 @@
+//! A [`Store`] that times every operation into the server's [`Metrics`]: latency histograms and
+//! error counts by backend and operation. A read is timed until its stream ends (or is dropped),
+//! not only until it opens. Workload views (the batch app profile) are metered too.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use penchant_store::{
+    FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows, Result, Row,
+    RowFilter, RowMutation, RowStream, Store, TableSchema, Workload,
+};
+
+use crate::metrics::Metrics;
+
+/// `inner`, with its operations timed.
+#[derive(Debug)]
+pub struct MeteredStore {
+    inner: Arc<dyn Store>,
+    backend: &'static str,
+    metrics: Arc<Metrics>,
+}
+
+impl MeteredStore {
+    pub fn new(inner: Arc<dyn Store>, backend: &'static str, metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner,
+            backend,
+            metrics,
+        }
+    }
+
+    async fn timed<T>(&self, op: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
+        let started = Instant::now();
+        let result = call.await;
+        let secs = started.elapsed().as_secs_f64();
+        self.metrics
+            .store_operation(self.backend, op, secs, result.is_ok());
+        result
+    }
+}
+
+/// A read's rows, timed until the stream ends or is dropped.
+struct TimedStream {
+    rows: RowStream,
+    started: Instant,
+    failed: bool,
+    backend: &'static str,
+    metrics: Arc<Metrics>,
+}
+
+impl Stream for TimedStream {
+    type Item = Result<Row>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.rows.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Err(_))) = &next {
+            self.failed = true;
+        }
+        next
+    }
+}
+
+impl Drop for TimedStream {
+    fn drop(&mut self) {
+        let secs = self.started.elapsed().as_secs_f64();
+        self.metrics
+            .store_operation(self.backend, "read_rows", secs, !self.failed);
+    }
+}
+
+#[async_trait]
+impl Store for MeteredStore {
+    async fn create_table(&self, name: &str, families: BTreeMap<String, GcRule>) -> Result<()> {
+        self.timed("create_table", self.inner.create_table(name, families))
+            .await
+    }
+    async fn modify_families(
+        &self,
+        table: &str,
+        changes: Vec<FamilyChange>,
+    ) -> Result<TableSchema> {
+        self.timed(
+            "modify_families",
+            self.inner.modify_families(table, changes),
+        )
+        .await
+    }
+    async fn get_table(&self, table: &str) -> Result<TableSchema> {
+        self.timed("get_table", self.inner.get_table(table)).await
+    }
+    async fn list_tables(&self) -> Result<Vec<TableSchema>> {
+        self.timed("list_tables", self.inner.list_tables()).await
+    }
+    async fn delete_table(&self, table: &str) -> Result<()> {
+        self.timed("delete_table", self.inner.delete_table(table))
+            .await
+    }
+    async fn drop_row_range(&self, table: &str, prefix: &[u8]) -> Result<()> {
+        self.timed("drop_row_range", self.inner.drop_row_range(table, prefix))
+            .await
+    }
+    async fn mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        mutations: Vec<Mutation>,
+    ) -> Result<()> {
+        self.timed(
+            "mutate_row",
+            self.inner.mutate_row(table, row_key, mutations),
+        )
+        .await
+    }
+    async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
+        self.timed("mutate_rows", self.inner.mutate_rows(table, entries))
+            .await
+    }
+    async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
+        let started = Instant::now();
+        match self.inner.read_rows(table, request).await {
+            Ok(rows) => Ok(Box::pin(TimedStream {
+                rows,
+                started,
+                failed: false,
+                backend: self.backend,
+                metrics: self.metrics.clone(),
+            })),
+            Err(e) => {
+                let secs = started.elapsed().as_secs_f64();
+                self.metrics
+                    .store_operation(self.backend, "read_rows", secs, false);
+                Err(e)
+            }
+        }
+    }
+    async fn check_and_mutate_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        predicate: Option<RowFilter>,
+        on_match: Vec<Mutation>,
+        on_no_match: Vec<Mutation>,
+    ) -> Result<bool> {
+        let call =
+            self.inner
+                .check_and_mutate_row(table, row_key, predicate, on_match, on_no_match);
+        self.timed("check_and_mutate_row", call).await
+    }
+    async fn read_modify_write_row(
+        &self,
+        table: &str,
+        row_key: Bytes,
+        rules: Vec<ReadModifyWriteRule>,
+    ) -> Result<Row> {
+        let call = self.inner.read_modify_write_row(table, row_key, rules);
+        self.timed("read_modify_write_row", call).await
+    }
+    async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>> {
+        self.timed("sample_row_keys", self.inner.sample_row_keys(table))
+            .await
+    }
+    async fn flush(&self) -> Result<()> {
+        self.timed("flush", self.inner.flush()).await
+    }
+    fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
+        let view = self.inner.workload_view(workload)?;
+        Some(Arc::new(MeteredStore::new(
+            view,
+            self.backend,
+            self.metrics.clone(),
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+
+    #[tokio::test]
+    async fn operations_are_timed_and_failures_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let store = MeteredStore::new(
+            Arc::new(penchant_store::MemStore::new()),
+            "memory",
+            metrics.clone(),
+        );
+        let families = BTreeMap::from([("f".to_owned(), GcRule::MaxVersions(1))]);
+        store.create_table("t", families).await.unwrap();
+        let cell = Mutation::set_now("f", Bytes::from_static(b"q"), Bytes::from_static(b"v"));
+        store
+            .mutate_row("t", Bytes::from_static(b"r"), vec![cell.clone()])
+            .await
+            .unwrap();
+        let missing = store.mutate_row("nope", Bytes::from_static(b"r"), vec![cell]);
+        assert!(missing.await.is_err());
+        let rows: Vec<Row> = store
+            .read_rows("t", ReadRows::default())
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",op="mutate_row"} 2"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",op="read_rows"} 1"#,
+            r#"penchant_store_errors_total{backend="memory",op="mutate_row"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+        }
+        assert!(!text.contains(r#"penchant_store_errors_total{backend="memory",op="read_rows"}"#));
+    }
+}
