@@ -39,11 +39,6 @@ impl Engine {
             .await
     }
 
-    /// One app, if it exists.
-    pub async fn app(&self, app_id: &str) -> Result<Option<App>> {
-        self.tenancy.app(app_id).await
-    }
-
     /// Change an app's name or retention window.
     pub async fn update_app(
         &self,

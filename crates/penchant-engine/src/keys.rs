@@ -62,17 +62,6 @@ fn part_ok(part: &str) -> bool {
     !part.as_bytes().contains(&0)
 }
 
-/// Check a name that becomes a key part (index name, object ID, set name...).
-pub fn check_part(what: &str, part: &str) -> Result<()> {
-    if part_ok(part) {
-        Ok(())
-    } else {
-        Err(EngineError::Invalid(format!(
-            "{what} must not contain a NUL character (\\u0000)"
-        )))
-    }
-}
-
 /// The key prefix of every row of `app`: its ID and a 0 byte, so that no app's prefix is a
 /// prefix of another's. Also the whole key of the app's one-row records (its description, its
 /// strategy, its job status, its seen settings).
@@ -347,6 +336,5 @@ mod tests {
         assert!(check_user_token("a\0").is_err());
         assert!(check_user_token("a").is_ok());
         assert!(check_user_token(&"x".repeat(130)).is_err());
-        assert!(check_part("set name", "a\0b").is_err());
     }
 }
