@@ -1,30 +1,52 @@
-//! Per-user, per-day aggregates of raw events, so that a full recompute reads one row per user
-//! and active day instead of one per event. Raw events stay the source of truth: an aggregate is
-//! always rebuilt from the raw rows of its day.
+//! Per-user, per-day aggregates of raw events, so that a profile reads one row per user and
+//! active day instead of one per event. Raw events stay the source of truth: a day's aggregate
+//! sums them exactly, and can always be rebuilt from them.
 //!
 //! Table `aggregates`, family `a` (the raw events' retention), row [`keys::day`] `app 0 · user 0 ·
-//! day (u32 BE, days since the epoch)`; qualifiers as the raw events' — `CSV(type, name, facet)` → the
-//! day's summed counts — plus `_last` (the day's latest event, ms) and `_print` (a fingerprint of
-//! the day's raw rows). Every cell's timestamp is the day's latest event: the aggregate expires
-//! with it.
+//! day (u32 BE, days since the epoch)`. Cells:
 //!
-//! After events are stored, each (user, day) they touch is rebuilt: read the day's raw rows, write
-//! the sums, read the day's keys again, and rebuild again if another node added an event meanwhile.
+//! | qualifier | value | timestamp |
+//! |---|---|---|
+//! | `CSV(type, name, facet)` (the base) | the folded events' counts, `{"value": n}` | the latest folded event |
+//! | `CSV(type, name, facet) · 0xFF · event id` (a delta, [`keys::aggregate_delta`]) | one event's counts | the event's |
+//! | `_last` | the event's time (ms); a version per event until a fold keeps the newest | the event's |
+//! | `v` | the fold version | when folded |
+//!
+//! **Per-event cost independent of history.** Ingesting an event writes its deltas — a few small
+//! cells, no read — in one write with every other event of the batch, whichever users they are
+//! for. Readers sum base and deltas (the qualifier filter of a strategy selects both, see
+//! [`qualifiers_filter`]). Now and then ([`FOLD_EVERY`]: an event whose id hashes to it) the
+//! ingest folds the row: it reads it, sums the deltas into the base and deletes them, in one
+//! conditional write on `v` — a fold that lost a race to another changes nothing and is simply
+//! skipped. So a day's row holds its distinct qualifiers plus a handful of deltas, and an event
+//! costs the same for a new user and for one with 100,000 events today.
+//!
+//! **Exact under retries and several nodes.** A delta is named by its event (a rewrite of the
+//! same event writes the same cell); an event whose raw row exists already adds no delta
+//! ([`crate::events::Events::ingest`]); deltas of different events commute, whichever node writes
+//! them; and a fold deletes exactly the deltas it summed. The one rebuild from raw rows
+//! ([`Aggregates::rebuild_day`], after a crash left a batch half-done) deletes the deltas it
+//! read, whose events its raw read covers (a raw row is written before its deltas).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, ReadRows, Row, RowSet, Store};
+use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 
-use crate::events::{self, EVENTS_TABLE, RETENTION};
-use crate::{Result, keys};
+use crate::events::{self, EVENTS_TABLE, RETENTION, Stored};
+use crate::sets::write_if_version;
+use crate::{EngineError, Result, keys};
 
 pub const AGGREGATES_TABLE: &str = "aggregates";
 pub const FAMILY: &str = "a";
 pub const LAST: &[u8] = b"_last";
-pub const PRINT: &[u8] = b"_print";
+const VERSION: &[u8] = b"v";
 pub const DAY_MS: i64 = 86_400_000;
+/// One event in this many (by its id's hash) folds its day's deltas into the base.
+pub const FOLD_EVERY: u64 = 16;
+/// Attempts of a rebuild that keeps losing races to folds.
+const ATTEMPTS: usize = 8;
 
 /// The tables this module needs.
 pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
@@ -44,11 +66,96 @@ pub fn raw_day(app: &str, user: &str, day: i64) -> RowSet {
     keys::events_between(app, user, day * DAY_MS, (day + 1) * DAY_MS)
 }
 
-/// An order-independent fingerprint of rows: which rows exist.
-pub fn fingerprint(rows: &[Row]) -> u64 {
-    rows.iter()
-        .map(|r| xxhash_rust::xxh3::xxh3_64(&r.key))
-        .fold(rows.len() as u64, |acc, h| acc ^ h)
+/// The cells of these qualifiers in aggregate rows: each one's base and its deltas.
+pub fn qualifiers_filter(qualifiers: impl IntoIterator<Item = Bytes>) -> Vec<RowFilter> {
+    let qualifiers: Vec<Bytes> = qualifiers.into_iter().collect();
+    let mut filters = Vec::with_capacity(qualifiers.len() + 1);
+    for q in &qualifiers {
+        let (start, end) = keys::aggregate_deltas_of(q);
+        filters.push(RowFilter::ColumnRange {
+            family: FAMILY.to_owned(),
+            start,
+            end,
+        });
+    }
+    if !qualifiers.is_empty() {
+        filters.push(RowFilter::qualifiers(qualifiers));
+    }
+    filters
+}
+
+/// The marker of an aggregate row: its newest `_last` cell, without its value (the day's latest
+/// event, whether the strategy weighs it or not).
+pub fn marker() -> RowFilter {
+    RowFilter::column(FAMILY, LAST)
+        .and(RowFilter::CellsPerColumnLimit(1))
+        .and(RowFilter::StripValue)
+}
+
+fn json(counts: &impl serde::Serialize) -> Result<Vec<u8>> {
+    serde_json::to_vec(counts).map_err(|e| crate::internal("serialization", e))
+}
+
+fn corrupt(e: impl std::fmt::Display) -> EngineError {
+    crate::internal("corrupt aggregate cell", e)
+}
+
+/// Counts per qualifier, summed.
+#[derive(Debug, Default)]
+struct Sums {
+    counts: BTreeMap<Bytes, BTreeMap<String, u64>>,
+    last: Option<i64>,
+}
+
+impl Sums {
+    fn add(&mut self, qualifier: &[u8], value: &[u8], timestamp: i64) -> Result<()> {
+        let counts: BTreeMap<String, u64> = serde_json::from_slice(value).map_err(corrupt)?;
+        let sum = self
+            .counts
+            .entry(Bytes::copy_from_slice(qualifier))
+            .or_default();
+        for (value, n) in counts {
+            *sum.entry(value).or_default() += n;
+        }
+        self.last = self.last.max(Some(timestamp));
+        Ok(())
+    }
+
+    /// The row mutations that make these sums a row's base, replacing `old` (its columns as
+    /// read: each is deleted, so that no second version of a column remains).
+    fn into_base(self, old: &[Bytes]) -> Result<Vec<Mutation>> {
+        let mut mutations: Vec<Mutation> = old
+            .iter()
+            .map(|q| Mutation::delete_column(FAMILY, q.clone()))
+            .collect();
+        mutations.push(Mutation::delete_column(FAMILY, VERSION));
+        if let Some(ts) = self.last {
+            for (qualifier, counts) in &self.counts {
+                mutations.push(Mutation::set(FAMILY, qualifier.clone(), ts, json(counts)?));
+            }
+            mutations.push(Mutation::set(FAMILY, LAST, ts, (ts / 1000).to_string()));
+        }
+        Ok(mutations)
+    }
+}
+
+/// The fold version of a row (0: never folded).
+fn version(row: Option<&Row>) -> u64 {
+    row.and_then(|r| r.latest(FAMILY, VERSION))
+        .and_then(|c| std::str::from_utf8(&c.value).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The distinct columns of a row but its version.
+fn columns(row: Option<&Row>) -> Vec<Bytes> {
+    let mut out: Vec<Bytes> = row
+        .into_iter()
+        .flat_map(|r| r.family(FAMILY))
+        .filter(|c| c.qualifier != VERSION)
+        .map(|c| c.qualifier.clone())
+        .collect();
+    out.dedup();
+    out
 }
 
 /// Aggregates of every app.
@@ -62,72 +169,117 @@ impl Aggregates {
         Self { store }
     }
 
-    /// Rebuild the aggregate of one user's day from its raw events.
+    /// Add newly stored events to their days' aggregates: their deltas, in one write for the
+    /// whole batch; then fold the days of the events chosen to ([`FOLD_EVERY`]).
+    pub async fn add(&self, app: &str, stored: &[Stored<'_>]) -> Result<()> {
+        let mut rows: BTreeMap<Bytes, Vec<Mutation>> = BTreeMap::new();
+        let mut folds = Vec::new();
+        for s in stored {
+            let ts = s.event.timestamp * 1000;
+            let day = keys::day(app, s.event.user(), day_of(s.event.timestamp));
+            let cells = rows.entry(day.clone()).or_default();
+            for (facet, counts) in &s.counts {
+                let q = events::qualifier(s.event.event_type, &s.event.event_name, facet);
+                let delta = keys::aggregate_delta(&q, &s.key);
+                cells.push(Mutation::set(FAMILY, delta, ts, json(counts)?));
+            }
+            cells.push(Mutation::set(
+                FAMILY,
+                LAST,
+                ts,
+                s.event.timestamp.to_string(),
+            ));
+            if xxhash_rust::xxh3::xxh3_64(&s.key) % FOLD_EVERY == 0 {
+                folds.push(day);
+            }
+        }
+        let rows = rows
+            .into_iter()
+            .map(|(key, cells)| RowMutation::new(key, cells))
+            .collect();
+        self.store.mutate_all(AGGREGATES_TABLE, rows).await?;
+        folds.sort_unstable();
+        folds.dedup();
+        let folds: Vec<_> = folds.into_iter().map(|day| self.fold(day)).collect();
+        crate::concurrently(folds).await
+    }
+
+    /// Fold a day's deltas into its base, if no other fold changed the row meanwhile (then it
+    /// leaves the row as it is: folding is an optimization, never owed).
+    pub async fn fold(&self, day: Bytes) -> Result<bool> {
+        let row = self
+            .store
+            .read_row(AGGREGATES_TABLE, day.clone(), None)
+            .await?;
+        let mut sums = Sums::default();
+        let mut deltas = 0;
+        for cell in row.iter().flat_map(|r| r.family(FAMILY)) {
+            if cell.qualifier == LAST || cell.qualifier == VERSION {
+                continue;
+            }
+            let qualifier = match keys::aggregate_delta_base(&cell.qualifier) {
+                Some(base) => {
+                    deltas += 1;
+                    base
+                }
+                None => &cell.qualifier[..],
+            };
+            sums.add(qualifier, &cell.value, cell.timestamp)?;
+        }
+        if deltas == 0 {
+            return Ok(false);
+        }
+        // The day's latest event: also those whose counts the strategy's facets left empty.
+        let last = row.as_ref().and_then(|r| r.latest(FAMILY, LAST));
+        sums.last = sums.last.max(last.map(|c| c.timestamp));
+        let v = version(row.as_ref());
+        let mutations = sums.into_base(&columns(row.as_ref()))?;
+        write_if_version(&*self.store, AGGREGATES_TABLE, day, FAMILY, v, mutations).await
+    }
+
+    /// Rebuild one user's day from its raw events (finishing a batch a crash left half-done:
+    /// which of its deltas were written is unknown). The deltas it read are deleted: their
+    /// events were stored before them, so the raw read, made after, counts them.
     pub async fn rebuild_day(&self, app: &str, user: &str, day: i64) -> Result<()> {
-        let keys_only = penchant_store::RowFilter::column(events::FAMILY, events::EVENT_COLUMN)
-            .and(penchant_store::RowFilter::StripValue);
-        for _ in 0..8 {
-            let rows = self
+        let key = keys::day(app, user, day);
+        for _ in 0..ATTEMPTS {
+            let row = self
+                .store
+                .read_row(AGGREGATES_TABLE, key.clone(), None)
+                .await?;
+            let raw = self
                 .store
                 .read_all(EVENTS_TABLE, ReadRows::new(raw_day(app, user, day)))
                 .await?;
-            let print = fingerprint(&rows);
-            let mut sums: BTreeMap<Bytes, BTreeMap<String, u64>> = BTreeMap::new();
-            let mut last = None;
-            for row in &rows {
+            if row.is_none() && raw.is_empty() {
+                return Ok(());
+            }
+            let mut sums = Sums::default();
+            for row in &raw {
                 for cell in &row.cells {
-                    last = last.max(Some(cell.timestamp));
-                    if cell.qualifier == events::EVENT_COLUMN {
-                        continue;
-                    }
-                    let counts: BTreeMap<String, u64> = serde_json::from_slice(&cell.value)
-                        .map_err(|e| crate::internal("corrupt event cell", e))?;
-                    let sum = sums.entry(cell.qualifier.clone()).or_default();
-                    for (value, n) in counts {
-                        *sum.entry(value).or_default() += n;
+                    sums.last = sums.last.max(Some(cell.timestamp));
+                    if cell.qualifier != events::EVENT_COLUMN {
+                        sums.add(&cell.qualifier, &cell.value, cell.timestamp)?;
                     }
                 }
             }
-            let mut mutations = vec![Mutation::DeleteFromRow];
-            if let Some(ts) = last {
-                let json = |v: &BTreeMap<String, u64>| {
-                    serde_json::to_vec(v).map_err(|e| crate::internal("serialization", e))
-                };
-                for (qualifier, counts) in &sums {
-                    mutations.push(Mutation::set(FAMILY, qualifier.clone(), ts, json(counts)?));
-                }
-                mutations.push(Mutation::set(FAMILY, LAST, ts, (ts / 1000).to_string()));
-                mutations.push(Mutation::set(FAMILY, PRINT, ts, print.to_string()));
-            }
-            self.store
-                .mutate_row(AGGREGATES_TABLE, keys::day(app, user, day), mutations)
-                .await?;
-            let again = self
-                .store
-                .read_all(
-                    EVENTS_TABLE,
-                    ReadRows::new(raw_day(app, user, day)).filter(keys_only.clone()),
-                )
-                .await?;
-            if fingerprint(&again) == print {
+            let v = version(row.as_ref());
+            let mutations = sums.into_base(&columns(row.as_ref()))?;
+            if write_if_version(
+                &*self.store,
+                AGGREGATES_TABLE,
+                key.clone(),
+                FAMILY,
+                v,
+                mutations,
+            )
+            .await?
+            {
                 return Ok(());
             }
         }
-        Ok(())
-    }
-
-    /// Rebuild every (user, day) the events touch.
-    pub async fn rebuild_for(&self, app: &str, events: &[events::Event]) -> Result<()> {
-        let mut days: Vec<(&str, i64)> = events
-            .iter()
-            .map(|e| (e.user(), day_of(e.timestamp)))
-            .collect();
-        days.sort_unstable();
-        days.dedup();
-        let rebuilds: Vec<_> = days
-            .into_iter()
-            .map(|(user, day)| self.rebuild_day(app, user, day))
-            .collect();
-        crate::concurrently(rebuilds).await
+        Err(EngineError::Unavailable(
+            "too many concurrent updates of one day's aggregate; retry".into(),
+        ))
     }
 }

@@ -5,19 +5,19 @@
 //! [`keys::event`] `app 0 · user 0 · timestamp ms (u64 BE) · discriminator (u64 BE)`, so one user's events
 //! are one contiguous key range in time order. The user is the `authenticatedUserToken` when
 //! there is one, else the `userToken`. The discriminator is a hash of the event and its place in
-//! the request: a retried request whose events carry their `timestamp` writes the same rows (no
-//! double counting; an event without one is stamped when it arrives), two identical events
-//! of one request stay two. Qualifiers are `CSV(event type, event name, facet)` with the counts
+//! the request: a retried request whose events carry their `timestamp` names the same rows, which
+//! [`Events::ingest`] finds stored and skips (no double counting; an event without one is
+//! stamped when it arrives), two identical events of one request stay two. Qualifiers are `CSV(event type, event name, facet)` with the counts
 //! of the facet's values as a JSON object (`{"Apple": 2}`), resolved from the catalog (objectIDs)
 //! or the filters when the event arrives; qualifier `event` keeps the event itself. Every cell's
 //! timestamp is the event's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, RowMutation, Store};
+use penchant_store::{GcRule, Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -112,6 +112,9 @@ fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
     ))
 }
 
+/// An event's counts: facet → value → how many times the event touched it.
+pub type Facets = BTreeMap<String, BTreeMap<String, u64>>;
+
 /// Writes events to the store.
 #[derive(Debug, Clone)]
 pub struct Events {
@@ -126,11 +129,7 @@ impl Events {
 
     /// The facet counts of each event: from the catalog records of its objectIDs (as they are
     /// now), or from its filters.
-    async fn facets(
-        &self,
-        app: &str,
-        events: &[Event],
-    ) -> Result<Vec<BTreeMap<String, BTreeMap<String, u64>>>> {
+    async fn facets(&self, app: &str, events: &[Event]) -> Result<Vec<Facets>> {
         let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for e in events {
             if let Target::ObjectIds(ids) = &e.target {
@@ -149,7 +148,7 @@ impl Events {
         Ok(events
             .iter()
             .map(|e| {
-                let mut counts: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+                let mut counts = Facets::new();
                 let mut add = |facet: String, value: String| {
                     *counts.entry(facet).or_default().entry(value).or_default() += 1;
                 };
@@ -173,33 +172,67 @@ impl Events {
             .collect())
     }
 
-    /// Store valid events of an app (idempotently for events with a timestamp: a retried request
-    /// writes the same cells), in one write with `intent`, the batch's intent row
-    /// ([`crate::pending`]).
-    pub async fn ingest(&self, app: &str, events: &[Event], intent: RowMutation) -> Result<()> {
+    /// Store valid events of an app, in one write with `intent`, the batch's intent row
+    /// ([`crate::pending`]). Returns the events stored now: an event whose row exists already (a
+    /// retried request whose events carry their `timestamp`) is neither written nor returned,
+    /// so what follows from it (its aggregate deltas) is not counted twice.
+    pub async fn ingest<'e>(
+        &self,
+        app: &str,
+        events: &'e [Event],
+        intent: RowMutation,
+    ) -> Result<Vec<Stored<'e>>> {
+        let keys = events
+            .iter()
+            .enumerate()
+            .map(|(position, event)| row_key(app, event, position))
+            .collect::<Result<Vec<_>>>()?;
+        let existing = self.existing(&keys).await?;
         let facets = self.facets(app, events).await?;
         let mut rows = Vec::with_capacity(events.len() + 1);
         rows.push(intent);
-        for (position, (event, counts)) in events.iter().zip(facets).enumerate() {
+        let mut stored = Vec::with_capacity(events.len());
+        for ((event, key), counts) in events.iter().zip(keys).zip(facets) {
+            if existing.contains(&key) {
+                continue;
+            }
             let ts = event.timestamp * 1000;
             let mut mutations = Vec::with_capacity(counts.len() + 1);
             let json =
                 serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
             mutations.push(Mutation::set(FAMILY, EVENT_COLUMN, ts, json));
-            for (facet, values) in counts {
+            for (facet, values) in &counts {
                 let value =
-                    serde_json::to_vec(&values).map_err(|e| crate::internal("serialization", e))?;
+                    serde_json::to_vec(values).map_err(|e| crate::internal("serialization", e))?;
                 mutations.push(Mutation::set(
                     FAMILY,
-                    qualifier(event.event_type, &event.event_name, &facet),
+                    qualifier(event.event_type, &event.event_name, facet),
                     ts,
                     value,
                 ));
             }
-            rows.push(RowMutation::new(row_key(app, event, position)?, mutations));
+            rows.push(RowMutation::new(key.clone(), mutations));
+            stored.push(Stored { event, key, counts });
         }
-        Ok(self.store.mutate_all(EVENTS_TABLE, rows).await?)
+        self.store.mutate_all(EVENTS_TABLE, rows).await?;
+        Ok(stored)
     }
+
+    /// Which of these event rows exist (one read, keys only).
+    async fn existing(&self, keys: &[Bytes]) -> Result<HashSet<Bytes>> {
+        let request = ReadRows::new(RowSet::keys(keys.iter().cloned()))
+            .filter(RowFilter::column(FAMILY, EVENT_COLUMN).and(RowFilter::StripValue));
+        let rows = self.store.read_all(EVENTS_TABLE, request).await?;
+        Ok(rows.into_iter().map(|r| r.key).collect())
+    }
+}
+
+/// An event stored by [`Events::ingest`]: its row key and its counts per facet and value.
+#[derive(Debug, Clone)]
+pub struct Stored<'e> {
+    pub event: &'e Event,
+    pub key: Bytes,
+    pub counts: Facets,
 }
 
 #[cfg(test)]

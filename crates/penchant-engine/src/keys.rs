@@ -23,7 +23,8 @@
 //! | `leases` | `app 0 · lease name` |
 //!
 //! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
-//! `CSV(event type, event name, facet)`) and [`seen_delta`].
+//! `CSV(event type, event name, facet)`), an aggregate's per-event [`aggregate_delta`] and
+//! [`seen_delta`].
 
 use std::ops::Bound;
 
@@ -256,6 +257,41 @@ pub fn event_qualifier(event_type: &str, event_name: &str, facet: &str) -> Bytes
     Bytes::from(q)
 }
 
+/// The byte between an aggregate delta's qualifier and its event id: never in UTF-8, so never in
+/// an [`event_qualifier`].
+pub const AGGREGATE_DELTA: u8 = 0xFF;
+/// The length of an event's id in an aggregate delta: its row's time and discriminator.
+const EVENT_ID_BYTES: usize = 16;
+
+/// One event's counts for one qualifier in a day's aggregate: `qualifier · 0xFF · event id`,
+/// the id being the last 16 bytes of the event's row key ([`event`]) — named by the event, so a
+/// rewrite of the same event writes the same cell.
+pub fn aggregate_delta(qualifier: &[u8], event_key: &[u8]) -> Bytes {
+    let id = &event_key[event_key.len().saturating_sub(EVENT_ID_BYTES)..];
+    let mut q = Vec::with_capacity(qualifier.len() + 1 + id.len());
+    q.extend_from_slice(qualifier);
+    q.push(AGGREGATE_DELTA);
+    q.extend_from_slice(id);
+    Bytes::from(q)
+}
+
+/// The qualifier an aggregate delta counts for, or `None` for a qualifier that is not a delta.
+pub fn aggregate_delta_base(qualifier: &[u8]) -> Option<&[u8]> {
+    let at = qualifier.len().checked_sub(EVENT_ID_BYTES + 1)?;
+    (qualifier[at] == AGGREGATE_DELTA).then(|| &qualifier[..at])
+}
+
+/// The columns of every aggregate delta of `qualifier`: `[qualifier · 0xFF, successor)`.
+pub fn aggregate_deltas_of(qualifier: &[u8]) -> (Bound<Bytes>, Bound<Bytes>) {
+    let mut start = qualifier.to_vec();
+    start.push(AGGREGATE_DELTA);
+    let end = penchant_store::prefix_successor(&start).map(Bytes::from);
+    (
+        Bound::Included(Bytes::from(start)),
+        end.map_or(Bound::Unbounded, Bound::Excluded),
+    )
+}
+
 /// The first byte of a seen filter's delta column.
 pub const SEEN_DELTA: u8 = b'+';
 
@@ -279,6 +315,24 @@ pub fn lease(app_id: &str, name: &str) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregate_deltas_name_their_event_and_qualifier() {
+        let event = event("app", "u", 1_700_000_000_000, 42);
+        let q = event_qualifier("view", "Viewed", "brand");
+        let delta = aggregate_delta(&q, &event);
+        assert_eq!(aggregate_delta_base(&delta), Some(&q[..]));
+        assert_eq!(&delta[delta.len() - 16..], &event[event.len() - 16..]);
+        assert_eq!(aggregate_delta_base(&q), None);
+        assert_eq!(aggregate_delta_base(b"short"), None);
+        // The delta range of `brand` holds its deltas, not `brandName`'s nor `brand` itself.
+        let (start, end) = aggregate_deltas_of(&q);
+        let other = aggregate_delta(&event_qualifier("view", "Viewed", "brandName"), &event);
+        let inside = |k: &[u8]| penchant_store::in_bounds(k, &start, &end);
+        assert!(inside(&delta));
+        assert!(!inside(&other));
+        assert!(!inside(&q));
+    }
 
     #[test]
     fn app_prefixes_never_nest() {

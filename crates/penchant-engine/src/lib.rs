@@ -219,14 +219,22 @@ impl Engine {
         })
     }
 
-    /// Store valid events, then rebuild the per-day aggregates they touch and refresh their
-    /// users' profiles from them (the streaming path), while their items are marked seen: a
-    /// profile read after this returns reflects the events. An intent recorded first
-    /// ([`pending`]) lets [`Engine::repair`] finish the work if this stops half-way.
+    /// Store valid events, then add them to their days' aggregates and refresh their users'
+    /// profiles from them (the streaming path), while their items are marked seen: a profile
+    /// read after this returns reflects the events. Each step is one write for the whole batch,
+    /// whichever users it holds. An intent recorded with the events ([`pending`]) lets
+    /// [`Engine::repair`] finish the work if this stops half-way.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
         let (batch, intent) = self.pending.intent(app, events);
-        self.events.ingest(app, events, intent).await?;
-        self.after_ingest(app, events).await?;
+        let stored = self.events.ingest(app, events, intent).await?;
+        let aggregates_then_profiles = async {
+            self.aggregates.add(app, &stored).await?;
+            self.refresh_users(app, events).await
+        };
+        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
         // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
         // that is already done, which changes nothing.
         let (pending, app) = (self.pending.clone(), app.to_owned());
@@ -238,21 +246,10 @@ impl Engine {
         Ok(())
     }
 
-    /// What stored events owe: their days' aggregates, then their users' profiles (computed
-    /// from the aggregates), and, meanwhile, their items marked seen.
-    async fn after_ingest(&self, app: &str, events: &[events::Event]) -> Result<()> {
-        let aggregates_then_profiles = async {
-            self.aggregates.rebuild_for(app, events).await?;
-            self.refresh_users(app, events).await
-        };
-        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
-        Ok(())
-    }
-
     /// Finish the work of event batches that stopped half-way more than `age` ago (a crash
-    /// between storing events and acknowledging them): rebuild their days' aggregates, refresh
-    /// their users' profiles, mark their items seen, from the events as stored. Returns how many
-    /// (batch, user) intents it finished.
+    /// between storing events and acknowledging them): rebuild their days' aggregates from the
+    /// raw events (which of their deltas were written is unknown), refresh their users'
+    /// profiles, mark their items seen. Returns how many (batch, user) intents it finished.
     pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {
         let apps: Vec<String> = self
             .tenancy
@@ -265,6 +262,9 @@ impl Engine {
         for intent in &intents {
             let mut stored = Vec::new();
             for day in &intent.days {
+                self.aggregates
+                    .rebuild_day(&intent.app, &intent.user, *day)
+                    .await?;
                 let request = penchant_store::ReadRows::new(aggregates::raw_day(
                     &intent.app,
                     &intent.user,
@@ -286,7 +286,10 @@ impl Engine {
             if !stored.is_empty() {
                 tracing::info!(app = %intent.app, user = %intent.user, events = stored.len(),
                     "finishing an interrupted ingestion");
-                self.after_ingest(&intent.app, &stored).await?;
+                futures::try_join!(
+                    self.refresh_users(&intent.app, &stored),
+                    self.mark_events_seen(&intent.app, &stored)
+                )?;
             }
             self.pending.resolve(intent).await?;
         }
@@ -294,16 +297,9 @@ impl Engine {
     }
 
     async fn refresh_users(&self, app: &str, events: &[events::Event]) -> Result<()> {
-        let mut users: Vec<&str> = events.iter().map(events::Event::user).collect();
-        users.sort_unstable();
-        users.dedup();
-        // Collected first: a lazy iterator of borrowing futures is not `Send` enough for the
-        // server's handlers.
-        let refreshes: Vec<_> = users
-            .into_iter()
-            .map(|user| self.profiles.refresh(app, user))
-            .collect();
-        concurrently(refreshes).await
+        let users: Vec<&str> = events.iter().map(events::Event::user).collect();
+        self.profiles.refresh_many(app, &users).await?;
+        Ok(())
     }
 
     /// Mark the objectIDs of the app's seen-marking events as seen by their users.
@@ -320,11 +316,7 @@ impl Engine {
                     .extend(ids.iter().map(String::as_str));
             }
         }
-        let adds: Vec<_> = by_user
-            .iter()
-            .map(|(user, ids)| self.seen.add(app, user, ids))
-            .collect();
-        concurrently(adds).await
+        self.seen.add_many(app, &by_user).await
     }
 
     /// Delete the events (and per-day aggregates) of every app that are older than the app's

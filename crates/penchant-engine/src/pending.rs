@@ -7,8 +7,9 @@
 //! one write, so the intent costs no round trip of its own. Once the batch's aggregates, profiles
 //! and seen marks are written, the row is deleted. An intent row still there afterwards is
 //! a batch that stopped half-way (a crash, a killed node): [`Pending::left_behind`] lists its
-//! users, and the engine redoes their work — rebuild the days' aggregates, refresh the profile,
-//! mark the days' items seen — which is harmless to redo, every step being idempotent.
+//! users, and the engine redoes their work — rebuild the days' aggregates from their raw events
+//! (which deltas were written is unknown), refresh the profile, mark the days' items seen —
+//! which is harmless to redo, every step being idempotent.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -26,7 +26,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use penchant_bloom::{BloomFilter, RotatingFilter, key_hash, keys_per_partition};
-use penchant_store::{GcRule, Mutation, Row, RowFilter, Store};
+use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, TtlCache};
@@ -260,67 +260,74 @@ impl Seen {
         check_count(ids.len())?;
         let row = Self::row(app, user)?;
         for _ in 0..ATTEMPTS {
-            let loaded = self.load(app, user).await?;
-            let (version, mut filter, deltas, hashed) = match loaded {
-                Some(l) => (l.version, l.filter, l.deltas, l.hashes),
-                None => (0, self.new_filter(app).await?, Vec::new(), 0),
+            let loaded = match self.load(app, user).await? {
+                Some(loaded) => loaded,
+                None => Loaded::empty(self.new_filter(app).await?),
             };
-            let mut new_hashes = Vec::new();
-            let added: Vec<bool> = ids
-                .iter()
-                .map(|id| {
-                    let hash = key_hash(id.as_ref());
-                    let new = !filter.contains_hash(hash);
-                    // Into the current generation even if the previous one has it: an item
-                    // seen again is remembered anew. The delta holds what changed it.
-                    if !filter.current().contains_hash(hash) {
-                        new_hashes.push(hash);
-                        filter.insert_hash(hash);
+            let (added, plan) = plan(loaded, ids);
+            match plan {
+                Plan::Nothing => return Ok(added),
+                Plan::Delta(cell) => {
+                    self.store.mutate_row(SEEN_TABLE, row, vec![cell]).await?;
+                    return Ok(added);
+                }
+                Plan::Rewrite { version, cells } => {
+                    let store = &*self.store;
+                    if write_if_version(store, SEEN_TABLE, row.clone(), FAMILY, version, cells)
+                        .await?
+                    {
+                        return Ok(added);
                     }
-                    new
-                })
-                .collect();
-            if new_hashes.is_empty() {
-                return Ok(added);
-            }
-            let sparse = (hashed + new_hashes.len() as u64) * 8
-                <= filter.current().size_bytes() as u64 / SPARSE_SHARE;
-            if (version > 0 || sparse) && deltas.len() < COMPACT_AT {
-                let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-                let cell = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
-                self.store.mutate_row(SEEN_TABLE, row, vec![cell]).await?;
-                return Ok(added);
-            }
-            let mut cells = vec![
-                Mutation::set_now(FAMILY, CURRENT, filter.current().to_bytes()),
-                Mutation::set_now(FAMILY, COUNT, filter.current_keys().to_string()),
-                Mutation::set_now(FAMILY, CAPACITY, filter.capacity().to_string()),
-            ];
-            cells.push(match filter.previous() {
-                Some(p) => Mutation::set_now(FAMILY, PREVIOUS, p.to_bytes()),
-                None => Mutation::delete_column(FAMILY, PREVIOUS),
-            });
-            cells.extend(
-                deltas
-                    .into_iter()
-                    .map(|q| Mutation::delete_column(FAMILY, q)),
-            );
-            if write_if_version(
-                &*self.store,
-                SEEN_TABLE,
-                row.clone(),
-                FAMILY,
-                version,
-                cells,
-            )
-            .await?
-            {
-                return Ok(added);
+                }
             }
         }
         Err(EngineError::Unavailable(
             "too many concurrent updates of one seen filter; retry".into(),
         ))
+    }
+
+    /// Mark items seen by several users at once (the items of a batch of events): one read of
+    /// their rows and one write of their deltas, whatever the number of users; a user whose
+    /// row must be rewritten (its deltas folded into its base) goes through [`Seen::add`].
+    pub async fn add_many(&self, app: &str, items: &BTreeMap<&str, Vec<&str>>) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let empty = self.new_filter(app).await?;
+        let keys = items
+            .iter()
+            .map(|(user, ids)| {
+                check_count(ids.len())?;
+                Self::row(app, user)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let request = ReadRows::new(RowSet::keys(keys.iter().cloned()));
+        let mut rows: HashMap<Bytes, Row> = self
+            .store
+            .read_all(SEEN_TABLE, request)
+            .await?
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect();
+        let mut deltas = Vec::new();
+        let mut rewrites = Vec::new();
+        for ((user, ids), key) in items.iter().zip(keys) {
+            let loaded = match rows.remove(&key) {
+                Some(row) => {
+                    let base = row.latest(FAMILY, CURRENT).is_some();
+                    decode(&row, (!base).then(|| empty.clone()))?
+                }
+                None => None,
+            };
+            let loaded = loaded.unwrap_or_else(|| Loaded::empty(empty.clone()));
+            match plan(loaded, ids).1 {
+                Plan::Nothing => {}
+                Plan::Delta(cell) => deltas.push(RowMutation::new(key, vec![cell])),
+                Plan::Rewrite { .. } => rewrites.push(self.add(app, user, ids)),
+            }
+        }
+        self.store.mutate_all(SEEN_TABLE, deltas).await?;
+        crate::concurrently(rewrites).await
     }
 
     /// Whether each item may have been seen.
@@ -395,6 +402,68 @@ fn check_count(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// What an add does to a user's row.
+enum Plan {
+    /// Nothing: every item is in the current generation already.
+    Nothing,
+    /// Write this delta cell: the hashes of the new items.
+    Delta(Mutation),
+    /// Rewrite the base with these cells, deleting the deltas, if its version is still
+    /// `version`.
+    Rewrite { version: u64, cells: Vec<Mutation> },
+}
+
+/// Mark items seen in a loaded filter; each answer tells whether the item was new to it, and
+/// the plan says what to write.
+fn plan<K: AsRef<[u8]>>(loaded: Loaded, ids: &[K]) -> (Vec<bool>, Plan) {
+    let Loaded {
+        version,
+        mut filter,
+        deltas,
+        hashes: hashed,
+    } = loaded;
+    let mut new_hashes = Vec::new();
+    let added: Vec<bool> = ids
+        .iter()
+        .map(|id| {
+            let hash = key_hash(id.as_ref());
+            let new = !filter.contains_hash(hash);
+            // Into the current generation even if the previous one has it: an item seen
+            // again is remembered anew. The delta holds what changed it.
+            if !filter.current().contains_hash(hash) {
+                new_hashes.push(hash);
+                filter.insert_hash(hash);
+            }
+            new
+        })
+        .collect();
+    if new_hashes.is_empty() {
+        return (added, Plan::Nothing);
+    }
+    let sparse = (hashed + new_hashes.len() as u64) * 8
+        <= filter.current().size_bytes() as u64 / SPARSE_SHARE;
+    if (version > 0 || sparse) && deltas.len() < COMPACT_AT {
+        let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
+        let cell = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
+        return (added, Plan::Delta(cell));
+    }
+    let mut cells = vec![
+        Mutation::set_now(FAMILY, CURRENT, filter.current().to_bytes()),
+        Mutation::set_now(FAMILY, COUNT, filter.current_keys().to_string()),
+        Mutation::set_now(FAMILY, CAPACITY, filter.capacity().to_string()),
+    ];
+    cells.push(match filter.previous() {
+        Some(p) => Mutation::set_now(FAMILY, PREVIOUS, p.to_bytes()),
+        None => Mutation::delete_column(FAMILY, PREVIOUS),
+    });
+    cells.extend(
+        deltas
+            .into_iter()
+            .map(|q| Mutation::delete_column(FAMILY, q)),
+    );
+    (added, Plan::Rewrite { version, cells })
+}
+
 /// A user's filter as loaded.
 struct Loaded {
     /// The base's version.
@@ -405,6 +474,18 @@ struct Loaded {
     deltas: Vec<Bytes>,
     /// The hashes the deltas hold.
     hashes: u64,
+}
+
+impl Loaded {
+    /// A user without a row: an empty filter.
+    fn empty(filter: RotatingFilter) -> Loaded {
+        Loaded {
+            version: 0,
+            filter,
+            deltas: Vec::new(),
+            hashes: 0,
+        }
+    }
 }
 
 /// A user's row: its base, or `empty` when it has none, with its deltas replayed. `None` for a

@@ -180,10 +180,10 @@ async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expir
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
     let clock = Clock::system();
-    // The node dies once the events are stored, before their aggregates are rebuilt.
+    // The node dies once the events are stored, before their aggregates are written.
     let hooked = Arc::new(Hooked {
         inner: penchant_store::MemStore::new(),
-        hook: Stall::new("aggregates", Op::Write, 0),
+        hook: Stall::new("aggregates", Op::WriteRows, 0),
     });
     let store: Arc<dyn Store> = hooked.clone();
     let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
@@ -201,7 +201,7 @@ async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
         let a = a.clone();
         async move { a.push_events(APP, &events).await }
     });
-    // The events are stored; the node is killed while it rebuilds their aggregates.
+    // The events are stored; the node is killed while it writes their aggregates.
     let stored = |u: String| {
         let store = store.clone();
         async move {

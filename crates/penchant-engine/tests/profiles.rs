@@ -1,9 +1,15 @@
 //! Streaming equals batch: after any sequence of events (some older than the app's 7-day
-//! retention window), profile deletions and strategy changes (each followed by its recompute
-//! job), every stored profile is the one a full recompute gives.
+//! retention window; bursts of them, so that days' aggregates fold; retried requests), repairs,
+//! profile deletions and strategy changes (each followed by its recompute job), every stored
+//! profile is the one a full recompute gives.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
+use penchant_engine::{aggregates, keys};
+use penchant_store::{ReadRows, RowSet, Store};
 
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::jobs::JobState;
@@ -28,7 +34,13 @@ enum Op {
         filters: Vec<(usize, usize)>,
         /// Days before now: the app keeps 7, so some events fall outside its window.
         age_days: i64,
+        /// Events in the request, one ms apart (past 16, a day's aggregate folds).
+        copies: usize,
     },
+    /// The last request again, as a client retries one whose answer it lost.
+    Retry,
+    /// Finish the work of every batch not yet forgotten, as after a crash.
+    Repair,
     DeleteProfile(usize),
 }
 
@@ -62,14 +74,18 @@ fn op() -> impl Strategy<Value = Op> {
             0..NAMES.len(),
             prop::collection::vec((0..3usize, 0..3usize), 1..4),
             prop_oneof![3 => Just(0i64), 1 => 1..12i64],
+            prop_oneof![3 => Just(1usize), 1 => 2..40usize],
         )
-            .prop_map(|(user, kind, name, filters, age_days)| Op::Event {
+            .prop_map(|(user, kind, name, filters, age_days, copies)| Op::Event {
                 user,
                 kind,
                 name,
                 filters,
                 age_days,
+                copies,
             }),
+        1 => Just(Op::Retry),
+        1 => Just(Op::Repair),
         1 => (0..USERS.len()).prop_map(Op::DeleteProfile),
     ]
 }
@@ -86,12 +102,12 @@ async fn wait_for_job(engine: &Engine) {
 }
 
 async fn run(ops: Vec<Op>) {
-    let store = Arc::new(penchant_store::MemStore::new());
+    let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
     let config = EngineConfig {
         recompute_parallelism: 3,
         ..EngineConfig::default()
     };
-    let engine = Engine::open(store, config).await.unwrap();
+    let engine = Engine::open(store.clone(), config).await.unwrap();
     engine
         .tenancy()
         .create_app_with(Some(APP), "test", 7)
@@ -100,6 +116,7 @@ async fn run(ops: Vec<Op>) {
     let start = penchant_store::validate::now_micros() / 1000 - 1_000_000;
     engine.set_strategy(APP, personalization(0)).await.unwrap();
     wait_for_job(&engine).await;
+    let mut last = Vec::new();
     for (step, op) in ops.into_iter().enumerate() {
         let at = start + step as i64 * 1000;
         match op {
@@ -116,15 +133,16 @@ async fn run(ops: Vec<Op>) {
                 name,
                 filters,
                 age_days,
+                copies,
             } => {
-                let event = Event {
+                let event = |i: usize| Event {
                     event_type: KINDS[kind],
                     event_subtype: None,
                     event_name: NAMES[name].into(),
                     index: "items".into(),
                     user_token: USERS[user].into(),
                     authenticated_user_token: None,
-                    timestamp: at - age_days * 86_400_000,
+                    timestamp: at - age_days * 86_400_000 + i as i64,
                     target: Target::Filters(
                         filters
                             .iter()
@@ -137,7 +155,12 @@ async fn run(ops: Vec<Op>) {
                     value: None,
                     currency: None,
                 };
-                engine.push_events(APP, &[event]).await.unwrap();
+                last = (0..copies).map(event).collect();
+                engine.push_events(APP, &last).await.unwrap();
+            }
+            Op::Retry => engine.push_events(APP, &last).await.unwrap(),
+            Op::Repair => {
+                engine.repair(Duration::ZERO).await.unwrap();
             }
             Op::DeleteProfile(user) => {
                 engine
@@ -149,10 +172,50 @@ async fn run(ops: Vec<Op>) {
         }
     }
     check(&engine).await;
+    check_sums(&*store).await;
     // Once more after a recompute from the aggregates: every user with events is rewritten.
     engine.set_strategy(APP, personalization(9)).await.unwrap();
     wait_for_job(&engine).await;
     check(&engine).await;
+}
+
+type Sums = BTreeMap<(Bytes, Bytes), BTreeMap<String, u64>>;
+
+fn add(sums: &mut Sums, row: Bytes, qualifier: &[u8], value: &[u8]) {
+    let counts: BTreeMap<String, u64> = serde_json::from_slice(value).unwrap();
+    let sum = sums
+        .entry((row, Bytes::copy_from_slice(qualifier)))
+        .or_default();
+    for (value, n) in counts {
+        *sum.entry(value).or_default() += n;
+    }
+}
+
+/// Every day's aggregate (base and deltas) sums exactly its raw events: none counted twice
+/// (a retry, a fold, a repair) nor missed.
+async fn check_sums(store: &dyn Store) {
+    let all = || ReadRows::new(RowSet::all());
+    let mut aggregated = Sums::new();
+    for row in store.read_all("aggregates", all()).await.unwrap() {
+        for cell in &row.cells {
+            if cell.qualifier.contains(&b',') {
+                let q = keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
+                add(&mut aggregated, row.key.clone(), q, &cell.value);
+            }
+        }
+    }
+    let mut raw = Sums::new();
+    for row in store.read_all("events", all()).await.unwrap() {
+        let Some(user) = keys::user_of(APP, &row.key) else {
+            continue; // an intent row
+        };
+        let ms = u64::from_be_bytes(row.key[row.key.len() - 16..][..8].try_into().unwrap());
+        let day = keys::day(APP, user, aggregates::day_of(ms as i64));
+        for cell in row.cells.iter().filter(|c| c.qualifier.contains(&b',')) {
+            add(&mut raw, day.clone(), &cell.qualifier, &cell.value);
+        }
+    }
+    assert_eq!(aggregated, raw);
 }
 
 async fn check(engine: &Engine) {

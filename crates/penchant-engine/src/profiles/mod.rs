@@ -9,16 +9,17 @@
 //! `max(1, round(20 × raw / best))`. There is no time decay.
 //!
 //! **Streaming equals batch.** Both paths run the one function [`compute`] over the same rows:
-//! the user's per-day aggregates (read through the wide schema's qualifier filter), with the
-//! days a deletion or the retention window cuts replaced by their raw events — or, for a full
-//! recompute from raw events, the raw events themselves (the aggregates sum them exactly). The
-//! streaming path refreshes a user after each accepted event, once the aggregates of its days
-//! are rebuilt; the batch path (a strategy change) recomputes every user of the app. Concurrent
-//! writers converge: after writing a profile, a refresh reads the user's days' fingerprints
-//! again and recomputes if one changed. The batch path skips profiles already computed with the
-//! current strategy and writes the others in batches, stamped with the time it started reading:
-//! a streaming refresh stamps its profile later (from events at least as fresh), so the newest
-//! cell wins in whichever order the writes land.
+//! the user's per-day aggregates (read through the wide schema's qualifier filter: each day's
+//! base and its not-yet-folded deltas), with the days a deletion or the retention window cuts
+//! replaced by their raw events — or, for a full recompute from raw events, the raw events
+//! themselves (the aggregates sum them exactly). The streaming path refreshes the users of each
+//! batch of events once its aggregate deltas are written, all of them in one read and one
+//! write; the batch path (a strategy change) recomputes every user of the app. Concurrent
+//! writers converge: after writing profiles, a refresh reads the users' aggregate cells again
+//! (without values) and recomputes those whose cells changed. The batch path skips profiles
+//! already computed with the current strategy and writes the others in batches, stamped with
+//! the time it started reading: a streaming refresh stamps its profile later (from events at
+//! least as fresh), so the newest cell wins in whichever order the writes land.
 //!
 //! | file | concern |
 //! |---|---|
@@ -32,7 +33,7 @@ mod scoring;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowSet, Store};
+use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
 pub use recompute::{RecomputeStats, Source, UserRange};
@@ -73,12 +74,14 @@ pub struct Profile {
     pub scores: Scores,
 }
 
-/// What a user's days hold: each aggregate row's key and fingerprint (`_print`).
-fn prints(days: &[Row]) -> Vec<(&[u8], Option<&[u8]>)> {
-    days.iter()
-        .map(|r| {
-            let print = r.latest(aggregates::FAMILY, aggregates::PRINT);
-            (&r.key[..], print.map(|c| &c.value[..]))
+/// What a user's days hold, values aside: each cell's row, column and time.
+fn print(days: Option<&Vec<Row>>) -> Vec<(&[u8], &[u8], i64)> {
+    days.into_iter()
+        .flatten()
+        .flat_map(|r| {
+            r.cells
+                .iter()
+                .map(|c| (&r.key[..], &c.qualifier[..], c.timestamp))
         })
         .collect()
 }
@@ -92,6 +95,12 @@ struct Stored {
 }
 
 impl Stored {
+    const EMPTY: Stored = Stored {
+        profile: None,
+        version: None,
+        deleted_until: i64::MIN,
+    };
+
     fn from_row(row: &Row) -> Result<Stored> {
         let value = |q: &[u8]| row.latest(FAMILY, q).map(|c| &c.value[..]);
         let number = |q: &[u8]| value(q).and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
@@ -151,6 +160,60 @@ impl Profiles {
         }
     }
 
+    /// What is stored about some users (sorted), by user (one read).
+    async fn stored_many<'u>(
+        &self,
+        app: &str,
+        users: &[&'u str],
+    ) -> Result<BTreeMap<&'u str, Stored>> {
+        let keys = users.iter().map(|u| keys::profile(app, u));
+        let rows = self
+            .store
+            .read_all(PROFILES_TABLE, ReadRows::new(RowSet::keys(keys)))
+            .await?;
+        let mut out = BTreeMap::new();
+        for row in &rows {
+            let user = keys::profile_user(app, &row.key);
+            if let Some(i) = user.and_then(|user| users.binary_search(&user).ok()) {
+                out.insert(users[i], Stored::from_row(row)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Some users' (sorted) rows of `table` (raw events, or per-day aggregates), filtered, by
+    /// user (one read).
+    async fn read_users<'u>(
+        &self,
+        table: &str,
+        app: &str,
+        users: &[&'u str],
+        filter: RowFilter,
+    ) -> Result<BTreeMap<&'u str, Vec<Row>>> {
+        let ranges = users
+            .iter()
+            .map(|u| penchant_store::RowRange::prefix(keys::user(app, u)))
+            .collect();
+        let rows = RowSet {
+            keys: Vec::new(),
+            ranges,
+        };
+        let mut out: BTreeMap<&str, Vec<Row>> = BTreeMap::new();
+        for row in self
+            .store
+            .read_all(table, ReadRows::new(rows).filter(filter))
+            .await?
+        {
+            let Some(user) = keys::user_of(app, &row.key) else {
+                continue;
+            };
+            if let Ok(i) = users.binary_search(&user) {
+                out.entry(users[i]).or_default().push(row);
+            }
+        }
+        Ok(out)
+    }
+
     /// A user's rows of `table` (raw events, or per-day aggregates), filtered.
     async fn read_user(
         &self,
@@ -180,51 +243,71 @@ impl Profiles {
         ])
     }
 
-    /// Recompute one user's profile under the app's current strategy and store it (the
-    /// streaming path, after each event, once the aggregates of its days are rebuilt). `None`
+    /// Recompute one user's profile under the app's current strategy and store it. `None`
     /// when the app has no strategy.
-    ///
-    /// It reads what a batch recompute reads — the user's per-day aggregates, and the raw events
-    /// of a day a deletion or the retention window cuts — so its cost follows the user's active
-    /// days, not their events. After writing, it reads the days' fingerprints again and starts
-    /// over if another node rebuilt one meanwhile.
     pub async fn refresh(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+        Ok(self.refresh_many(app, &[user]).await?.pop())
+    }
+
+    /// Recompute some users' profiles under the app's current strategy and store them (the
+    /// streaming path, after each batch of events, once their aggregates are written); the
+    /// profiles in the users' order, none when the app has no strategy.
+    ///
+    /// It reads what a batch recompute reads — the users' per-day aggregates, and the raw
+    /// events of a day a deletion or the retention window cuts — so its cost follows the users'
+    /// active days, not their events; and it reads and writes every user at once: a read of
+    /// the stored profiles, a read of the aggregates, a write of the profiles, whatever the
+    /// number of users. After writing, it reads the aggregates again (without their values)
+    /// and starts over for the users whose rows changed meanwhile (another node's events, or
+    /// a fold), so the last profile written saw the last events.
+    pub async fn refresh_many(&self, app: &str, users: &[&str]) -> Result<Vec<Profile>> {
         let Some(strategy) = self.strategies.get(app).await? else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let scorer = Scorer::new(&strategy.strategy);
-        let print = RowFilter::column(aggregates::FAMILY, aggregates::PRINT);
-        let filter =
-            RowFilter::Interleave(vec![aggregate_filter(&strategy.strategy), print.clone()]);
-        let mut profile = None;
-        // Converges unless events keep arriving for this user; each round sees more of them.
+        let filter = aggregate_filter(&strategy.strategy);
+        let keys_only = filter.clone().and(RowFilter::StripValue);
+        let mut users: Vec<&str> = users.to_vec();
+        users.sort_unstable();
+        users.dedup();
+        let mut profiles: BTreeMap<&str, Profile> = BTreeMap::new();
+        let mut pending = users.clone();
+        // Converges unless events keep arriving for a user; each round sees more of them.
         for _ in 0..8 {
-            let stored = self.stored(app, user).await?;
-            let days = self
-                .read_user(AGGREGATES_TABLE, app, user, filter.clone())
-                .await?;
-            let since = self.window_start(app).await?;
-            let cut = self
-                .cut_days(app, user, &days, &strategy, &stored, since)
-                .await?;
-            let rows = cut.as_deref().unwrap_or(&days);
-            let computed = scorer.compute(user, rows, stored.deleted_until, since);
-            self.store
-                .mutate_row(
-                    PROFILES_TABLE,
-                    keys::profile(app, user),
-                    Self::profile_mutations(&computed, strategy.version, None)?,
-                )
-                .await?;
-            profile = Some(computed);
-            let again = self
-                .read_user(AGGREGATES_TABLE, app, user, print.clone())
-                .await?;
-            if prints(&again) == prints(&days) {
+            if pending.is_empty() {
                 break;
             }
+            let stored = self.stored_many(app, &pending).await?;
+            let days = self
+                .read_users(AGGREGATES_TABLE, app, &pending, filter.clone())
+                .await?;
+            let since = self.window_start(app).await?;
+            let mut writes = Vec::with_capacity(pending.len());
+            for user in &pending {
+                let rows = days.get(user).map_or(&[][..], Vec::as_slice);
+                let stored = stored.get(user).unwrap_or(&Stored::EMPTY);
+                let cut = self
+                    .cut_days(app, user, rows, &strategy, stored, since)
+                    .await?;
+                let computed = scorer.compute(
+                    user,
+                    cut.as_deref().unwrap_or(rows),
+                    stored.deleted_until,
+                    since,
+                );
+                writes.push(RowMutation::new(
+                    keys::profile(app, user),
+                    Self::profile_mutations(&computed, strategy.version, None)?,
+                ));
+                profiles.insert(user, computed);
+            }
+            self.store.mutate_all(PROFILES_TABLE, writes).await?;
+            let again = self
+                .read_users(AGGREGATES_TABLE, app, &pending, keys_only.clone())
+                .await?;
+            pending.retain(|u| print(days.get(u)) != print(again.get(u)));
         }
-        Ok(profile)
+        Ok(users.iter().filter_map(|u| profiles.remove(u)).collect())
     }
 
     /// A user's profile: as stored if it was computed with the current strategy, else
@@ -314,8 +397,8 @@ impl Profiles {
             cut.push(day_of(stored.deleted_until));
         }
         let day = |row: &Row| keys::day_of(&row.key);
-        // A day without an aggregate has no raw events either (aggregates are rebuilt after
-        // every raw write, and expire with their day's last event).
+        // A day without an aggregate has no raw events either (an event's deltas are written
+        // after its raw row, and expire with it).
         cut.retain(|d| rows.iter().any(|r| day(r) == Some(*d)));
         if cut.is_empty() {
             return Ok(None);

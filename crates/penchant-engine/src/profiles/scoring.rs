@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::Profile;
 use crate::aggregates;
 use crate::events::{self, qualifier};
+use crate::keys;
 use crate::strategy::Strategy;
 
 /// Values kept per facet.
@@ -36,21 +37,16 @@ fn weights(strategy: &Strategy) -> HashMap<Bytes, (u64, String)> {
     out
 }
 
-/// The filter reading what a strategy needs of a row: its qualifiers, and a marker cell without
-/// its value (every row has one: it gives the row's time even when no qualifier matches).
-fn strategy_filter(strategy: &Strategy, family: &str, marker: &'static [u8]) -> RowFilter {
+/// What a strategy needs of a user's raw events: its qualifiers, and a marker cell without its
+/// value (each event's `event` cell: it gives the row's time even when no qualifier matches).
+pub(super) fn read_filter(strategy: &Strategy) -> RowFilter {
     let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
-    let marker = RowFilter::column(family, marker).and(RowFilter::StripValue);
+    let marker = RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(RowFilter::StripValue);
     if qualifiers.is_empty() {
         marker
     } else {
         RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
     }
-}
-
-/// What a strategy needs of a user's raw events (marker: each event's `event` cell).
-pub(super) fn read_filter(strategy: &Strategy) -> RowFilter {
-    strategy_filter(strategy, events::FAMILY, events::EVENT_COLUMN)
 }
 
 /// The event time of a row, in ms (its cells carry it).
@@ -96,7 +92,10 @@ impl Scorer {
             }
             last_event_at = last_event_at.max(Some(ts));
             for cell in &row.cells {
-                let Some((weight, facet)) = weights.get(&cell.qualifier) else {
+                // A day's base, or one event's delta of it.
+                let qualifier =
+                    keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
+                let Some((weight, facet)) = weights.get(qualifier) else {
                     continue;
                 };
                 let Ok(Counts(counts)) = serde_json::from_slice::<Counts<'_>>(&cell.value) else {
@@ -189,9 +188,12 @@ impl<'de> Deserialize<'de> for Counts<'de> {
     }
 }
 
-/// What a strategy needs of aggregate rows (marker: each day's `_last` cell).
+/// What a strategy needs of aggregate rows: its qualifiers' bases and deltas, and the marker
+/// (each day's newest `_last` cell, without its value).
 pub(super) fn aggregate_filter(strategy: &Strategy) -> RowFilter {
-    strategy_filter(strategy, aggregates::FAMILY, aggregates::LAST)
+    let mut filters = aggregates::qualifiers_filter(weights(strategy).into_keys());
+    filters.push(aggregates::marker());
+    RowFilter::Interleave(filters)
 }
 
 #[cfg(test)]
