@@ -189,7 +189,7 @@ impl Aggregates {
                 ts,
                 s.event.timestamp.to_string(),
             ));
-            if xxhash_rust::xxh3::xxh3_64(&s.key) % FOLD_EVERY == 0 {
+            if xxhash_rust::xxh3::xxh3_64(&s.key).is_multiple_of(FOLD_EVERY) {
                 folds.push(day);
             }
         }

@@ -4,6 +4,7 @@
 //! distinct lookups (e.g. random API keys) cannot grow a node's memory.
 
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Clock;
@@ -17,6 +18,16 @@ pub struct TtlCache<K, V> {
     entries: quick_cache::sync::Cache<K, (i64, V)>,
     ttl: Duration,
     clock: Clock,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+/// How a cache has served: lookups answered, lookups missed (absent or expired), entries now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub entries: u64,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
@@ -25,6 +36,17 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
             entries: quick_cache::sync::Cache::new(capacity.max(1)),
             ttl,
             clock,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// How the cache has served so far.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            entries: self.entries.len() as u64,
         }
     }
 
@@ -33,9 +55,17 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     where
         Q: Hash + quick_cache::Equivalent<K> + ?Sized,
     {
-        let (at, value) = self.entries.get(key)?;
-        let age = self.clock.now_micros().saturating_sub(at);
-        (age >= 0 && (age as u128) < self.ttl.as_micros()).then_some(value)
+        let fresh = self.entries.get(key).and_then(|(at, value)| {
+            let age = self.clock.now_micros().saturating_sub(at);
+            (age >= 0 && (age as u128) < self.ttl.as_micros()).then_some(value)
+        });
+        let counter = if fresh.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        fresh
     }
 
     pub fn insert(&self, key: K, value: V) {
@@ -71,6 +101,14 @@ mod tests {
         assert_eq!(cache.get("a"), Some(1));
         clock.advance(Duration::from_millis(1));
         assert_eq!(cache.get("a"), None, "expired at the TTL");
+        assert_eq!(
+            cache.stats(),
+            CacheStats {
+                hits: 2,
+                misses: 1,
+                entries: 1
+            }
+        );
         for i in 0..10_000 {
             cache.insert(i.to_string(), i);
         }

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -110,6 +111,9 @@ pub struct Jobs {
     supervisor: Arc<Supervisor>,
     /// Apps whose job runs on this node.
     running: Mutex<HashSet<String>>,
+    /// Users and raw events this node's jobs recomputed since it started.
+    recomputed_users: AtomicU64,
+    recomputed_events: AtomicU64,
 }
 
 /// Why a job stopped before its end.
@@ -122,6 +126,23 @@ enum Stop {
 }
 
 impl Jobs {
+    /// Jobs running on this node, and the users and events they recomputed since it started.
+    pub fn progress(&self) -> (u64, u64, u64) {
+        (
+            self.running.lock().len() as u64,
+            self.recomputed_users.load(Ordering::Relaxed),
+            self.recomputed_events.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Count a range's progress from `before` to `now`.
+    fn count(&self, before: &RecomputeStats, now: &RecomputeStats) {
+        let users = (now.users + now.skipped).saturating_sub(before.users + before.skipped);
+        self.recomputed_users.fetch_add(users, Ordering::Relaxed);
+        let events = now.events.saturating_sub(before.events);
+        self.recomputed_events.fetch_add(events, Ordering::Relaxed);
+    }
+
     pub fn new(
         store: Arc<dyn Store>,
         profiles: Profiles,
@@ -140,6 +161,8 @@ impl Jobs {
             leases,
             supervisor,
             running: Mutex::new(HashSet::new()),
+            recomputed_users: AtomicU64::new(0),
+            recomputed_events: AtomicU64::new(0),
         }
     }
 
@@ -401,9 +424,12 @@ impl Jobs {
                     let s = shared.lock();
                     (s.ranges[i].range.clone(), s.ranges[i].stats.clone())
                 };
+                let mut counted = RecomputeStats::default();
                 let result = jobs
                     .profiles
                     .recompute_range(app, strategy, Source::Aggregates, &range, |user, stats| {
+                        jobs.count(&counted, stats);
+                        counted = stats.clone();
                         let mut s = shared.lock();
                         let r = &mut s.ranges[i];
                         r.range.after = Some(user.to_owned());

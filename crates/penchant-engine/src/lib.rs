@@ -123,6 +123,21 @@ pub(crate) async fn concurrently<T>(
         .await
 }
 
+/// What `/metrics` reports of the engine, read at each scrape.
+#[derive(Debug, Clone, Default)]
+pub struct EngineStats {
+    /// Each of the node's caches, by name, and how it served.
+    pub caches: Vec<(&'static str, cache::CacheStats)>,
+    /// Recompute jobs running on this node.
+    pub jobs_running: u64,
+    /// Users (recomputed or skipped as fresh) and raw events this node's jobs went through
+    /// since it started.
+    pub recomputed_users: u64,
+    pub recomputed_events: u64,
+    /// The store backend's own gauges.
+    pub store: Vec<penchant_store::Gauge>,
+}
+
 /// The engine: one per process, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -244,6 +259,24 @@ impl Engine {
             }
         });
         Ok(())
+    }
+
+    /// The engine's counters and gauges now (for `/metrics`).
+    pub fn stats(&self) -> EngineStats {
+        let mut caches = vec![
+            ("strategies", self.strategies.cache_stats()),
+            ("seen_settings", self.seen.cache_stats()),
+            ("set_descriptions", self.sets.cache_stats()),
+        ];
+        caches.extend(self.tenancy.cache_stats());
+        let (jobs_running, recomputed_users, recomputed_events) = self.jobs.progress();
+        EngineStats {
+            caches,
+            jobs_running,
+            recomputed_users,
+            recomputed_events,
+            store: self.store.gauges(),
+        }
     }
 
     /// Finish the work of event batches that stopped half-way more than `age` ago (a crash

@@ -168,6 +168,11 @@ pub struct Seen {
 }
 
 impl Seen {
+    /// How the settings cache has served.
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.settings.stats()
+    }
+
     /// Seen filters over `store`; a node trusts its copy of an app's settings for `ttl`.
     pub fn new(store: Arc<dyn Store>, ttl: Duration, clock: Clock) -> Self {
         Self {

@@ -145,6 +145,11 @@ pub struct Strategies {
 }
 
 impl Strategies {
+    /// How the strategy cache has served.
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.cache.stats()
+    }
+
     pub fn new(store: Arc<dyn Store>, ttl: Duration, clock: Clock) -> Self {
         Self {
             store,

@@ -150,6 +150,14 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
 }
 
 impl Tenancy {
+    /// How the API key and retention caches have served.
+    pub fn cache_stats(&self) -> [(&'static str, crate::cache::CacheStats); 2] {
+        [
+            ("api_keys", self.cache.stats()),
+            ("retention", self.retention.stats()),
+        ]
+    }
+
     pub fn new(store: Arc<dyn Store>, config: &TenancyConfig, clock: Clock) -> Self {
         Self {
             store,

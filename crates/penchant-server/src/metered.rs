@@ -169,6 +169,9 @@ impl Store for MeteredStore {
     async fn flush(&self) -> Result<()> {
         self.timed("flush", self.inner.flush()).await
     }
+    fn gauges(&self) -> Vec<penchant_store::Gauge> {
+        self.inner.gauges()
+    }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
         let view = self.inner.workload_view(workload)?;
         Some(Arc::new(MeteredStore::new(
@@ -209,7 +212,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(rows.len(), 1);
-        let text = metrics.encode().unwrap();
+        let text = metrics.encode(Default::default()).unwrap();
         for line in [
             r#"penchant_store_operation_duration_seconds_count{backend="memory",op="mutate_row"} 2"#,
             r#"penchant_store_operation_duration_seconds_count{backend="memory",op="read_rows"} 1"#,

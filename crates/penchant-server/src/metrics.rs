@@ -1,9 +1,12 @@
 //! `GET /metrics`: the server's metrics in Prometheus' text format (OpenMetrics), with the
 //! `prometheus-client` crate. Per route (its template, e.g. `/1/profiles/personalization/{user_token}`,
 //! so that user tokens never become label values): request counts by status and latency
-//! histograms; events ingested and rejected.
+//! histograms; events ingested and rejected; store operations (timed by
+//! [`crate::metered::MeteredStore`]); and, read from the engine at each scrape, its caches' hits
+//! and misses, its jobs' progress and the store backend's own gauges (RocksDB's memtables,
+//! pending compactions, block cache).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::Router;
@@ -12,7 +15,10 @@ use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use prometheus_client::encoding::EncodeLabelSet;
+use penchant_engine::EngineStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -45,6 +51,79 @@ struct StoreOp {
     op: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheName {
+    cache: &'static str,
+}
+
+/// The engine's figures, as of the scrape being answered: a collector encodes them.
+#[derive(Debug, Default)]
+struct EngineFigures(Arc<Mutex<EngineStats>>);
+
+impl Collector for EngineFigures {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let stats = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let per_cache = [
+            (
+                "cache_hits",
+                "lookups a node cache answered",
+                MetricType::Counter,
+            ),
+            (
+                "cache_misses",
+                "lookups a node cache missed (absent or expired)",
+                MetricType::Counter,
+            ),
+            (
+                "cache_entries",
+                "entries a node cache holds",
+                MetricType::Gauge,
+            ),
+        ];
+        for (i, (name, help, kind)) in per_cache.into_iter().enumerate() {
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (cache, s) in &stats.caches {
+                let labels = CacheName { cache };
+                let value = [s.hits, s.misses, s.entries][i];
+                let metric = family.encode_family(&labels)?;
+                match kind {
+                    MetricType::Counter => ConstCounter::new(value).encode(metric)?,
+                    _ => ConstGauge::new(value as i64).encode(metric)?,
+                }
+            }
+        }
+        let counters = [
+            (
+                "recomputed_users",
+                "users the node's recompute jobs went through",
+                stats.recomputed_users,
+            ),
+            (
+                "recomputed_events",
+                "raw events the node's recompute jobs counted",
+                stats.recomputed_events,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(value).encode(metric)?;
+        }
+        let gauges = std::iter::once((
+            "jobs_running",
+            "recompute jobs running on the node",
+            stats.jobs_running as f64,
+        ))
+        .chain(stats.store.iter().map(|g| (g.name, g.help, g.value)));
+        for (name, help, value) in gauges {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
 type Latencies = Family<Route, Histogram, fn() -> Histogram>;
 
 /// Latency buckets: 50 µs to about 1.6 s, doubling.
@@ -62,6 +141,7 @@ pub struct Metrics {
     events_rejected: Family<Status, Counter>,
     store_latency: Family<StoreOp, Histogram, fn() -> Histogram>,
     store_errors: Family<StoreOp, Counter>,
+    engine: Arc<Mutex<EngineStats>>,
 }
 
 impl Default for Metrics {
@@ -105,7 +185,11 @@ impl Default for Metrics {
             "Store operations that failed, by backend and operation",
             store_errors.clone(),
         );
+        let engine = EngineFigures::default();
+        let figures = engine.0.clone();
+        registry.register_collector(Box::new(engine));
         Self {
+            engine: figures,
             registry,
             requests,
             latency,
@@ -137,8 +221,9 @@ impl Metrics {
         }
     }
 
-    /// The metrics in Prometheus' text format.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// The metrics in Prometheus' text format, with the engine's figures as they are now.
+    pub fn encode(&self, engine: EngineStats) -> Result<String, std::fmt::Error> {
+        *self.engine.lock().unwrap_or_else(|e| e.into_inner()) = engine;
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
@@ -177,7 +262,10 @@ pub fn routes() -> Router<AppState> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let text = state.metrics.encode().map_err(ApiError::internal)?;
+    let text = state
+        .metrics
+        .encode(state.engine.stats())
+        .map_err(ApiError::internal)?;
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(CONTENT_TYPE, content_type)], text).into_response())
 }

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use penchant_store::{
-    FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows, Result, Row,
+    FamilyChange, Gauge, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows, Result, Row,
     RowFilter, RowMutation, RowStream, Store, StoreError, TableSchema,
 };
 use rocksdb::{
@@ -298,5 +298,54 @@ impl Store for RocksStore {
 
     async fn flush(&self) -> Result<()> {
         write::flush(self).await
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        const PROPERTIES: [(&str, &str, &str); 6] = [
+            (
+                "rocksdb_memtable_bytes",
+                "bytes in RocksDB's memtables",
+                "rocksdb.cur-size-all-mem-tables",
+            ),
+            (
+                "rocksdb_pending_compaction_bytes",
+                "bytes RocksDB estimates its compactions must rewrite",
+                "rocksdb.estimate-pending-compaction-bytes",
+            ),
+            (
+                "rocksdb_running_compactions",
+                "compactions running",
+                "rocksdb.num-running-compactions",
+            ),
+            (
+                "rocksdb_block_cache_bytes",
+                "bytes in the block cache",
+                "rocksdb.block-cache-usage",
+            ),
+            (
+                "rocksdb_sst_bytes",
+                "bytes of SST files",
+                "rocksdb.total-sst-files-size",
+            ),
+            (
+                "rocksdb_live_data_bytes",
+                "bytes of live data RocksDB estimates",
+                "rocksdb.estimate-live-data-size",
+            ),
+        ];
+        let Ok(cf) = self.inner.data_cf() else {
+            return Vec::new();
+        };
+        PROPERTIES
+            .iter()
+            .filter_map(|&(name, help, property)| {
+                let value = self.inner.db.property_int_value_cf(cf, property).ok()??;
+                Some(Gauge {
+                    name,
+                    help,
+                    value: value as f64,
+                })
+            })
+            .collect()
     }
 }

@@ -107,6 +107,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Make every acknowledged write durable and persist buffered state (called on shutdown).
     async fn flush(&self) -> Result<()>;
 
+    /// The backend's own gauges worth watching (e.g. RocksDB's memtables, pending compactions,
+    /// block cache), read when `/metrics` is scraped. None by default.
+    fn gauges(&self) -> Vec<Gauge> {
+        Vec::new()
+    }
+
     /// This store as another kind of traffic sees it. Backends that isolate workloads (Bigtable,
     /// with one app profile for serving and one for batch jobs) return a view whose calls are
     /// routed apart; others return `None`: one store serves all. See [`for_workload`].
@@ -197,6 +203,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
 /// Row mutations [`Store::mutate_all`] sends at once.
 const MUTATE_BATCH: usize = 1000;
+
+/// A backend's gauge: a Prometheus-style name (`rocksdb_memtable_bytes`), what it measures, its
+/// value now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gauge {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub value: f64,
+}
 
 /// The kind of traffic a call belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

@@ -281,6 +281,11 @@ impl quick_cache::Weighter<(Bytes, u64), Cached> for PartitionWeight {
 }
 
 impl Sets {
+    /// How the set description cache has served.
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.descriptions.stats()
+    }
+
     /// Sets over `store`, caching partitions up to `cache_bytes` for `ttl` (how long this node
     /// may miss another node's adds).
     pub fn new(store: Arc<dyn Store>, cache_bytes: u64, ttl: Duration, clock: Clock) -> Self {

@@ -58,4 +58,22 @@ async fn metrics_count_requests_by_route_template_and_events() {
         assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
     }
     assert!(!text.contains("secret-user"), "user tokens are not labels");
+    let value = |series: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(series));
+        let line = line.unwrap_or_else(|| panic!("missing {series}:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    // The engine's figures, read at the scrape: one API key lookup per authenticated call (this
+    // server caches nothing: its TTLs are 0).
+    let lookups = value(r#"penchant_cache_hits_total{cache="api_keys"}"#)
+        + value(r#"penchant_cache_misses_total{cache="api_keys"}"#);
+    assert_eq!(lookups, 4.0);
+    assert!(value(r#"penchant_cache_entries{cache="strategies"}"#) >= 0.0);
+    assert_eq!(value("penchant_jobs_running "), 0.0);
+    assert_eq!(value("penchant_recomputed_users_total "), 0.0);
+    assert_eq!(
+        text.lines().last(),
+        Some("# EOF"),
+        "one OpenMetrics document"
+    );
 }
