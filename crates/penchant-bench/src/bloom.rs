@@ -12,19 +12,17 @@
 use std::collections::HashSet;
 use std::f64::consts::LN_2;
 use std::hint::black_box;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use penchant_bloom::{BloomFilter, key_hash};
 use penchant_store::Store;
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::{Rng, SeedableRng};
 
+use crate::redis::{Persistence, RedisServer, Reply, Resp, encode_command, find_on_path};
 use crate::{InProcess, rate};
 
 const ROUNDS: usize = 3;
@@ -217,7 +215,9 @@ fn seen_table(args: &BloomBenchArgs) -> anyhow::Result<()> {
     let (inproc, http, redis) = runtime.block_on(async {
         // Set up each side once; failures on one side leave the others' rows.
         let http = PenchantHttp::start(dir.path()).await;
-        let redis = redis_path.as_deref().map(RedisServer::start);
+        let redis = redis_path
+            .as_deref()
+            .map(|path| RedisServer::start(path, Persistence::None, None));
         let mut redis = redis.map(|r| r.and_then(|server| Ok((server.connect()?, server))));
 
         let (mut inproc, mut http_row, mut redis_row) = (None, None, None);
@@ -455,15 +455,15 @@ fn redis_round(conn: &mut Resp, work: &Workload, k: u32, key: &str) -> anyhow::R
             commands += 1;
         }
     }
-    conn.pipeline(&buf, commands)?;
+    conn.pipeline(&buf, commands, |reply| match reply {
+        Reply::Integer(0 | 1) => Ok(()),
+        other => bail!("SETBIT: unexpected reply {other:?}"),
+    })?;
     let add_ms = ms(start);
 
     // Check: GET the whole filter, test each candidate's k bits here.
     let start = Instant::now();
-    let mut buf = Vec::new();
-    encode_command(&mut buf, &[b"GET", key.as_bytes()]);
-    conn.stream.write_all(&buf)?;
-    let filter = match conn.read_reply()? {
+    let filter = match conn.command(&[b"GET", key.as_bytes()])? {
         Reply::Bulk(Some(bytes)) => bytes,
         other => bail!("GET {key}: unexpected reply {other:?}"),
     };
@@ -484,171 +484,4 @@ fn redis_round(conn: &mut Resp, work: &Workload, k: u32, key: &str) -> anyhow::R
         check_ms,
         unseen: unseen.len(),
     })
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-}
-
-/// A `redis-server` child on a free loopback port, without persistence; killed on drop.
-#[derive(Debug)]
-struct RedisServer {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start(path: &Path) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        // A free port: bind port 0, note the port, let it go for redis-server.
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(path)
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .arg("--logfile")
-            .arg(dir.path().join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot start {}", path.display()))?;
-        let mut server = Self { child, port, dir };
-        // Wait until it answers PING.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = server.child.try_wait()? {
-                bail!(
-                    "{} exited ({status}) before answering PING: {}",
-                    path.display(),
-                    server.log_tail()
-                );
-            }
-            let ping = server.connect().and_then(|mut conn| {
-                conn.stream.write_all(b"*1\r\n$4\r\nPING\r\n")?;
-                conn.read_reply()
-            });
-            match ping {
-                Ok(Reply::Simple(s)) if s == "PONG" => return Ok(server),
-                _ if Instant::now() > deadline => bail!(
-                    "{} did not answer PING on port {port} within 10 s: {}",
-                    path.display(),
-                    server.log_tail()
-                ),
-                _ => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
-
-    fn connect(&self) -> anyhow::Result<Resp> {
-        let stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_nodelay(true)?;
-        let reader = BufReader::with_capacity(1 << 16, stream.try_clone()?);
-        Ok(Resp { stream, reader })
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        if lines.is_empty() {
-            return "(nothing in its log)".into();
-        }
-        lines[lines.len().saturating_sub(5)..].join(" / ")
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A RESP2 reply (errors are returned as `Err`; no command here answers an array).
-#[derive(Debug)]
-enum Reply {
-    Simple(String),
-    Integer(i64),
-    Bulk(Option<Vec<u8>>),
-}
-
-/// A tiny RESP client: pipelined commands written, replies read.
-#[derive(Debug)]
-struct Resp {
-    stream: TcpStream,
-    reader: BufReader<TcpStream>,
-}
-
-fn encode_command(buf: &mut Vec<u8>, args: &[&[u8]]) {
-    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        buf.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        buf.extend_from_slice(arg);
-        buf.extend_from_slice(b"\r\n");
-    }
-}
-
-impl Resp {
-    /// Write `commands` SETBITs already encoded in `buf` (from another thread, so that neither
-    /// side blocks on a full socket buffer) while reading their replies (the old bits).
-    fn pipeline(&mut self, buf: &[u8], commands: usize) -> anyhow::Result<()> {
-        let mut writer = self.stream.try_clone()?;
-        std::thread::scope(|scope| {
-            let written = scope.spawn(move || writer.write_all(buf));
-            let mut read = || -> anyhow::Result<()> {
-                for _ in 0..commands {
-                    match self.read_reply()? {
-                        Reply::Integer(0 | 1) => {}
-                        other => bail!("SETBIT: unexpected reply {other:?}"),
-                    }
-                }
-                Ok(())
-            };
-            let read = read();
-            written.join().expect("writer thread panicked")?;
-            read
-        })
-    }
-
-    fn read_line(&mut self) -> anyhow::Result<String> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            bail!("redis-server closed the connection");
-        }
-        let line = line
-            .strip_suffix("\r\n")
-            .context("RESP line without CRLF")?;
-        Ok(line.to_owned())
-    }
-
-    fn read_reply(&mut self) -> anyhow::Result<Reply> {
-        let line = self.read_line()?;
-        let (kind, rest) = line.split_at_checked(1).context("empty RESP line")?;
-        Ok(match kind {
-            "+" => Reply::Simple(rest.to_owned()),
-            "-" => bail!("redis: {rest}"),
-            ":" => Reply::Integer(rest.parse()?),
-            "$" => {
-                let len: i64 = rest.parse()?;
-                if len < 0 {
-                    Reply::Bulk(None)
-                } else {
-                    let mut data = vec![0; len as usize + 2];
-                    self.reader.read_exact(&mut data)?;
-                    anyhow::ensure!(data.ends_with(b"\r\n"), "bulk string without CRLF");
-                    data.truncate(len as usize);
-                    Reply::Bulk(Some(data))
-                }
-            }
-            _ => bail!("unexpected RESP reply: {line}"),
-        })
-    }
 }

@@ -7,10 +7,15 @@
 //!   emulator it starts.
 //! - [`bloom`]: Bloom filter lookups, single and batched, beside the `fastbloom` crate; then one
 //!   user's seen filter checked three ways: in process, over Penchant's HTTP API, and the seed's
-//!   Redis approach against a `redis-server` child (a minimal RESP client here).
+//!   Redis approach against a `redis-server` child.
 //! - [`personalization`]: MovieLens 100k as Insights events over HTTP: ingestion,
 //!   event-to-profile latency, full recompute from raw events and from per-day aggregates,
 //!   beside a plain scan of the same events.
+//! - [`ingest`]: a shop's traffic over HTTP (many light users, a few heavy ones): ingestion,
+//!   event-to-profile latency under load, a heavy user's push latency by history, profile
+//!   reads, bytes per user; beside Redis doing the same with its AOF fsynced.
+//!
+//! [`redis`] holds the Redis references' `redis-server` launcher and minimal RESP client.
 //!
 //! The HTTP workloads run Penchant in this process ([`InProcess`]: the engine on the suite's
 //! store behind the server's real router, on a loopback port). The benchmarks live in this crate
@@ -20,7 +25,9 @@
 //! when it lies next to the `penchant` executable.
 
 pub mod bloom;
+pub mod ingest;
 pub mod personalization;
+mod redis;
 pub mod store;
 
 /// A benchmark suite and its flags: `penchant-bench <suite> [flags]`.
@@ -33,6 +40,9 @@ pub enum Suite {
     /// Personalization on MovieLens 100k: ingestion over HTTP, event-to-profile latency, full
     /// recompute.
     Personalization(personalization::PersonalizationBenchArgs),
+    /// A shop's traffic: many light users and a few heavy ones, ingestion, event-to-profile
+    /// latency, profile reads, bytes per user, each beside Redis with an fsynced AOF.
+    Ingest(ingest::IngestBenchArgs),
 }
 
 impl Suite {
@@ -42,6 +52,7 @@ impl Suite {
             Suite::Store(args) => store::run(args),
             Suite::Bloom(args) => bloom::run(args),
             Suite::Personalization(args) => personalization::run(args),
+            Suite::Ingest(args) => ingest::run(args),
         }
     }
 }
@@ -83,6 +94,22 @@ impl InProcess {
             base,
             key,
         })
+    }
+
+    /// GET a path with the app's admin key; the body, or an error with the server's status and
+    /// message.
+    pub async fn get(&self, path: &str) -> anyhow::Result<bytes::Bytes> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("X-Algolia-Application-Id", &self.app)
+            .header("X-Algolia-API-Key", &self.key)
+            .send()
+            .await?;
+        if !resp.status().is_success() {
+            bail!("GET {path}: {} {}", resp.status(), resp.text().await?);
+        }
+        Ok(resp.bytes().await?)
     }
 
     /// POST a JSON body; the JSON answer, or an error with the server's status and message.

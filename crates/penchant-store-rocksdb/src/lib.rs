@@ -22,7 +22,9 @@ mod write;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -84,6 +86,11 @@ struct Inner {
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
     sync_writes: bool,
+    /// Per lock stripe: the hash of the last row that deleted cells (high 32 bits) and how
+    /// many it deleted in a row (low 32 bits) — see [`Inner::count_deletes`].
+    deletes: Box<[AtomicU64]>,
+    /// Row ranges to compact, for the tombstone compactor thread.
+    compactions: SyncSender<(Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -93,6 +100,23 @@ impl std::fmt::Debug for Inner {
             .field("sync_writes", &self.sync_writes)
             .finish_non_exhaustive()
     }
+}
+
+/// The thread compacting the rows that deleted many cells (their tombstones, which every read
+/// of the row skips one by one, go at the bottom level); it ends with the store.
+fn spawn_compactor(inner: Weak<Inner>, requests: Receiver<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("rocksdb-tombstones".into())
+        .spawn(move || {
+            while let Ok((start, end)) = requests.recv() {
+                let Some(inner) = inner.upgrade() else { break };
+                if let Ok(cf) = inner.data_cf() {
+                    inner.db.compact_range_cf(cf, Some(&start), Some(&end));
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| StoreError::Backend(format!("cannot start the compactor thread: {e}")))
 }
 
 fn backend(e: rocksdb::Error) -> StoreError {
@@ -145,17 +169,21 @@ impl RocksStore {
         admin::load_catalog(&db, &catalog)?;
 
         let stripes = (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect();
-        Ok(Self {
-            inner: Arc::new(Inner {
-                db,
-                path,
-                catalog,
-                admin: Mutex::new(()),
-                stripes,
-                hasher: Default::default(),
-                sync_writes: options.sync_writes,
-            }),
-        })
+        let deletes = (0..LOCK_STRIPES).map(|_| AtomicU64::new(0)).collect();
+        let (compactions, requests) = std::sync::mpsc::sync_channel(1);
+        let inner = Arc::new(Inner {
+            db,
+            path,
+            catalog,
+            admin: Mutex::new(()),
+            stripes,
+            hasher: Default::default(),
+            sync_writes: options.sync_writes,
+            deletes,
+            compactions,
+        });
+        spawn_compactor(Arc::downgrade(&inner), requests)?;
+        Ok(Self { inner })
     }
 
     /// Where the store lives on disk.
@@ -301,11 +329,16 @@ impl Store for RocksStore {
     }
 
     fn gauges(&self) -> Vec<Gauge> {
-        const PROPERTIES: [(&str, &str, &str); 6] = [
+        const PROPERTIES: [(&str, &str, &str); 7] = [
             (
                 "rocksdb_memtable_bytes",
                 "bytes in RocksDB's memtables",
                 "rocksdb.cur-size-all-mem-tables",
+            ),
+            (
+                "rocksdb_memtable_deletes",
+                "cell deletions (tombstones) in the active memtable",
+                "rocksdb.num-deletes-active-mem-table",
             ),
             (
                 "rocksdb_pending_compaction_bytes",

@@ -3,6 +3,7 @@
 //! check-and-mutate, read-modify-write, flush).
 
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use parking_lot::MutexGuard;
@@ -18,6 +19,11 @@ use crate::schema::Table;
 use crate::{Inner, RocksStore, backend, keys};
 
 pub(crate) const LOCK_STRIPES: usize = 4096;
+/// Cells a row deletes in a row before its range is compacted ([`Inner::count_deletes`]).
+const TOMBSTONES: u64 = 8192;
+/// A deletion of more stored cells than this writes one range tombstone instead of one point
+/// delete per cell.
+const POINT_DELETES: usize = 1024;
 
 impl Inner {
     fn write_opts(&self) -> WriteOptions {
@@ -61,6 +67,13 @@ impl Inner {
         now: i64,
     ) -> Result<()> {
         let ops = self.encode_row(table, row, mutations, now)?;
+        let deletes = ops
+            .iter()
+            .filter(|op| matches!(op, BatchOp::Delete(_)))
+            .count();
+        if deletes > 0 {
+            self.count_deletes(table.meta.id, row, deletes as u64);
+        }
         let cf = self.data_cf()?;
         for op in ops {
             match op {
@@ -69,6 +82,60 @@ impl Inner {
                 BatchOp::DeleteRange(from, to) => batch.delete_range_cf(cf, from, to),
             }
         }
+        Ok(())
+    }
+
+    /// Count the cells a row deletes (the caller holds its lock). A row that deletes more than
+    /// [`TOMBSTONES`] cells with no other row of its stripe deleting in between (a heavy user's
+    /// aggregate or profile, rewritten at every event) has its range compacted in the
+    /// background: each deleted cell is a tombstone that every read of the row steps over until
+    /// a compaction reaches the bottom level, so without this the row's reads would slow down
+    /// with its history.
+    fn count_deletes(&self, table: u32, row: &[u8], n: u64) {
+        let stripe = self.stripe(table, row);
+        let hash = self.hasher.hash_one(row) >> 32;
+        let slot = &self.deletes[stripe];
+        let packed = slot.load(Ordering::Relaxed);
+        let count = if packed >> 32 == hash {
+            (packed & u64::from(u32::MAX)) + n
+        } else {
+            n
+        };
+        if count >= TOMBSTONES {
+            slot.store(hash << 32, Ordering::Relaxed);
+            let range = (keys::row_start(table, row), keys::row_end(table, row));
+            // Busy with another row: this one asks again after as many deletes.
+            let _ = self.compactions.try_send(range);
+        } else {
+            slot.store(
+                hash << 32 | count.min(u64::from(u32::MAX)),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Delete the cells in `[lo, hi)` of one row (the caller holds its lock): those the batch
+    /// puts before, and those stored — by point deletes when they are few, else by one range
+    /// tombstone. Point deletes, because a read must fragment every range tombstone of a
+    /// memtable when it opens an iterator: rows folded often (aggregates, seen filters, profiles)
+    /// would make every read slower until a flush.
+    fn delete_range(&self, ops: &mut Vec<BatchOp>, lo: Vec<u8>, hi: Vec<u8>) -> Result<()> {
+        ops.retain(|op| !matches!(op, BatchOp::Put(k, _) if *k >= lo && *k < hi));
+        let mut it = self
+            .db
+            .raw_iterator_cf_opt(self.data_cf()?, read_options(hi.clone(), true));
+        it.seek(&lo);
+        let mut stored = Vec::new();
+        while let Some(k) = it.key() {
+            if stored.len() == POINT_DELETES {
+                ops.push(BatchOp::DeleteRange(lo, hi));
+                return Ok(());
+            }
+            stored.push(BatchOp::Delete(k.to_vec()));
+            it.next();
+        }
+        it.status().map_err(backend)?;
+        ops.extend(stored);
         Ok(())
     }
 
@@ -120,18 +187,15 @@ impl Inner {
                         Some(start) if start > 0 => at(start - 1),
                         _ => prefix_successor(&col).unwrap_or_default(),
                     };
-                    ops.push(BatchOp::DeleteRange(lo, hi));
+                    self.delete_range(&mut ops, lo, hi)?;
                 }
                 Mutation::DeleteFromFamily { family } => {
                     let start = keys::family_start(&rs, family_id(family)?);
                     let end = prefix_successor(&start).unwrap_or_default();
-                    ops.push(BatchOp::DeleteRange(start, end));
+                    self.delete_range(&mut ops, start, end)?;
                 }
                 Mutation::DeleteFromRow => {
-                    ops.push(BatchOp::DeleteRange(
-                        rs.clone(),
-                        keys::row_end(table.meta.id, row),
-                    ));
+                    self.delete_range(&mut ops, rs.clone(), keys::row_end(table.meta.id, row))?;
                 }
             }
         }

@@ -217,3 +217,54 @@ async fn split_points_come_from_sst_files() {
     }
     assert_eq!(total, rows);
 }
+
+/// The active memtable's tombstones, as the store reports them.
+fn memtable_deletes(store: &RocksStore) -> f64 {
+    let gauges = store.gauges();
+    let gauge = gauges.iter().find(|g| g.name == "rocksdb_memtable_deletes");
+    gauge.expect("the gauge").value
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_deletes_many_cells_is_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // One version kept: every write of the cell deletes the previous one.
+    store
+        .create_table("t", [("f".into(), GcRule::MaxVersions(1))].into())
+        .await
+        .unwrap();
+    let rewrite = |row: String, ts: i64| {
+        let store = store.clone();
+        async move {
+            let cell = Mutation::set("f", "q", ts * 1000, "v");
+            store
+                .mutate_row("t", Bytes::from(row), vec![cell])
+                .await
+                .unwrap();
+        }
+    };
+    // Many rows deleting a little each: their tombstones stay in the memtable.
+    for i in 0..4000 {
+        rewrite(format!("light-{i}"), 1).await;
+        rewrite(format!("light-{i}"), 2).await;
+    }
+    assert_eq!(memtable_deletes(&store), 4000.0);
+    // One row deleting a cell at each write: past 8192, its range is compacted (the memtable
+    // flushed first), so that its reads stop stepping over its tombstones.
+    for ts in 1..=9000 {
+        rewrite("heavy".into(), ts).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while memtable_deletes(&store) >= 4000.0 {
+        assert!(std::time::Instant::now() < deadline, "never compacted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let row = store
+        .read_row("t", Bytes::from("heavy"), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.cells.len(), 1);
+    assert_eq!(row.cells[0].timestamp, 9_000_000);
+}

@@ -1,0 +1,1001 @@
+//! `penchant bench ingest`: a shop's traffic shape through a real HTTP server on the embedded
+//! store (issue 11): many users with a handful of events each, and a few heavy users (or bots)
+//! with tens of thousands a day.
+//!
+//! A synthetic catalog of 10,000 items in index `products`, each with a `brand` (200 values), a
+//! `category` (50) and a `color` (12); a strategy weighing views (10) and conversions (50) on
+//! the three facets. Each user gets a view and a conversion of random items, timestamps spread
+//! over the last 3 days, all shuffled. The suite measures, each beside a reference run in the
+//! same process (a `redis-server` child where one is found, `--redis-server`):
+//!
+//! 1. ingestion of every light user's events in batches of 1000 from `--clients` concurrent
+//!    HTTP clients; the reference is Redis doing the equivalent durable work (AOF fsynced on
+//!    every write): per batch, one pipeline of `HINCRBY profile:{user} {facet}:{value}
+//!    {weight}` per (event, facet) and an `RPUSH events:{user} <event JSON>` per event, from as
+//!    many connections;
+//! 2. the latency from an event to its profile while (1) runs: one more client pushes single
+//!    events for random users (the push is answered once the user's profile is refreshed);
+//! 3. a heavy user: one user preloaded with N events of today, then single events pushed for
+//!    them; the push's latency should not depend on N (the reference is N = 0);
+//! 4. profile reads (`GET /1/profiles/personalization/{user}`) from 8 and 32 keep-alive
+//!    connections, beside Redis `GET`s of a profile JSON of the same size;
+//! 5. what the users cost at rest: bytes on disk per user after a flush (beside the size of
+//!    Redis's AOF) and the process's resident memory (beside `redis-server`'s).
+//!
+//! Penchant's rows all run before Redis starts; the machine (CPU, cores), the scale and whether
+//! writes are fsynced head the table.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use hdrhistogram::Histogram;
+use penchant_store::Store;
+use penchant_store_rocksdb::{RocksOptions, RocksStore};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use serde::de::IgnoredAny;
+use serde_json::json;
+
+use crate::redis::{Persistence, RedisServer, Reply, encode_command, find_on_path};
+use crate::{InProcess, rate};
+
+/// How many users the light-user workload has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scale {
+    /// 50,000 users (100,000 events): a few minutes on a laptop.
+    Small,
+    /// 1,000,000 users (2,000,000 events): the shop of issue 11.
+    Large,
+}
+
+impl Scale {
+    fn name(self) -> &'static str {
+        match self {
+            Scale::Small => "small",
+            Scale::Large => "large",
+        }
+    }
+
+    fn users(self) -> usize {
+        match self {
+            Scale::Small => 50_000,
+            Scale::Large => 1_000_000,
+        }
+    }
+
+    /// The heavy user's histories measured (events of today before the timed pushes).
+    fn heavy_histories(self) -> &'static [usize] {
+        match self {
+            Scale::Small => &[0, 1_000, 10_000, 50_000],
+            Scale::Large => &[0, 1_000, 10_000, 100_000],
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IngestBenchArgs {
+    /// Users of the light-user workload: small 50,000, large 1,000,000.
+    #[arg(long, value_enum, default_value_t = Scale::Small)]
+    scale: Scale,
+    /// Concurrent clients sending batches (HTTP for Penchant, connections for Redis).
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Acknowledge writes without fsync (Redis keeps `appendfsync always` either way).
+    #[arg(long)]
+    no_sync: bool,
+    /// The `redis-server` binary for the references (default: `redis-server` on PATH;
+    /// `scripts/redis-server.sh` installs one and prints its path).
+    #[arg(long)]
+    redis_server: Option<PathBuf>,
+    /// Where the store's and Redis's temporary directories go (default: the system's
+    /// temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+const APP: &str = "BENCH";
+const INDEX: &str = "products";
+const ITEMS: usize = 10_000;
+/// The facets, and how many values each has.
+const FACETS: [(&str, usize); 3] = [("brand", 200), ("category", 50), ("color", 12)];
+/// Events per batch (the most `POST /1/events` takes).
+const BATCH: usize = 1000;
+const VIEW: (&str, &str, u32) = ("view", "Product Viewed", 10);
+const CONVERSION: (&str, &str, u32) = ("conversion", "Product Purchased", 50);
+/// Light users' events are spread over this many days before now.
+const HISTORY_DAYS: i64 = 3;
+const DAY_MS: i64 = 86_400_000;
+/// Timed single-event pushes per heavy-user history.
+const HEAVY_PUSHES: usize = 200;
+/// Concurrent connections of the profile-read measurements.
+const READ_CONNECTIONS: [usize; 2] = [8, 32];
+/// How long each profile-read measurement runs.
+const READ_FOR: Duration = Duration::from_secs(5);
+/// Profiles fetched up front for their size (Redis's values are these bodies).
+const PROFILE_SAMPLE: usize = 200;
+/// Users whose profile JSON Redis holds for its reads.
+const REDIS_PROFILES: usize = 50_000;
+
+// ---------------------------------------------------------------------------------------------
+// The workload.
+
+/// One catalog item: its objectID and its value of each of [`FACETS`].
+struct Item {
+    id: String,
+    facets: [String; 3],
+}
+
+/// One light user's event, compact: the JSON is built when its batch is sent.
+#[derive(Debug, Clone, Copy)]
+struct LightEvent {
+    user: u32,
+    item: u32,
+    conversion: bool,
+    timestamp: i64,
+}
+
+/// The catalog and every light user's events, shuffled.
+struct Workload {
+    items: Vec<Item>,
+    users: usize,
+    events: Vec<LightEvent>,
+}
+
+/// An Insights event as `POST /1/events` takes it (and as Redis's event log stores it).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InsightsEvent<'a> {
+    event_type: &'static str,
+    event_name: &'static str,
+    index: &'static str,
+    user_token: String,
+    #[serde(rename = "objectIDs")]
+    object_ids: [&'a str; 1],
+    timestamp: i64,
+}
+
+/// The body of `POST /1/events`.
+#[derive(Serialize)]
+struct Batch<'a> {
+    events: Vec<InsightsEvent<'a>>,
+}
+
+fn user_token(user: u32) -> String {
+    format!("user{user}")
+}
+
+/// The current time in Unix milliseconds.
+fn now_ms() -> i64 {
+    penchant_store::validate::now_micros() / 1000
+}
+
+impl Workload {
+    /// The catalog (random facet values) and two events per user (a view and a conversion of
+    /// random items), shuffled; seeded, so every run sends the same traffic.
+    fn generate(users: usize) -> Self {
+        let mut rng = StdRng::seed_from_u64(11);
+        let items = (0..ITEMS)
+            .map(|i| Item {
+                id: format!("item{i}"),
+                facets: FACETS
+                    .map(|(name, values)| format!("{name}{}", rng.random_range(0..values))),
+            })
+            .collect();
+        let now = now_ms();
+        let mut events: Vec<LightEvent> = (0..users as u32)
+            .flat_map(|user| [false, true].map(|conversion| (user, conversion)))
+            .map(|(user, conversion)| LightEvent {
+                user,
+                item: rng.random_range(0..ITEMS as u32),
+                conversion,
+                timestamp: now - rng.random_range(0..HISTORY_DAYS * DAY_MS),
+            })
+            .collect();
+        events.shuffle(&mut rng);
+        Self {
+            items,
+            users,
+            events,
+        }
+    }
+
+    fn batches(&self) -> usize {
+        self.events.len().div_ceil(BATCH)
+    }
+
+    /// Batch `i`'s events.
+    fn batch(&self, i: usize) -> &[LightEvent] {
+        let start = i * BATCH;
+        &self.events[start..(start + BATCH).min(self.events.len())]
+    }
+
+    fn insights(&self, e: &LightEvent) -> InsightsEvent<'_> {
+        insights_event(
+            user_token(e.user),
+            &self.items[e.item as usize],
+            e.conversion,
+            e.timestamp,
+        )
+    }
+
+    /// A random item (for the single pushes).
+    fn random_item(&self, rng: &mut impl Rng) -> &Item {
+        &self.items[rng.random_range(0..self.items.len())]
+    }
+}
+
+fn insights_event(
+    user_token: String,
+    item: &Item,
+    conversion: bool,
+    timestamp: i64,
+) -> InsightsEvent<'_> {
+    let (event_type, event_name, _) = if conversion { CONVERSION } else { VIEW };
+    InsightsEvent {
+        event_type,
+        event_name,
+        index: INDEX,
+        user_token,
+        object_ids: [&item.id],
+        timestamp,
+    }
+}
+
+/// The personalization strategy: views and conversions, on the three facets.
+fn strategy() -> serde_json::Value {
+    let event = |(event_type, event_name, score): (&str, &str, u32)| json!({"eventName": event_name, "eventType": event_type, "score": score});
+    json!({
+        "eventsScoring": [event(VIEW), event(CONVERSION)],
+        "facetsScoring": FACETS.map(|(name, _)| json!({"facetName": name, "score": 100})),
+        "personalizationImpact": 50,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements and the table.
+
+/// A rate and the latencies behind it (microseconds).
+struct Timed {
+    per_s: f64,
+    latency: Histogram<u64>,
+}
+
+/// A histogram for latencies in microseconds.
+fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is valid")
+}
+
+/// A latency quantile in milliseconds.
+fn ms(hist: &Histogram<u64>, q: f64) -> f64 {
+    hist.value_at_quantile(q) as f64 / 1e3
+}
+
+/// Penchant's figures.
+struct PenchantRows {
+    ingest: Timed,
+    /// Single-event pushes during the ingestion.
+    under_load: Histogram<u64>,
+    /// (history, push latencies).
+    heavy: Vec<(usize, Histogram<u64>)>,
+    /// (connections, reads).
+    reads: Vec<(usize, Timed)>,
+    disk: DiskUse,
+    rss_bytes: Option<u64>,
+    /// Sampled profile bodies (`GET /1/profiles/personalization/{user}`).
+    profiles: Vec<Vec<u8>>,
+}
+
+/// Bytes of a directory's files after a flush.
+struct DiskUse {
+    total: u64,
+    sst: u64,
+}
+
+/// Redis's figures.
+struct RedisRows {
+    ingest: f64,
+    aof_bytes: u64,
+    rss_bytes: Option<u64>,
+    reads: Vec<(usize, Timed)>,
+}
+
+pub fn run(args: IngestBenchArgs) -> anyhow::Result<()> {
+    let users = args.scale.users();
+    anyhow::ensure!(args.clients > 0, "--clients must be at least 1");
+    let redis_path = args
+        .redis_server
+        .clone()
+        .or_else(|| find_on_path("redis-server"));
+    let (cpu, cores) = cpu();
+    println!("penchant bench ingest: {cpu}, {cores} cores");
+    println!(
+        "scale {}: {} users x 2 events = {} events, {} items, {} clients, fsync {}",
+        args.scale.name(),
+        rate(users as f64),
+        rate(2.0 * users as f64),
+        rate(ITEMS as f64),
+        args.clients,
+        if args.no_sync { "off" } else { "on" },
+    );
+
+    let started = Instant::now();
+    let work = Arc::new(Workload::generate(users));
+    let dir = match &args.dir {
+        Some(parent) => tempfile::tempdir_in(parent)?,
+        None => tempfile::tempdir()?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let penchant = runtime.block_on(penchant_rows(&args, &work, dir.path()))?;
+    // The server, the store and their background work stop before Redis starts.
+    drop(runtime);
+    drop(dir);
+
+    let redis = redis_path.as_deref().map(|path| {
+        eprintln!("redis: {}", path.display());
+        redis_rows(path, &args, &work, &penchant.profiles)
+    });
+    print_table(&args, &work, &penchant, redis.as_ref());
+    eprintln!("done in {:.0} s", started.elapsed().as_secs_f64());
+    match redis {
+        Some(Err(e)) => Err(e.context("the Redis reference")),
+        _ => Ok(()),
+    }
+}
+
+/// The machine's CPU model and core count, from `/proc/cpuinfo`.
+fn cpu() -> (String, usize) {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+        .map_or("unknown CPU".to_owned(), |(_, m)| m.trim().to_owned());
+    let cores = info.lines().filter(|l| l.starts_with("processor")).count();
+    (model, cores)
+}
+
+/// A process's resident memory (`VmRSS` in `/proc/{pid}/status`), in bytes.
+fn rss_bytes(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    Some(
+        kb.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()?
+            * 1024,
+    )
+}
+
+/// The bytes of every file under `dir`, and of its SST files.
+fn disk_use(dir: &Path) -> anyhow::Result<DiskUse> {
+    let mut usage = DiskUse { total: 0, sst: 0 };
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            let sub = disk_use(&entry.path())?;
+            usage.total += sub.total;
+            usage.sst += sub.sst;
+        } else {
+            usage.total += meta.len();
+            if entry.path().extension().is_some_and(|e| e == "sst") {
+                usage.sst += meta.len();
+            }
+        }
+    }
+    Ok(usage)
+}
+
+fn print_table(
+    args: &IngestBenchArgs,
+    work: &Workload,
+    p: &PenchantRows,
+    redis: Option<&anyhow::Result<RedisRows>>,
+) {
+    let r = redis.and_then(|r| r.as_ref().ok());
+    println!(
+        "\n{:<58} {:>12} {:>12} {:>7}  unit (reference)",
+        "workload", "penchant", "reference", "ratio"
+    );
+    /// One line: Penchant's figure, the reference's and their ratio ("-" where none).
+    fn row(name: &str, value: String, reference: Option<String>, ratio: Option<f64>, unit: &str) {
+        println!(
+            "{name:<58} {value:>12} {:>12} {:>7}  {unit}",
+            reference.unwrap_or_else(|| "-".into()),
+            ratio.map_or("-".into(), |x| format!("{x:.2}")),
+        );
+    }
+    let latency = |x: f64| format!("{x:.3}");
+
+    // 1. Ingestion.
+    row(
+        &format!(
+            "1. ingest {} users x 2 events, batches of {BATCH}, {} clients",
+            rate(work.users as f64),
+            args.clients
+        ),
+        rate(p.ingest.per_s),
+        r.map(|r| rate(r.ingest)),
+        r.map(|r| p.ingest.per_s / r.ingest),
+        "events/s (Redis: HINCRBY per facet + RPUSH, AOF fsync always)",
+    );
+    for (q, name) in [(0.5, "   batch POST latency p50"), (0.99, "   p99")] {
+        row(name, latency(ms(&p.ingest.latency, q)), None, None, "ms");
+    }
+
+    // 2. Event -> profile latency under load.
+    let pushes = format!("ms ({} single-event POSTs)", p.under_load.len());
+    for (name, q, unit) in [
+        (
+            "2. event -> profile latency under (1), p50",
+            0.5,
+            pushes.as_str(),
+        ),
+        ("   p99", 0.99, "ms"),
+        ("   max", 1.0, "ms"),
+    ] {
+        row(name, latency(ms(&p.under_load, q)), None, None, unit);
+    }
+
+    // 3. Heavy user.
+    let base = p.heavy.iter().find(|(n, _)| *n == 0).map(|(_, h)| h);
+    for (history, hist) in &p.heavy {
+        for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
+            let (name, unit) = if label == "p50" {
+                let name = format!(
+                    "3. heavy user, {} events today: push {label}",
+                    rate(*history as f64)
+                );
+                (
+                    name,
+                    format!("ms ({HEAVY_PUSHES} pushes; reference: no history)"),
+                )
+            } else {
+                (format!("   {label}"), "ms".to_owned())
+            };
+            let reference = base.map(|b| ms(b, q));
+            row(
+                &name,
+                latency(ms(hist, q)),
+                reference.map(latency),
+                reference.map(|b| ms(hist, q) / b),
+                &unit,
+            );
+        }
+    }
+
+    // 4. Profile reads.
+    let avg_profile = p.profiles.iter().map(Vec::len).sum::<usize>() / p.profiles.len().max(1);
+    for (connections, reads) in &p.reads {
+        let theirs = r.and_then(|r| r.reads.iter().find(|(c, _)| c == connections));
+        let theirs = theirs.map(|(_, t)| t);
+        row(
+            &format!("4. profile reads, {connections} connections"),
+            rate(reads.per_s),
+            theirs.map(|t| rate(t.per_s)),
+            theirs.map(|t| reads.per_s / t.per_s),
+            &format!("req/s (Redis GET of a {avg_profile}-byte profile JSON)"),
+        );
+        for (q, name) in [(0.5, "   p50"), (0.99, "   p99")] {
+            row(
+                name,
+                latency(ms(&reads.latency, q)),
+                theirs.map(|t| latency(ms(&t.latency, q))),
+                theirs.map(|t| ms(&reads.latency, q) / ms(&t.latency, q)),
+                "ms",
+            );
+        }
+    }
+
+    // 5. At rest.
+    let per_user = |bytes: u64| bytes as f64 / work.users as f64;
+    row(
+        "5. bytes on disk per user (after flush)",
+        format!("{:.0}", per_user(p.disk.total)),
+        r.map(|r| format!("{:.0}", per_user(r.aof_bytes))),
+        r.map(|r| p.disk.total as f64 / r.aof_bytes as f64),
+        "bytes (Redis: its AOF)",
+    );
+    row(
+        "   of which SST files",
+        format!("{:.0}", per_user(p.disk.sst)),
+        None,
+        None,
+        "bytes",
+    );
+    let mib = |b: u64| format!("{:.0}", b as f64 / f64::from(1 << 20));
+    row(
+        "   resident memory after ingest",
+        p.rss_bytes.map_or("?".into(), mib),
+        r.and_then(|r| r.rss_bytes).map(mib),
+        p.rss_bytes
+            .zip(r.and_then(|r| r.rss_bytes))
+            .map(|(a, b)| a as f64 / b as f64),
+        "MiB (this process, the workload's data included; redis-server)",
+    );
+
+    match redis {
+        None => println!(
+            "\nreference: no redis-server on PATH; pass --redis-server \"$(scripts/redis-server.sh)\""
+        ),
+        Some(Err(e)) => println!("\nreference: Redis failed: {e:#}"),
+        Some(Ok(_)) => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Penchant.
+
+fn profile_path(user: u32) -> String {
+    format!("/1/profiles/personalization/{}", user_token(user))
+}
+
+/// Every Penchant row, on a store in `dir`: the catalog and strategy first, then (1) and (2)
+/// together, (5), (4), and (3) last (its heavy users would count in the bytes per user).
+async fn penchant_rows(
+    args: &IngestBenchArgs,
+    work: &Arc<Workload>,
+    dir: &Path,
+) -> anyhow::Result<PenchantRows> {
+    let options = RocksOptions {
+        sync_writes: !args.no_sync,
+        ..RocksOptions::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
+    let client = Arc::new(InProcess::start(store.clone(), APP).await?);
+    for chunk in work.items.chunks(BATCH) {
+        let requests: Vec<_> = chunk
+            .iter()
+            .map(|item| {
+                let mut body = json!({"objectID": item.id});
+                for ((name, _), value) in FACETS.iter().zip(&item.facets) {
+                    body[*name] = json!(value);
+                }
+                json!({"action": "addObject", "body": body})
+            })
+            .collect();
+        client
+            .post::<IgnoredAny>(
+                &format!("/1/indexes/{INDEX}/batch"),
+                &json!({ "requests": requests }),
+            )
+            .await?;
+    }
+    client
+        .post::<IgnoredAny>("/1/strategies/personalization", &strategy())
+        .await?;
+
+    eprintln!(
+        "penchant: ingesting {} events in {} batches",
+        rate(work.events.len() as f64),
+        work.batches()
+    );
+    let (ingest, under_load) = ingest(&client, work, args.clients).await?;
+
+    store.flush().await?;
+    let disk = disk_use(dir)?;
+    let rss_bytes = rss_bytes("self");
+
+    // Every light user has a profile; a sample of them, for their size.
+    let mut profiles = Vec::new();
+    let step = (work.users / PROFILE_SAMPLE).max(1);
+    for user in (0..work.users).step_by(step).take(PROFILE_SAMPLE) {
+        profiles.push(client.get(&profile_path(user as u32)).await?.to_vec());
+    }
+
+    let mut reads = Vec::new();
+    for connections in READ_CONNECTIONS {
+        eprintln!("penchant: profile reads, {connections} connections");
+        reads.push((
+            connections,
+            read_profiles(&client, work.users, connections).await?,
+        ));
+    }
+
+    let mut heavy = Vec::new();
+    for &history in args.scale.heavy_histories() {
+        eprintln!(
+            "penchant: heavy user with {} events of today",
+            rate(history as f64)
+        );
+        heavy.push((history, heavy_user(&client, work, history).await?));
+    }
+
+    Ok(PenchantRows {
+        ingest,
+        under_load,
+        heavy,
+        reads,
+        disk,
+        rss_bytes,
+        profiles,
+    })
+}
+
+/// (1) and (2): every light user's events in batches from `clients` tasks, while one more
+/// task pushes single events for random users until they are done. The ingestion's rate and
+/// batch latencies, and the single pushes' latencies.
+async fn ingest(
+    client: &Arc<InProcess>,
+    work: &Arc<Workload>,
+    clients: usize,
+) -> anyhow::Result<(Timed, Histogram<u64>)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicBool::new(false));
+
+    let probe = {
+        let (client, work, finished) = (client.clone(), work.clone(), finished.clone());
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(2);
+            let mut hist = histogram();
+            while !finished.load(Ordering::Relaxed) {
+                let user = rng.random_range(0..work.users as u32);
+                let item = work.random_item(&mut rng);
+                let event = insights_event(user_token(user), item, false, now_ms());
+                let body = Batch {
+                    events: vec![event],
+                };
+                let t = Instant::now();
+                client.post::<IgnoredAny>("/1/events", &body).await?;
+                hist.record(t.elapsed().as_micros() as u64)?;
+            }
+            anyhow::Ok(hist)
+        })
+    };
+
+    let start = Instant::now();
+    let batches = work.batches();
+    let senders: Vec<_> = (0..clients)
+        .map(|_| {
+            let (client, work) = (client.clone(), work.clone());
+            let (next, done) = (next.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut hist = histogram();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= batches {
+                        return anyhow::Ok(hist);
+                    }
+                    let body = Batch {
+                        events: work.batch(i).iter().map(|e| work.insights(e)).collect(),
+                    };
+                    let t = Instant::now();
+                    client.post::<IgnoredAny>("/1/events", &body).await?;
+                    hist.record(t.elapsed().as_micros() as u64)?;
+                    progress(
+                        "penchant",
+                        done.fetch_add(1, Ordering::Relaxed) + 1,
+                        batches,
+                    );
+                }
+            })
+        })
+        .collect();
+    let mut latency = histogram();
+    let mut failed = None;
+    for sender in senders {
+        match sender.await? {
+            Ok(hist) => latency.add(&hist)?,
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    let elapsed = start.elapsed();
+    finished.store(true, Ordering::Relaxed);
+    let under_load = probe.await??;
+    if let Some(e) = failed {
+        return Err(e.context("ingestion"));
+    }
+    Ok((
+        Timed {
+            per_s: work.events.len() as f64 / elapsed.as_secs_f64(),
+            latency,
+        },
+        under_load,
+    ))
+}
+
+/// A progress line on stderr when `done` of `total` batches crosses a tenth.
+fn progress(who: &str, done: usize, total: usize) {
+    if done * 10 / total != (done - 1) * 10 / total {
+        eprintln!("{who}: {done}/{total} batches");
+    }
+}
+
+/// (4): `GET /1/profiles/personalization/{user}` for random light users from `connections`
+/// tasks, each with its own request loop (the client keeps one connection alive per task), for
+/// [`READ_FOR`].
+async fn read_profiles(
+    client: &Arc<InProcess>,
+    users: usize,
+    connections: usize,
+) -> anyhow::Result<Timed> {
+    let start = Instant::now();
+    let deadline = start + READ_FOR;
+    let tasks: Vec<_> = (0..connections)
+        .map(|task| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(100 + task as u64);
+                let mut hist = histogram();
+                while Instant::now() < deadline {
+                    let path = profile_path(rng.random_range(0..users as u32));
+                    let t = Instant::now();
+                    std::hint::black_box(client.get(&path).await?);
+                    hist.record(t.elapsed().as_micros() as u64)?;
+                }
+                anyhow::Ok(hist)
+            })
+        })
+        .collect();
+    let mut latency = histogram();
+    for task in tasks {
+        latency.add(&task.await??)?;
+    }
+    Ok(Timed {
+        per_s: latency.len() as f64 / start.elapsed().as_secs_f64(),
+        latency,
+    })
+}
+
+/// (3): a new user with `history` events of today (random items, one in five a conversion, in
+/// batches), then [`HEAVY_PUSHES`] single views pushed for them one after the other; their
+/// latencies.
+async fn heavy_user(
+    client: &InProcess,
+    work: &Workload,
+    history: usize,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut rng = StdRng::seed_from_u64(history as u64);
+    let user = format!("heavy{history}");
+    let now = now_ms();
+    let today = now - now.rem_euclid(DAY_MS);
+    let mut left = history;
+    while left > 0 {
+        let n = left.min(BATCH);
+        let events = (0..n)
+            .map(|i| {
+                let item = work.random_item(&mut rng);
+                let timestamp = rng.random_range(today..=now);
+                insights_event(user.clone(), item, i % 5 == 0, timestamp)
+            })
+            .collect();
+        client
+            .post::<IgnoredAny>("/1/events", &Batch { events })
+            .await?;
+        left -= n;
+    }
+    let mut hist = histogram();
+    for _ in 0..HEAVY_PUSHES {
+        let item = work.random_item(&mut rng);
+        let body = Batch {
+            events: vec![insights_event(user.clone(), item, false, now_ms())],
+        };
+        let t = Instant::now();
+        client.post::<IgnoredAny>("/1/events", &body).await?;
+        hist.record(t.elapsed().as_micros() as u64)?;
+    }
+    let profile = client
+        .get(&format!("/1/profiles/personalization/{user}"))
+        .await?;
+    anyhow::ensure!(
+        profile.len() > 2,
+        "heavy user {user}: empty profile after {history} events"
+    );
+    Ok(hist)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Redis reference.
+
+/// Every Redis row against a `redis-server` child with its AOF fsynced on every write: the
+/// ingestion, its memory and AOF size, then the profile reads of values as big as Penchant's
+/// `profiles`.
+fn redis_rows(
+    path: &Path,
+    args: &IngestBenchArgs,
+    work: &Workload,
+    profiles: &[Vec<u8>],
+) -> anyhow::Result<RedisRows> {
+    anyhow::ensure!(!profiles.is_empty(), "no Penchant profile to size Redis's");
+    let server = RedisServer::start(path, Persistence::AofAlways, args.dir.as_deref())?;
+
+    let ingest = redis_ingest(&server, work, args.clients)?;
+    let aof_bytes = disk_use(server.dir())?.total
+        - std::fs::metadata(server.dir().join("redis.log")).map_or(0, |m| m.len());
+    let rss_bytes = redis_rss(&server)?;
+
+    // One profile JSON per sampled user, Penchant's sampled bodies in turn.
+    let sample = work.users.min(REDIS_PROFILES);
+    let mut conn = server.connect()?;
+    for chunk in (0..sample).collect::<Vec<_>>().chunks(BATCH) {
+        let mut buf = Vec::new();
+        for &user in chunk {
+            let key = format!("profile-json:{}", user_token(user as u32));
+            encode_command(
+                &mut buf,
+                &[b"SET", key.as_bytes(), &profiles[user % profiles.len()]],
+            );
+        }
+        conn.pipeline(&buf, chunk.len(), |reply| match reply {
+            Reply::Simple(ok) if ok == "OK" => Ok(()),
+            other => bail!("SET: unexpected reply {other:?}"),
+        })?;
+    }
+
+    let mut reads = Vec::new();
+    for connections in READ_CONNECTIONS {
+        eprintln!("redis: profile reads, {connections} connections");
+        reads.push((connections, redis_reads(&server, sample, connections)?));
+    }
+    Ok(RedisRows {
+        ingest,
+        aof_bytes,
+        rss_bytes,
+        reads,
+    })
+}
+
+/// The reference for (1): the same batches from `clients` connections, each one pipeline of
+/// `HINCRBY profile:{user} {facet}:{value} {weight}` per (event, facet) and `RPUSH
+/// events:{user} <event JSON>` per event. Events per second.
+fn redis_ingest(server: &RedisServer, work: &Workload, clients: usize) -> anyhow::Result<f64> {
+    eprintln!(
+        "redis: ingesting {} events in {} batches",
+        rate(work.events.len() as f64),
+        work.batches()
+    );
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let batches = work.batches();
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..clients)
+            .map(|_| {
+                let (next, done) = (&next, &done);
+                scope.spawn(move || -> anyhow::Result<()> {
+                    let mut conn = server.connect()?;
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= batches {
+                            return Ok(());
+                        }
+                        let (buf, commands) = redis_batch(work, work.batch(i))?;
+                        conn.pipeline(&buf, commands, |reply| match reply {
+                            Reply::Integer(_) => Ok(()),
+                            other => bail!("HINCRBY/RPUSH: unexpected reply {other:?}"),
+                        })?;
+                        progress("redis", done.fetch_add(1, Ordering::Relaxed) + 1, batches);
+                    }
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .try_for_each(|t| t.join().expect("a Redis client thread panicked"))
+    })?;
+    Ok(work.events.len() as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One batch as Redis commands: the encoded pipeline and its number of commands.
+fn redis_batch(work: &Workload, events: &[LightEvent]) -> anyhow::Result<(Vec<u8>, usize)> {
+    let mut buf = Vec::with_capacity(events.len() * 400);
+    let mut commands = 0;
+    for e in events {
+        let item = &work.items[e.item as usize];
+        let profile = format!("profile:{}", user_token(e.user));
+        let weight = if e.conversion { CONVERSION.2 } else { VIEW.2 }.to_string();
+        for ((name, _), value) in FACETS.iter().zip(&item.facets) {
+            let field = format!("{name}:{value}");
+            encode_command(
+                &mut buf,
+                &[
+                    b"HINCRBY",
+                    profile.as_bytes(),
+                    field.as_bytes(),
+                    weight.as_bytes(),
+                ],
+            );
+            commands += 1;
+        }
+        let log = format!("events:{}", user_token(e.user));
+        let json = serde_json::to_vec(&work.insights(e))?;
+        encode_command(&mut buf, &[b"RPUSH", log.as_bytes(), &json]);
+        commands += 1;
+    }
+    Ok((buf, commands))
+}
+
+/// `redis-server`'s resident memory, from `INFO memory`.
+fn redis_rss(server: &RedisServer) -> anyhow::Result<Option<u64>> {
+    let info = match server.connect()?.command(&[b"INFO", b"memory"])? {
+        Reply::Bulk(Some(info)) => String::from_utf8_lossy(&info).into_owned(),
+        other => bail!("INFO memory: unexpected reply {other:?}"),
+    };
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory_rss:"))
+        .and_then(|n| n.trim().parse().ok()))
+}
+
+/// The reference for (4): `GET profile-json:{user}` for random users of the first `sample`
+/// from `connections` threads, each on its own connection, for [`READ_FOR`].
+fn redis_reads(server: &RedisServer, sample: usize, connections: usize) -> anyhow::Result<Timed> {
+    let start = Instant::now();
+    let deadline = start + READ_FOR;
+    let latency = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..connections)
+            .map(|task| {
+                scope.spawn(move || -> anyhow::Result<Histogram<u64>> {
+                    let mut conn = server.connect()?;
+                    let mut rng = StdRng::seed_from_u64(200 + task as u64);
+                    let mut hist = histogram();
+                    while Instant::now() < deadline {
+                        let user = rng.random_range(0..sample as u32);
+                        let key = format!("profile-json:{}", user_token(user));
+                        let t = Instant::now();
+                        match conn.command(&[b"GET", key.as_bytes()])? {
+                            Reply::Bulk(Some(value)) => {
+                                std::hint::black_box(value);
+                            }
+                            other => bail!("GET {key}: unexpected reply {other:?}"),
+                        }
+                        hist.record(t.elapsed().as_micros() as u64)?;
+                    }
+                    Ok(hist)
+                })
+            })
+            .collect();
+        let mut latency = histogram();
+        for t in threads {
+            latency.add(&t.join().expect("a Redis client thread panicked")?)?;
+        }
+        anyhow::Ok(latency)
+    })?;
+    Ok(Timed {
+        per_s: latency.len() as f64 / start.elapsed().as_secs_f64(),
+        latency,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_gives_every_user_a_view_and_a_conversion() {
+        let work = Workload::generate(1_500);
+        assert_eq!(work.events.len(), 3_000);
+        assert_eq!(work.batches(), 3);
+        assert_eq!(work.batch(2).len(), 1_000);
+        let mut per_user = vec![(0, 0); 1_500];
+        for e in &work.events {
+            let counts = &mut per_user[e.user as usize];
+            if e.conversion {
+                counts.1 += 1;
+            } else {
+                counts.0 += 1;
+            }
+        }
+        assert!(per_user.iter().all(|c| *c == (1, 1)));
+        // Shuffled: the first batch is not the first 500 users.
+        assert!(work.batch(0).iter().any(|e| e.user >= 500));
+    }
+
+    #[test]
+    fn a_redis_batch_has_three_hincrby_and_one_rpush_per_event() {
+        let work = Workload::generate(10);
+        let (buf, commands) = redis_batch(&work, work.batch(0)).unwrap();
+        assert_eq!(commands, 20 * 4);
+        let text = String::from_utf8_lossy(&buf);
+        assert_eq!(text.matches("HINCRBY").count(), 60);
+        assert_eq!(text.matches("RPUSH").count(), 20);
+    }
+}
