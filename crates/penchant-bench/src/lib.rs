@@ -25,6 +25,7 @@
 //! when it lies next to the `penchant` executable.
 
 pub mod bloom;
+mod http;
 pub mod ingest;
 pub mod personalization;
 mod redis;
@@ -70,16 +71,18 @@ pub struct InProcess {
     pub engine: Engine,
     pub app: String,
     http: reqwest::Client,
+    addr: std::net::SocketAddr,
     base: String,
     key: String,
 }
 
 impl InProcess {
     pub async fn start(store: Arc<dyn Store>, app: &str) -> anyhow::Result<Self> {
-        let engine = Engine::open(store, EngineConfig::default()).await?;
+        let engine = Engine::open(store, EngineConfig::serving()).await?;
         let (_, key) = engine.tenancy().create_app(Some(app), "bench").await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
+        let addr = listener.local_addr()?;
+        let base = format!("http://{addr}");
         let router =
             penchant_server::router(penchant_server::AppState::new(engine.clone(), "embedded"));
         tokio::spawn(penchant_server::serve(
@@ -91,9 +94,21 @@ impl InProcess {
             engine,
             app: app.to_owned(),
             http: reqwest::Client::new(),
+            addr,
             base,
             key,
         })
+    }
+
+    /// A new blocking keep-alive connection sending the app's admin key, for read loops.
+    pub(crate) fn raw(&self) -> anyhow::Result<http::RawHttp> {
+        http::RawHttp::connect(
+            self.addr,
+            &[
+                ("X-Algolia-Application-Id", &self.app),
+                ("X-Algolia-API-Key", &self.key),
+            ],
+        )
     }
 
     /// GET a path with the app's admin key; the body, or an error with the server's status and

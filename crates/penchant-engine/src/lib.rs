@@ -103,6 +103,26 @@ pub struct EngineConfig {
     pub lease_ttl: std::time::Duration,
 }
 
+impl EngineConfig {
+    /// The settings `penchant serve` runs with unless its config file says otherwise (the
+    /// derived `Default` caches nothing and leaves leases at zero, which tests rely on).
+    pub fn serving() -> Self {
+        use std::time::Duration;
+        Self {
+            tenancy: TenancyConfig {
+                admin_key: None,
+                cache_ttl: Duration::from_secs(5),
+            },
+            strategy_cache_ttl: Duration::from_secs(5),
+            recompute_parallelism: 4,
+            set_cache_bytes: 64 << 20,
+            bloom_cache_ttl: Duration::from_secs(1),
+            clock: clock::Clock::default(),
+            lease_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
 /// The global leases of background work.
 const PURGE_LEASE: &str = "purge";
 const REPAIR_LEASE: &str = "repair";

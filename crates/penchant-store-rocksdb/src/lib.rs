@@ -329,7 +329,12 @@ impl Store for RocksStore {
     }
 
     fn gauges(&self) -> Vec<Gauge> {
-        const PROPERTIES: [(&str, &str, &str); 7] = [
+        const PROPERTIES: [(&str, &str, &str); 8] = [
+            (
+                "rocksdb_l0_files",
+                "SST files in level 0 (each one a point read may have to look into)",
+                "rocksdb.num-files-at-level0",
+            ),
             (
                 "rocksdb_memtable_bytes",
                 "bytes in RocksDB's memtables",

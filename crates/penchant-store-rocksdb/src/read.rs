@@ -10,7 +10,7 @@ use penchant_store::{
     Cell, CompiledFilter, FamilyName, KeySample, ReadRows, Result, Row, RowFilter, RowRange,
     RowStream, prefix_successor,
 };
-use rocksdb::ReadOptions;
+use rocksdb::{ErrorKind, ReadOptions, ReadTier};
 use tokio::sync::mpsc;
 
 use crate::schema::Table;
@@ -65,29 +65,40 @@ impl Inner {
     }
 
     /// Scan encoded key ranges in order, calling `emit` with each non-empty filtered row until
-    /// it returns false.
+    /// it returns false. With [`Tier::Memory`] the scan stops with [`Scanned::NotInMemory`] (its
+    /// rows so far emitted, the rest not) where a block would have to be read from a file.
     fn scan(
         &self,
         table: &Table,
-        ranges: Vec<(Vec<u8>, Vec<u8>)>,
+        ranges: &[(Vec<u8>, Vec<u8>)],
         filter: Option<&CompiledFilter>,
+        tier: Tier,
         mut emit: impl FnMut(Row) -> bool,
-    ) -> Result<()> {
+    ) -> Result<Scanned> {
         let now = now_micros();
         let cf = self.data_cf()?;
         let mut reader = RowReader::new(table, now);
         reader.skip_columns(filter);
         for (start, end) in ranges {
-            let one_row = keys::is_one_row(&start, &end);
-            let mut it = self.db.raw_iterator_cf_opt(cf, read_options(end, one_row));
-            it.seek(&start);
+            let one_row = keys::is_one_row(start, end);
+            let mut opts = read_options(end.clone(), one_row);
+            if tier == Tier::Memory {
+                opts.set_read_tier(ReadTier::BlockCache);
+            }
+            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
+            it.seek(start);
             // The row being read: its `row_start` prefix.
             let mut current: Option<Vec<u8>> = None;
             loop {
                 let entry = it.key().zip(it.value());
                 if entry.is_none() {
                     // The end of the range, or an error: never emit a row cut short by one.
-                    it.status().map_err(backend)?;
+                    match it.status() {
+                        Err(e) if e.kind() == ErrorKind::Incomplete => {
+                            return Ok(Scanned::NotInMemory);
+                        }
+                        status => status.map_err(backend)?,
+                    }
                 }
                 let boundary = match (&current, entry) {
                     (Some(rs), Some((k, _))) => !k.starts_with(rs),
@@ -107,7 +118,7 @@ impl Inner {
                             cells,
                         })
                     {
-                        return Ok(());
+                        return Ok(Scanned::Done);
                     }
                 }
                 let Some((k, v)) = entry else { break };
@@ -118,8 +129,27 @@ impl Inner {
                 it.next();
             }
         }
-        Ok(())
+        Ok(Scanned::Done)
     }
+}
+
+/// Where a scan may read blocks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    /// Anywhere: memtables, the block cache, files.
+    Any,
+    /// Memtables and the block cache only: never waits on a file.
+    Memory,
+}
+
+/// How a scan ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+enum Scanned {
+    /// Every range read, or `emit` asked to stop.
+    Done,
+    /// ([`Tier::Memory`] only) a block was not in memory.
+    NotInMemory,
 }
 
 /// Options of an iterator over the data column family, bounded above by `upper`.
@@ -288,20 +318,28 @@ pub(crate) async fn read_rows(
     if limit == 0 {
         return Ok(Box::pin(futures::stream::empty()));
     }
-    // Point reads of a few rows: read at once on a blocking thread (never on the async
-    // runtime's workers) rather than through a streaming task.
+    // Point reads of a few rows: at once rather than through a streaming task. From memory
+    // (memtables, block cache) on this thread, which then never waits on a file; if a block is
+    // not in memory, again on a blocking thread, never on the async runtime's workers. The
+    // hand-off to a blocking thread costs two thread wake-ups, more than a cached read.
     let rows = &request.rows;
     if rows.ranges.is_empty() && !rows.keys.is_empty() && rows.keys.len() <= 8 {
-        let out = store
-            .blocking(move |inner| {
-                let mut out = Vec::new();
-                inner.scan(&t, ranges, filter.as_ref(), |row| {
-                    out.push(Ok(row));
-                    (out.len() as u64) < limit
-                })?;
-                Ok(out)
-            })
-            .await?;
+        let point_read = move |inner: &Inner, tier| {
+            let mut out = Vec::new();
+            let scanned = inner.scan(&t, &ranges, filter.as_ref(), tier, |row| {
+                out.push(Ok(row));
+                (out.len() as u64) < limit
+            })?;
+            Ok((scanned == Scanned::Done).then_some(out))
+        };
+        let out = match point_read(&store.inner, Tier::Memory)? {
+            Some(out) => out,
+            None => {
+                store
+                    .blocking(move |inner| Ok(point_read(inner, Tier::Any)?.unwrap_or_default()))
+                    .await?
+            }
+        };
         return Ok(Box::pin(futures::stream::iter(out)));
     }
     // Rows travel from the scanning thread in chunks: one hand-off per chunk, not per row.
@@ -312,7 +350,7 @@ pub(crate) async fn read_rows(
         let mut chunk = Vec::new();
         let mut chunk_bytes = 0usize;
         let mut reader_alive = true;
-        let result = inner.scan(&t, ranges, filter.as_ref(), |row| {
+        let result = inner.scan(&t, &ranges, filter.as_ref(), Tier::Any, |row| {
             sent += 1;
             chunk_bytes +=
                 row.key.len() + row.cells.iter().map(|c| c.value.len() + 32).sum::<usize>();

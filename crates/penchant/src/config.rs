@@ -13,6 +13,15 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use penchant_store_bigtable::BigtableConfig;
 use serde::{Deserialize, Serialize};
 
+/// The engine's serving defaults, which the config file's defaults are.
+fn serving() -> penchant_engine::EngineConfig {
+    penchant_engine::EngineConfig::serving()
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "PENCHANT_";
 
@@ -46,8 +55,8 @@ pub struct BloomConfig {
 impl Default for BloomConfig {
     fn default() -> Self {
         Self {
-            set_cache_bytes: 64 << 20,
-            cache_ttl_ms: 1_000,
+            set_cache_bytes: serving().set_cache_bytes,
+            cache_ttl_ms: millis(serving().bloom_cache_ttl),
         }
     }
 }
@@ -74,10 +83,10 @@ pub struct PersonalizationConfig {
 impl Default for PersonalizationConfig {
     fn default() -> Self {
         Self {
-            strategy_cache_ttl_ms: 5_000,
-            recompute_parallelism: 4,
+            strategy_cache_ttl_ms: millis(serving().strategy_cache_ttl),
+            recompute_parallelism: serving().recompute_parallelism,
             purge_interval_secs: 3_600,
-            lease_ttl_secs: 10,
+            lease_ttl_secs: serving().lease_ttl.as_secs(),
         }
     }
 }
@@ -98,7 +107,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         Self {
             admin_key: None,
-            key_cache_ttl_ms: 5_000,
+            key_cache_ttl_ms: millis(serving().tenancy.cache_ttl),
         }
     }
 }

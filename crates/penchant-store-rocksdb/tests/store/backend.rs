@@ -53,6 +53,8 @@ async fn tables_and_data_survive_reopen() {
             .unwrap();
         store.flush().await.unwrap();
     }
+    // Reopened, the block cache is cold: the point read below finds no block in memory and
+    // reads again from the files.
     let store = open(dir.path());
     let schema = store.get_table("t").await.unwrap();
     assert_eq!(schema.families["f"], GcRule::MaxVersions(3));
