@@ -79,18 +79,49 @@ impl Inner {
         let cf = self.data_cf()?;
         let mut reader = RowReader::new(table, now);
         reader.skip_columns(filter);
-        for (start, end) in ranges {
-            let one_row = keys::is_one_row(start, end);
-            let mut opts = read_options(end.clone(), one_row);
+        let options = |upper: Option<Vec<u8>>| {
+            let mut opts = match upper {
+                Some(upper) => read_options(upper, false),
+                // Within one row: the prefix extractor bounds the iteration (see
+                // `read_options`), so it needs no upper bound.
+                None => {
+                    let mut opts = ReadOptions::default();
+                    opts.set_prefix_same_as_start(true);
+                    opts
+                }
+            };
             if tier == Tier::Memory {
                 opts.set_read_tier(ReadTier::BlockCache);
             }
-            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
+            opts
+        };
+        // Two iterators serve every range, seeking from one to the next (making and dropping
+        // an iterator per range cost more than the seeks of a batch's rows): one within rows
+        // for one-row ranges, one in total order, bounded by the end of the last range (ranges
+        // are sorted), for the others; each range stops at its end.
+        let last_end = ranges
+            .iter()
+            .rev()
+            .find(|(start, end)| !keys::is_one_row(start, end))
+            .map(|(_, end)| end.clone());
+        let mut row_iterator = None;
+        let mut range_iterator = None;
+        for (start, end) in ranges {
+            let it = if keys::is_one_row(start, end) {
+                row_iterator.get_or_insert_with(|| self.db.raw_iterator_cf_opt(cf, options(None)))
+            } else {
+                range_iterator.get_or_insert_with(|| {
+                    self.db.raw_iterator_cf_opt(cf, options(last_end.clone()))
+                })
+            };
             it.seek(start);
             // The row being read: its `row_start` prefix.
             let mut current: Option<Vec<u8>> = None;
             loop {
-                let entry = it.key().zip(it.value());
+                let entry = it
+                    .key()
+                    .zip(it.value())
+                    .filter(|(k, _)| *k < end.as_slice());
                 if entry.is_none() {
                     // The end of the range, or an error: never emit a row cut short by one.
                     match it.status() {
