@@ -20,7 +20,9 @@
 //! 4. profile reads (`GET /1/profiles/personalization/{user}`) from 8 and 32 keep-alive
 //!    connections, beside Redis `GET`s of a profile JSON of the same size;
 //! 5. what the users cost at rest: bytes on disk per user after a flush (beside the size of
-//!    Redis's AOF) and the process's resident memory (beside `redis-server`'s).
+//!    Redis's AOF) and the process's resident memory (beside `redis-server`'s);
+//! 6. a full recompute of every profile from the raw events after a strategy change, beside
+//!    raw RocksDB iterating every key of the same store (opened read-only) in the same run.
 //!
 //! Penchant's rows all run before Redis starts; the machine (CPU, cores), the scale and whether
 //! writes are fsynced head the table.
@@ -30,8 +32,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
+use penchant_engine::profiles::Source;
 use penchant_store::Store;
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::rngs::StdRng;
@@ -286,8 +289,18 @@ struct PenchantRows {
     reads: Vec<(usize, Timed)>,
     disk: DiskUse,
     rss_bytes: Option<u64>,
+    recompute: Recompute,
     /// Sampled profile bodies (`GET /1/profiles/personalization/{user}`).
     profiles: Vec<Vec<u8>>,
+}
+
+/// (6): a full recompute from raw events, beside raw RocksDB iterating the same store.
+struct Recompute {
+    events: u64,
+    elapsed: Duration,
+    /// Keys of the store's data family, and how long raw RocksDB took to iterate them all.
+    raw_keys: u64,
+    raw_elapsed: Duration,
 }
 
 /// Bytes of a directory's files after a flush.
@@ -522,6 +535,20 @@ fn print_table(
         "MiB (this process, the workload's data included; redis-server)",
     );
 
+    // 6. Full recompute.
+    let rc = &p.recompute;
+    let per_s = |d: Duration| rc.events as f64 / d.as_secs_f64();
+    row(
+        "6. full recompute from raw events (strategy change)",
+        rate(per_s(rc.elapsed)),
+        Some(rate(per_s(rc.raw_elapsed))),
+        Some(rc.raw_elapsed.as_secs_f64() / rc.elapsed.as_secs_f64()),
+        &format!(
+            "events/s (raw RocksDB iterating all {} keys of the store in the same time)",
+            rate(rc.raw_keys as f64)
+        ),
+    );
+
     match redis {
         None => println!(
             "\nreference: no redis-server on PATH; pass --redis-server \"$(scripts/redis-server.sh)\""
@@ -539,7 +566,7 @@ fn profile_path(user: u32) -> String {
 }
 
 /// Every Penchant row, on a store in `dir`: the catalog and strategy first, then (1) and (2)
-/// together, (5), (4), and (3) last (its heavy users would count in the bytes per user).
+/// together, (5), (4), (6), and (3) last (its heavy users would count in the bytes per user).
 async fn penchant_rows(
     args: &IngestBenchArgs,
     work: &Arc<Workload>,
@@ -600,6 +627,9 @@ async fn penchant_rows(
         ));
     }
 
+    eprintln!("penchant: full recompute from raw events");
+    let recompute = recompute(&client, dir).await?;
+
     let mut heavy = Vec::new();
     for &history in args.scale.heavy_histories() {
         eprintln!(
@@ -616,7 +646,58 @@ async fn penchant_rows(
         reads,
         disk,
         rss_bytes,
+        recompute,
         profiles,
+    })
+}
+
+/// (6): the strategy changes (conversions weigh more), and every profile is recomputed from
+/// the raw events, as the job a strategy change starts does; then raw RocksDB, opened
+/// read-only beside the store, iterates every key of its data family (events, aggregates,
+/// profiles, seen filters: more than the recompute reads).
+async fn recompute(client: &InProcess, dir: &Path) -> anyhow::Result<Recompute> {
+    let mut changed = strategy();
+    changed["eventsScoring"][1]["score"] = json!(80);
+    let engine = &client.engine;
+    let versioned = engine
+        .strategies()
+        .set(APP, serde_json::from_value(changed)?)
+        .await?;
+    let parallelism = penchant_engine::EngineConfig::serving().recompute_parallelism;
+    let start = Instant::now();
+    let stats = engine
+        .jobs()
+        .recompute_now(APP, &versioned, Source::Raw, parallelism)
+        .await?;
+    let elapsed = start.elapsed();
+    client.engine.store().flush().await?;
+    let dir = dir.to_owned();
+    let (raw_keys, raw_elapsed) = tokio::task::spawn_blocking(move || {
+        let db = rocksdb::DB::open_cf_for_read_only(
+            &rocksdb::Options::default(),
+            &dir,
+            ["data", "meta"],
+            false,
+        )?;
+        let cf = db.cf_handle("data").context("the store has no `data` family")?;
+        let start = Instant::now();
+        let mut it = db.raw_iterator_cf(cf);
+        it.seek_to_first();
+        let mut keys = 0u64;
+        while let Some(value) = it.value() {
+            std::hint::black_box(value);
+            keys += 1;
+            it.next();
+        }
+        it.status()?;
+        anyhow::Ok((keys, start.elapsed()))
+    })
+    .await??;
+    Ok(Recompute {
+        events: stats.events,
+        elapsed,
+        raw_keys,
+        raw_elapsed,
     })
 }
 

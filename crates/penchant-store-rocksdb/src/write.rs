@@ -14,7 +14,6 @@ use penchant_store::{
 };
 use rocksdb::{WriteBatch, WriteOptions};
 
-use crate::read::read_options;
 use crate::schema::Table;
 use crate::{Inner, RocksStore, backend, keys};
 
@@ -24,6 +23,46 @@ const TOMBSTONES: u64 = 8192;
 /// A deletion of more stored cells than this writes one range tombstone instead of one point
 /// delete per cell.
 const POINT_DELETES: usize = 1024;
+
+/// The stored keys a write looks at while it encodes its rows (cells to delete, versions to
+/// expire), through one iterator made at the first look and seeking from one to the next
+/// (making an iterator per column cost more than its seek). Its view is the store as it was at
+/// that first look: a write batch's encoding needs nothing newer (none of the batch is written
+/// yet, and its rows are locked).
+pub(crate) struct StoredKeys<'a> {
+    inner: &'a Inner,
+    it: Option<rocksdb::DBRawIterator<'a>>,
+}
+
+impl<'a> StoredKeys<'a> {
+    pub(crate) fn new(inner: &'a Inner) -> Self {
+        Self { inner, it: None }
+    }
+
+    /// Call `f` with each stored key in `[lo, hi)` (within one row) in order, until it
+    /// returns false.
+    fn each(&mut self, lo: &[u8], hi: &[u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
+        let it = match &mut self.it {
+            Some(it) => it,
+            None => {
+                // Within one row: the prefix extractor bounds the iteration (see
+                // `read_options`).
+                let mut opts = rocksdb::ReadOptions::default();
+                opts.set_prefix_same_as_start(true);
+                let cf = self.inner.data_cf()?;
+                self.it.insert(self.inner.db.raw_iterator_cf_opt(cf, opts))
+            }
+        };
+        it.seek(lo);
+        while let Some(k) = it.key() {
+            if k >= hi || !f(k) {
+                break;
+            }
+            it.next();
+        }
+        it.status().map_err(backend)
+    }
+}
 
 impl Inner {
     fn write_opts(&self) -> WriteOptions {
@@ -61,12 +100,13 @@ impl Inner {
     fn add_mutations(
         &self,
         batch: &mut WriteBatch,
+        stored: &mut StoredKeys<'_>,
         table: &Table,
         row: &[u8],
         mutations: &[Mutation],
         now: i64,
     ) -> Result<()> {
-        let ops = self.encode_row(table, row, mutations, now)?;
+        let ops = self.encode_row(stored, table, row, mutations, now)?;
         let deletes = ops
             .iter()
             .filter(|op| matches!(op, BatchOp::Delete(_)))
@@ -119,23 +159,23 @@ impl Inner {
     /// tombstone. Point deletes, because a read must fragment every range tombstone of a
     /// memtable when it opens an iterator: rows folded often (aggregates, seen filters, profiles)
     /// would make every read slower until a flush.
-    fn delete_range(&self, ops: &mut Vec<BatchOp>, lo: Vec<u8>, hi: Vec<u8>) -> Result<()> {
+    fn delete_range(
+        stored: &mut StoredKeys<'_>,
+        ops: &mut Vec<BatchOp>,
+        lo: Vec<u8>,
+        hi: Vec<u8>,
+    ) -> Result<()> {
         ops.retain(|op| !matches!(op, BatchOp::Put(k, _) if *k >= lo && *k < hi));
-        let mut it = self
-            .db
-            .raw_iterator_cf_opt(self.data_cf()?, read_options(hi.clone(), true));
-        it.seek(&lo);
-        let mut stored = Vec::new();
-        while let Some(k) = it.key() {
-            if stored.len() == POINT_DELETES {
-                ops.push(BatchOp::DeleteRange(lo, hi));
-                return Ok(());
-            }
-            stored.push(BatchOp::Delete(k.to_vec()));
-            it.next();
+        let mut keys = Vec::new();
+        stored.each(&lo, &hi, |k| {
+            keys.push(BatchOp::Delete(k.to_vec()));
+            keys.len() <= POINT_DELETES
+        })?;
+        if keys.len() > POINT_DELETES {
+            ops.push(BatchOp::DeleteRange(lo, hi));
+        } else {
+            ops.extend(keys);
         }
-        it.status().map_err(backend)?;
-        ops.extend(stored);
         Ok(())
     }
 
@@ -143,6 +183,7 @@ impl Inner {
     /// enforcing version limits reads the columns written.
     fn encode_row(
         &self,
+        stored: &mut StoredKeys<'_>,
         table: &Table,
         row: &[u8],
         mutations: &[Mutation],
@@ -187,33 +228,37 @@ impl Inner {
                         Some(start) if start > 0 => at(start - 1),
                         _ => prefix_successor(&col).unwrap_or_default(),
                     };
-                    self.delete_range(&mut ops, lo, hi)?;
+                    Self::delete_range(stored, &mut ops, lo, hi)?;
                 }
                 Mutation::DeleteFromFamily { family } => {
                     let start = keys::family_start(&rs, family_id(family)?);
                     let end = prefix_successor(&start).unwrap_or_default();
-                    self.delete_range(&mut ops, start, end)?;
+                    Self::delete_range(stored, &mut ops, start, end)?;
                 }
                 Mutation::DeleteFromRow => {
-                    self.delete_range(&mut ops, rs.clone(), keys::row_end(table.meta.id, row))?;
+                    Self::delete_range(
+                        stored,
+                        &mut ops,
+                        rs.clone(),
+                        keys::row_end(table.meta.id, row),
+                    )?;
                 }
             }
         }
-        self.enforce_version_limits(&mut ops, table, &rs, mutations, now)?;
+        Self::enforce_version_limits(stored, &mut ops, table, &rs, mutations, now)?;
         Ok(ops)
     }
 
     /// For each column written in a family whose rule counts versions, delete the versions the
     /// rule expires once the mutations apply.
     fn enforce_version_limits(
-        &self,
+        stored: &mut StoredKeys<'_>,
         ops: &mut Vec<BatchOp>,
         table: &Table,
         rs: &[u8],
         mutations: &[Mutation],
         now: i64,
     ) -> Result<()> {
-        let cf = self.data_cf()?;
         let mut done: Vec<(&str, &[u8])> = Vec::new();
         for m in mutations {
             let Mutation::SetCell {
@@ -232,16 +277,13 @@ impl Inner {
             // The column's versions as stored, then as the mutations leave them.
             let col = keys::column_prefix(rs, fam.id, qualifier);
             let mut versions = std::collections::BTreeSet::new();
-            let opts = read_options(prefix_successor(&col).unwrap_or_default(), true);
-            let mut it = self.db.raw_iterator_cf_opt(cf, opts);
-            it.seek(&col);
-            while let Some(k) = it.key() {
+            let end = prefix_successor(&col).unwrap_or_default();
+            stored.each(&col, &end, |k| {
                 if let Some(c) = keys::parse(k) {
                     versions.insert(std::cmp::Reverse(c.timestamp));
                 }
-                it.next();
-            }
-            it.status().map_err(backend)?;
+                true
+            })?;
             for m in mutations {
                 match m {
                     Mutation::SetCell {
@@ -292,7 +334,15 @@ pub(crate) async fn mutate_row(
         .blocking(move |inner| {
             let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
             let mut batch = WriteBatch::default();
-            inner.add_mutations(&mut batch, &t, &row_key, &mutations, now_micros())?;
+            let mut stored = StoredKeys::new(inner);
+            inner.add_mutations(
+                &mut batch,
+                &mut stored,
+                &t,
+                &row_key,
+                &mutations,
+                now_micros(),
+            )?;
             inner.write(batch)
         })
         .await
@@ -334,9 +384,19 @@ pub(crate) async fn mutate_rows(
             for round in rounds {
                 let mut batch = WriteBatch::default();
                 let mut written = Vec::with_capacity(round.len());
+                // A round sees what earlier rounds wrote.
+                let mut stored = StoredKeys::new(inner);
                 for i in round {
                     let e = &entries[i];
-                    match inner.add_mutations(&mut batch, &t, &e.row_key, &e.mutations, now) {
+                    let added = inner.add_mutations(
+                        &mut batch,
+                        &mut stored,
+                        &t,
+                        &e.row_key,
+                        &e.mutations,
+                        now,
+                    );
+                    match added {
                         Ok(()) => written.push(i),
                         Err(err) => statuses[i] = Err(err),
                     }
@@ -379,7 +439,8 @@ pub(crate) async fn check_and_mutate_row(
             let mutations = if matched { &on_match } else { &on_no_match };
             if !mutations.is_empty() {
                 let mut batch = WriteBatch::default();
-                inner.add_mutations(&mut batch, &t, &row_key, mutations, now)?;
+                let mut stored = StoredKeys::new(inner);
+                inner.add_mutations(&mut batch, &mut stored, &t, &row_key, mutations, now)?;
                 inner.write(batch)?;
             }
             Ok(matched)
@@ -411,7 +472,8 @@ pub(crate) async fn read_modify_write_row(
             let mutations: Vec<Mutation> =
                 cells.iter().map(penchant_store::cell_to_mutation).collect();
             let mut batch = WriteBatch::default();
-            inner.add_mutations(&mut batch, &t, &row_key, &mutations, now)?;
+            let mut stored = StoredKeys::new(inner);
+            inner.add_mutations(&mut batch, &mut stored, &t, &row_key, &mutations, now)?;
             inner.write(batch)?;
             Ok(Row {
                 key: row_key,
