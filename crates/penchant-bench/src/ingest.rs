@@ -290,6 +290,8 @@ struct PenchantRows {
     disk: DiskUse,
     rss_bytes: Option<u64>,
     recompute: Recompute,
+    /// How long compactions ran after the load, before the reads.
+    settled: Duration,
     /// Sampled profile bodies (`GET /1/profiles/personalization/{user}`).
     profiles: Vec<Vec<u8>>,
 }
@@ -486,6 +488,11 @@ fn print_table(
     }
 
     // 4. Profile reads.
+    println!(
+        "{:<58} {:>12}",
+        "   (reads start once compactions are done, after)",
+        format!("{:.1} s", p.settled.as_secs_f64())
+    );
     let avg_profile = p.profiles.iter().map(Vec::len).sum::<usize>() / p.profiles.len().max(1);
     for (connections, reads) in &p.reads {
         let theirs = r.and_then(|r| r.reads.iter().find(|(c, _)| c == connections));
@@ -610,6 +617,9 @@ async fn penchant_rows(
     store.flush().await?;
     let disk = disk_use(dir)?;
     let rss_bytes = rss_bytes("self");
+    // Reads are measured at rest: after a large load RocksDB compacts for a while, and its
+    // compactions would take the cores the reads are measured on.
+    let settled = settle(store.as_ref()).await;
 
     // Every light user has a profile; a sample of them, for their size.
     let mut profiles = Vec::new();
@@ -647,8 +657,34 @@ async fn penchant_rows(
         disk,
         rss_bytes,
         recompute,
+        settled,
         profiles,
     })
+}
+
+/// The longest the reads wait for compactions after the load.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(300);
+
+/// Wait until the store runs no compaction and has none pending (or [`SETTLE_AT_MOST`]);
+/// how long that took.
+async fn settle(store: &dyn Store) -> Duration {
+    let start = Instant::now();
+    let gauge = |gauges: &[penchant_store::Gauge], name: &str| {
+        gauges
+            .iter()
+            .find(|g| g.name == name)
+            .map_or(0.0, |g| g.value)
+    };
+    while start.elapsed() < SETTLE_AT_MOST {
+        let gauges = store.gauges();
+        if gauge(&gauges, "rocksdb_running_compactions") == 0.0
+            && gauge(&gauges, "rocksdb_pending_compaction_bytes") == 0.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    start.elapsed()
 }
 
 /// (6): the strategy changes (conversions weigh more), and every profile is recomputed from
