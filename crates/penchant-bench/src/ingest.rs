@@ -715,7 +715,9 @@ async fn recompute(client: &InProcess, dir: &Path) -> anyhow::Result<Recompute> 
             ["data", "meta"],
             false,
         )?;
-        let cf = db.cf_handle("data").context("the store has no `data` family")?;
+        let cf = db
+            .cf_handle("data")
+            .context("the store has no `data` family")?;
         let start = Instant::now();
         let mut it = db.raw_iterator_cf(cf);
         it.seek_to_first();
