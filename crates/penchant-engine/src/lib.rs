@@ -12,6 +12,7 @@ pub mod clock;
 pub mod events;
 pub mod jobs;
 pub mod keys;
+pub mod latency;
 pub mod leases;
 pub mod pending;
 pub mod profiles;
@@ -154,6 +155,8 @@ pub struct EngineStats {
     /// since it started.
     pub recomputed_users: u64,
     pub recomputed_events: u64,
+    /// How long the streaming refresh of an ingested batch's profiles took.
+    pub profile_refresh: latency::LatencySnapshot,
     /// The store backend's own gauges.
     pub store: Vec<penchant_store::Gauge>,
 }
@@ -175,6 +178,7 @@ pub struct Engine {
     leases: Leases,
     supervisor: Arc<Supervisor>,
     clock: clock::Clock,
+    refresh_latency: Arc<latency::Latencies>,
 }
 
 impl Engine {
@@ -241,6 +245,7 @@ impl Engine {
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
             clock,
+            refresh_latency: Arc::default(),
             sets,
             seen,
             store,
@@ -267,7 +272,10 @@ impl Engine {
         let stored = self.events.ingest(app, events, intent).await?;
         let aggregates_then_profiles = async {
             self.aggregates.add(app, &stored).await?;
-            self.refresh_users(app, events).await
+            let started = std::time::Instant::now();
+            self.refresh_users(app, events).await?;
+            self.refresh_latency.observe(started.elapsed());
+            Ok(())
         };
         futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
         // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
@@ -295,6 +303,7 @@ impl Engine {
             jobs_running,
             recomputed_users,
             recomputed_events,
+            profile_refresh: self.refresh_latency.snapshot(),
             store: self.store.gauges(),
         }
     }

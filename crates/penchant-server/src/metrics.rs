@@ -110,6 +110,19 @@ impl Collector for EngineFigures {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             ConstCounter::new(value).encode(metric)?;
         }
+        let refresh = &stats.profile_refresh;
+        let mut metric = encoder.encode_descriptor(
+            "profile_refresh_duration_seconds",
+            "the streaming refresh of an ingested batch's users' profiles",
+            None,
+            MetricType::Histogram,
+        )?;
+        metric.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            refresh.sum_seconds,
+            refresh.count,
+            &refresh.buckets,
+            None,
+        )?;
         let gauges = std::iter::once((
             "jobs_running",
             "recompute jobs running on the node",

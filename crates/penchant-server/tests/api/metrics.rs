@@ -70,6 +70,15 @@ async fn metrics_count_requests_by_route_template_and_events() {
     assert_eq!(lookups, 4.0);
     assert!(value(r#"penchant_cache_entries{cache="strategies"}"#) >= 0.0);
     assert_eq!(value("penchant_jobs_running "), 0.0);
+    // One batch of events accepted: one refresh of its users' profiles.
+    assert_eq!(
+        value("penchant_profile_refresh_duration_seconds_count "),
+        1.0
+    );
+    assert_eq!(
+        value(r#"penchant_profile_refresh_duration_seconds_bucket{le="+Inf"}"#),
+        1.0
+    );
     assert_eq!(value("penchant_recomputed_users_total "), 0.0);
     assert_eq!(
         text.lines().last(),
