@@ -82,13 +82,7 @@ impl Inner {
         let options = |upper: Option<Vec<u8>>| {
             let mut opts = match upper {
                 Some(upper) => read_options(upper, false),
-                // Within one row: the prefix extractor bounds the iteration (see
-                // `read_options`), so it needs no upper bound.
-                None => {
-                    let mut opts = ReadOptions::default();
-                    opts.set_prefix_same_as_start(true);
-                    opts
-                }
+                None => row_options(),
             };
             if tier == Tier::Memory {
                 opts.set_read_tier(ReadTier::BlockCache);
@@ -189,13 +183,22 @@ enum Scanned {
 /// filters: an iterator within one row uses them and skips files that cannot hold the row; one
 /// that spans rows must ask for total order, or RocksDB would stop at the first row.
 pub(crate) fn read_options(upper: Vec<u8>, one_row: bool) -> ReadOptions {
-    let mut opts = ReadOptions::default();
-    opts.set_iterate_upper_bound(upper);
-    if one_row {
-        opts.set_prefix_same_as_start(true);
+    let mut opts = if one_row {
+        row_options()
     } else {
+        let mut opts = ReadOptions::default();
         opts.set_total_order_seek(true);
-    }
+        opts
+    };
+    opts.set_iterate_upper_bound(upper);
+    opts
+}
+
+/// Options of an iterator that stays within the row it seeks to: the prefix extractor bounds
+/// it, so it needs no upper bound and one iterator can seek from row to row.
+pub(crate) fn row_options() -> ReadOptions {
+    let mut opts = ReadOptions::default();
+    opts.set_prefix_same_as_start(true);
     opts
 }
 

@@ -45,11 +45,8 @@ impl<'a> StoredKeys<'a> {
         let it = match &mut self.it {
             Some(it) => it,
             None => {
-                // Within one row: the prefix extractor bounds the iteration (see
-                // `read_options`).
-                let mut opts = rocksdb::ReadOptions::default();
-                opts.set_prefix_same_as_start(true);
                 let cf = self.inner.data_cf()?;
+                let opts = crate::read::row_options();
                 self.it.insert(self.inner.db.raw_iterator_cf_opt(cf, opts))
             }
         };
