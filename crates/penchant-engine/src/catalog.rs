@@ -54,7 +54,8 @@ pub fn check_index_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_object_id(id: &str) -> Result<()> {
+/// objectIDs: 1 to 512 bytes, no 0 byte.
+pub fn check_object_id(id: &str) -> Result<()> {
     if id.is_empty() || id.len() > MAX_OBJECT_ID_BYTES || id.contains('\0') {
         return Err(invalid(format!(
             "objectID must be 1 to {MAX_OBJECT_ID_BYTES} bytes"
@@ -469,6 +470,22 @@ impl Catalog {
         row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
             .map(|v| serde_json::from_slice(&v).map_err(|e| invalid(e.to_string())))
             .transpose()
+    }
+
+    /// The objectIDs of every record of an index (keys only).
+    pub async fn object_ids(&self, app: &str, index: &str) -> Result<Vec<String>> {
+        check_index_name(index)?;
+        let prefix = index_prefix(app, index);
+        let keys_only = penchant_store::RowFilter::StripValue
+            .and(penchant_store::RowFilter::CellsPerRowLimit(1));
+        let request =
+            penchant_store::ReadRows::new(RowSet::prefix(prefix.clone())).filter(keys_only);
+        let rows = self.store.read_all(CATALOG_TABLE, request).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| std::str::from_utf8(r.key.strip_prefix(&prefix[..])?).ok())
+            .map(str::to_owned)
+            .collect())
     }
 
     /// Several records of one index at once (missing ones are left out).

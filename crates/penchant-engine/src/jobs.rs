@@ -32,7 +32,7 @@ use crate::strategy::{Strategies, Versioned};
 use crate::supervisor::Supervisor;
 
 pub const JOBS_TABLE: &str = "jobs";
-const FAMILY: &str = "j";
+pub(crate) const FAMILY: &str = "j";
 const COLUMN: &[u8] = b"recompute";
 /// The strategy version of the job in `COLUMN` (what saves are conditional on).
 const VERSION: &[u8] = b"version";

@@ -21,6 +21,9 @@
 //! | `sets` | `app 0 · set name` |
 //! | `set_partitions` | `app 0 · set name 0 · generation (u64 BE) · partition (u32 BE)` |
 //! | `leases` | `app 0 · lease name` |
+//! | `spaces` | `app 0 · space name` |
+//! | `item_vectors` | `app 0 · space name 0 · objectID` |
+//! | `user_vectors` | `app 0 · user 0` (one column per space) |
 //!
 //! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
 //! `CSV(event type, event name, facet)`), an aggregate's per-event [`aggregate_delta`] and
@@ -232,6 +235,36 @@ pub fn partition(app_id: &str, name: &str, gen_: u64, partition: u32) -> Bytes {
     let mut key = generation(app_id, name, gen_).to_vec();
     key.extend_from_slice(&partition.to_be_bytes());
     Bytes::from(key)
+}
+
+/// A vector space's description row.
+pub fn space(app_id: &str, name: &str) -> Bytes {
+    debug_assert!(part_ok(name));
+    Bytes::from(app_and(app_id, &[name.as_bytes()]))
+}
+
+/// The prefix of every item vector of a space: its items are one contiguous range, loaded in
+/// one scan.
+pub fn space_items(app_id: &str, name: &str) -> Bytes {
+    debug_assert!(part_ok(name));
+    Bytes::from(app_and(app_id, &[name.as_bytes(), b"\0"]))
+}
+
+/// An item's vector row in a space.
+pub fn item_vector(app_id: &str, space: &str, object_id: &str) -> Bytes {
+    let mut key = space_items(app_id, space).to_vec();
+    key.extend_from_slice(object_id.as_bytes());
+    Bytes::from(key)
+}
+
+/// The objectID of an item vector row of a space.
+pub fn item_of<'k>(app_id: &str, space: &str, key: &'k [u8]) -> Option<&'k str> {
+    std::str::from_utf8(key.strip_prefix(&space_items(app_id, space)[..])?).ok()
+}
+
+/// A user's vectors row (one column per space): the user's prefix, like its seen filter.
+pub fn user_vectors(app_id: &str, user_token: &str) -> Bytes {
+    user(app_id, user_token)
 }
 
 /// One CSV field, quoted when it must be (RFC 4180).

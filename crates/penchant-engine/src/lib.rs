@@ -42,6 +42,8 @@ use crate::sets::Sets;
 use crate::strategy::{Strategies, Strategy, Versioned};
 use crate::supervisor::Supervisor;
 use crate::tenancy::{Tenancy, TenancyConfig};
+use crate::vectors::Vectors;
+use crate::vectors::training::Trainings;
 
 /// What can go wrong in the engine: the caller's mistakes, each with a message saying what was
 /// wrong, and the engine's own failures, whose detail is for the log only.
@@ -102,6 +104,8 @@ pub struct EngineConfig {
     /// How long a node's lease on background work (a job, the purge) lasts without renewal:
     /// how long a job waits for another node when the node running it dies.
     pub lease_ttl: std::time::Duration,
+    /// Bytes of item vectors a node keeps in memory for searches (0: no limit).
+    pub vector_memory_bytes: u64,
 }
 
 impl EngineConfig {
@@ -120,6 +124,7 @@ impl EngineConfig {
             bloom_cache_ttl: Duration::from_secs(1),
             clock: clock::Clock::default(),
             lease_ttl: Duration::from_secs(10),
+            vector_memory_bytes: 1 << 30,
         }
     }
 }
@@ -179,6 +184,8 @@ pub struct Engine {
     supervisor: Arc<Supervisor>,
     clock: clock::Clock,
     refresh_latency: Arc<latency::Latencies>,
+    vectors: Arc<Vectors>,
+    trainings: Arc<Trainings>,
 }
 
 impl Engine {
@@ -195,7 +202,8 @@ impl Engine {
             .chain(jobs::tables())
             .chain(sets::tables())
             .chain(seen::tables())
-            .chain(leases::tables());
+            .chain(leases::tables())
+            .chain(vectors::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
@@ -240,7 +248,28 @@ impl Engine {
             config.bloom_cache_ttl,
             clock.clone(),
         ));
+        let budget = match config.vector_memory_bytes {
+            0 => u64::MAX,
+            bytes => bytes,
+        };
+        let vectors = Arc::new(Vectors::new(
+            store.clone(),
+            budget,
+            config.bloom_cache_ttl,
+            clock.clone(),
+        ));
+        let trainings = Arc::new(Trainings::new(
+            store.clone(),
+            vectors.clone(),
+            strategies.clone(),
+            tenancy.clone(),
+            leases.clone(),
+            supervisor.clone(),
+            clock.clone(),
+        ));
         Ok(Self {
+            vectors,
+            trainings,
             supervisor,
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
@@ -295,6 +324,7 @@ impl Engine {
             ("strategies", self.strategies.cache_stats()),
             ("seen_settings", self.seen.cache_stats()),
             ("set_descriptions", self.sets.cache_stats()),
+            ("vector_spaces", self.vectors.cache_stats()),
         ];
         caches.extend(self.tenancy.cache_stats());
         let (jobs_running, recomputed_users, recomputed_events) = self.jobs.progress();
@@ -438,7 +468,7 @@ impl Engine {
     /// Resume the recompute jobs that no node runs (a stopped or dead node's, once its lease
     /// has expired), from their checkpoints. Returns how many this node resumed.
     pub async fn take_over_jobs(&self) -> Result<usize> {
-        self.jobs.take_over().await
+        Ok(self.jobs.take_over().await? + self.trainings.take_over().await?)
     }
 
     /// Start the node's background work, owned by the engine until [`Engine::shutdown`]: at
@@ -548,7 +578,7 @@ impl Engine {
         Ok(until)
     }
 
-    /// Delete every trace of a user: events, aggregates, seen filter and profile.
+    /// Delete every trace of a user: events, aggregates, seen filter, profile and vectors.
     pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
         keys::check_user_token(user)?;
         self.profiles.delete_user(app, user).await
@@ -691,6 +721,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 12);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 15);
     }
 }

@@ -61,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::events::routes())
         .merge(routes::personalization::routes())
         .merge(routes::bloom::routes())
+        .merge(routes::vectors::routes())
         // Errors are Algolia's JSON, unknown routes and methods included.
         .fallback(error::unknown_route)
         .method_not_allowed_fallback(error::method_not_allowed)

@@ -71,6 +71,74 @@ pub enum JobsCommand {
     },
 }
 
+/// An ALS training's parameters (unset: the server's defaults).
+#[derive(Debug, Args)]
+pub struct AlsParams {
+    /// The space written.
+    #[arg(long)]
+    space: Option<String>,
+    #[arg(long)]
+    factors: Option<usize>,
+    #[arg(long)]
+    regularization: Option<f32>,
+    #[arg(long)]
+    alpha: Option<f32>,
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// Count only the events of this index.
+    #[arg(long)]
+    index: Option<String>,
+}
+
+impl AlsParams {
+    fn body(&self) -> Value {
+        let mut body = json!({});
+        let fields = [
+            ("space", self.space.as_ref().map(|s| json!(s))),
+            ("factors", self.factors.map(|v| json!(v))),
+            ("regularization", self.regularization.map(|v| json!(v))),
+            ("alpha", self.alpha.map(|v| json!(v))),
+            ("iterations", self.iterations.map(|v| json!(v))),
+            ("index", self.index.as_ref().map(|s| json!(s))),
+        ];
+        for (field, value) in fields {
+            if let Some(value) = value {
+                body[field] = value;
+            }
+        }
+        body
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlsCommand {
+    /// Train an app's ALS vectors from its events and follow the training with a progress bar.
+    Train {
+        #[arg(long)]
+        app: String,
+        #[command(flatten)]
+        params: AlsParams,
+    },
+    /// Follow an app's latest training.
+    Watch {
+        #[arg(long)]
+        app: String,
+    },
+    /// Hold out each user's last interactions, train on the rest, and print precision,
+    /// recall and NDCG at k of ALS beside the popularity baseline.
+    Evaluate {
+        #[arg(long)]
+        app: String,
+        #[command(flatten)]
+        params: AlsParams,
+        /// Interactions held out per user.
+        #[arg(long, default_value_t = 1)]
+        holdout: usize,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum SetsCommand {
     /// Reserve a key set (a partitioned Bloom filter).
@@ -271,6 +339,63 @@ pub fn jobs(command: JobsCommand, target: &Target, config: &Config) -> anyhow::R
             if job["state"] != "running" {
                 bar.finish();
                 return print(&job);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+}
+
+pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
+    let client = Client::new(target, config)?;
+    block_on(async {
+        let app = match command {
+            AlsCommand::Train { app, params } => {
+                client
+                    .call(Method::POST, "/1/als/train", &app, Some(params.body()))
+                    .await?;
+                app
+            }
+            AlsCommand::Watch { app } => app,
+            AlsCommand::Evaluate {
+                app,
+                params,
+                holdout,
+                k,
+            } => {
+                let mut body = params.body();
+                body["holdout"] = json!(holdout);
+                body["k"] = json!(k);
+                let out = client
+                    .call(Method::POST, "/1/als/evaluate", &app, Some(body))
+                    .await?;
+                // The table for people on stderr; the JSON on stdout, as every command.
+                eprintln!("model        precision@{k}  recall@{k}  ndcg@{k}");
+                for model in ["als", "popularity"] {
+                    let m = &out[model];
+                    eprintln!(
+                        "{model:<12} {:>12.4} {:>9.4} {:>7.4}",
+                        m["precision"].as_f64().unwrap_or(f64::NAN),
+                        m["recall"].as_f64().unwrap_or(f64::NAN),
+                        m["ndcg"].as_f64().unwrap_or(f64::NAN)
+                    );
+                }
+                return print(&out);
+            }
+        };
+        let bar = indicatif::ProgressBar::new(1);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} ALS {bar:30} {pos}/{len} iterations  {elapsed}",
+            )?
+            .progress_chars("=> "),
+        );
+        loop {
+            let status = client.call(Method::GET, "/1/als/train", &app, None).await?;
+            bar.set_length(status["config"]["iterations"].as_u64().unwrap_or(1));
+            bar.set_position(status["iteration"].as_u64().unwrap_or(0));
+            if status["state"] != "running" {
+                bar.finish();
+                return print(&status);
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }

@@ -35,6 +35,8 @@ enum Command {
     Jobs(JobsArgs),
     /// Manage an app's key sets (Bloom filters) on a running server (global admin key).
     Sets(SetsArgs),
+    /// Train an app's ALS vectors, follow the training, evaluate it (global admin key).
+    Als(AlsArgs),
     /// Run a benchmark and print its table (the `penchant-bench` executable next to this one).
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
@@ -44,6 +46,16 @@ enum Command {
 struct JobsArgs {
     #[command(subcommand)]
     command: crate::admin::JobsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct AlsArgs {
+    #[command(subcommand)]
+    command: crate::admin::AlsCommand,
     #[command(flatten)]
     target: crate::admin::Target,
     #[command(flatten)]
@@ -140,8 +152,8 @@ and exits with its status. Build it with
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// The suite (`store`, `bloom`, `personalization`) and its flags, passed to `penchant-bench`
-    /// as they are.
+    /// The suite (`store`, `bloom`, `personalization`, `ingest`, `als`, `topk`) and its flags,
+    /// passed to `penchant-bench` as they are.
     #[arg(
         value_name = "ARGS",
         trailing_var_arg = true,
@@ -202,6 +214,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
         Command::Sets(args) => crate::admin::sets(args.command, &args.target, &args.config.load()?),
+        Command::Als(args) => crate::admin::als(args.command, &args.target, &args.config.load()?),
         Command::Bench(args) => return bench(&args.args),
     };
     done.map(|()| ExitCode::SUCCESS)

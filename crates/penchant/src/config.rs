@@ -37,7 +37,26 @@ pub struct Config {
     pub auth: AuthConfig,
     pub personalization: PersonalizationConfig,
     pub bloom: BloomConfig,
+    pub vectors: VectorsConfig,
     pub log: LogConfig,
+}
+
+/// `[vectors]`: vector spaces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VectorsConfig {
+    /// Bytes of item vectors a node keeps in memory for similarity searches (each space's items
+    /// as one matrix, loaded on first use); a space larger than this cannot be searched.
+    /// 0: no limit.
+    pub memory_bytes: u64,
+}
+
+impl Default for VectorsConfig {
+    fn default() -> Self {
+        Self {
+            memory_bytes: serving().vector_memory_bytes,
+        }
+    }
 }
 
 /// `[bloom]`: key sets and seen filters.

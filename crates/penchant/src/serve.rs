@@ -90,6 +90,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         set_cache_bytes: config.bloom.set_cache_bytes,
         bloom_cache_ttl: Duration::from_millis(config.bloom.cache_ttl_ms),
         lease_ttl: Duration::from_secs(config.personalization.lease_ttl_secs),
+        vector_memory_bytes: config.vectors.memory_bytes,
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)

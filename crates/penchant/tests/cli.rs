@@ -182,6 +182,7 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "apps",
             "catalog",
             "events",
+            "item_vectors",
             "jobs",
             "keys",
             "leases",
@@ -189,7 +190,9 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "seen",
             "set_partitions",
             "sets",
-            "strategies"
+            "spaces",
+            "strategies",
+            "user_vectors"
         ]
     );
     // The health check reaches the emulator: stopping it makes the node unhealthy.
@@ -296,6 +299,100 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
     let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(job["state"], "done", "{job}");
     assert_eq!(job["rangesDone"], job["ranges"].as_array().unwrap().len());
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+#[tokio::test]
+async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .stderr(Stdio::null());
+    });
+    let http = reqwest::Client::new();
+    let post = |path: &str, app: &str, body: serde_json::Value| {
+        http.post(format!("{url}{path}"))
+            .header("X-Algolia-Application-Id", app)
+            .header("X-Algolia-API-Key", "root")
+            .json(&body)
+            .send()
+    };
+    let resp = post("/1/apps", "", serde_json::json!({"appID": "ALS"}))
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    // Two tastes: users u0..u9 click items a0..a5, users u10..u19 items b0..b5.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut events = Vec::new();
+    for u in 0..20 {
+        let taste = if u < 10 { "a" } else { "b" };
+        for i in 0..4 {
+            let item = format!("{taste}{}", (u + i) % 6);
+            events.push(
+                serde_json::json!({"eventType": "click", "eventName": "Clicked",
+                "index": "products", "userToken": format!("u{u}"), "objectIDs": [item],
+                "timestamp": now - 60_000 + (u * 4 + i) as i64}),
+            );
+        }
+    }
+    let resp = post("/1/events", "ALS", serde_json::json!({"events": events}))
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+
+    let (ok, status, err) = admin_command(
+        &url,
+        &[
+            "als",
+            "train",
+            "--app",
+            "ALS",
+            "--factors",
+            "4",
+            "--iterations",
+            "5",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(
+        (&status["users"], &status["items"], &status["interactions"]),
+        (
+            &serde_json::json!(20),
+            &serde_json::json!(12),
+            &serde_json::json!(80)
+        )
+    );
+    let (ok, evaluation, err) = admin_command(
+        &url,
+        &[
+            "als",
+            "evaluate",
+            "--app",
+            "ALS",
+            "--factors",
+            "4",
+            "--k",
+            "3",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(err.contains("precision@3"), "the table is printed: {err}");
+    for model in ["als", "popularity"] {
+        let precision = evaluation[model]["precision"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&precision), "{evaluation}");
+    }
+    let (ok, _, err) = admin_command(&url, &["als", "train", "--app", "ALS", "--factors", "0"]);
+    assert!(
+        !ok && err.contains("factors must be between 1 and 1024"),
+        "{err}"
+    );
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }

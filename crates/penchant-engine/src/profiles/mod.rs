@@ -367,7 +367,12 @@ impl Profiles {
         // Row by row (Bigtable's DropRowRange is an admin operation, not meant for per-user
         // traffic).
         let prefix = keys::user(app, user);
-        for table in [EVENTS_TABLE, AGGREGATES_TABLE, crate::seen::SEEN_TABLE] {
+        for table in [
+            EVENTS_TABLE,
+            AGGREGATES_TABLE,
+            crate::seen::SEEN_TABLE,
+            crate::vectors::USER_VECTORS_TABLE,
+        ] {
             self.store.delete_prefix(table, prefix.clone()).await?;
         }
         self.store

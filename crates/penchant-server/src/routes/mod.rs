@@ -7,6 +7,7 @@ pub mod health;
 pub mod indexes;
 pub mod keys;
 pub mod personalization;
+pub mod vectors;
 
 #[cfg(test)]
 mod tests {
@@ -21,6 +22,7 @@ mod tests {
             ("indexes.rs", include_str!("indexes.rs")),
             ("keys.rs", include_str!("keys.rs")),
             ("personalization.rs", include_str!("personalization.rs")),
+            ("vectors.rs", include_str!("vectors.rs")),
             ("auth.rs", include_str!("../auth.rs")),
         ];
         let internals = [

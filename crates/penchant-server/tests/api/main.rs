@@ -11,3 +11,4 @@ mod metrics;
 mod personalization;
 mod regressions;
 mod user_tokens;
+mod vectors;

@@ -1,1 +1,0 @@
-//! Vectors: latent and content embeddings of users and items.

@@ -1,0 +1,971 @@
+//! Vector spaces: latent and content embeddings of users and items — Coffee Meets Bagel's "100
+//! floats per user" learned by ALS ([`training`]), or image and text embeddings an app uploads.
+//!
+//! A space is named per app, with a fixed dimension and a metric. Storage follows the Google
+//! seed's model: the column family is the data type (`v`, vectors), a vector is a cell of its
+//! object's row, timestamped by its write (a training stamps all its cells with one time), and
+//! two versions are kept: reads take the latest, the previous one stays for a rollback.
+//!
+//! | table | row | cells |
+//! |---|---|---|
+//! | `spaces` | `app 0 · space` | `m:space` the description (JSON); `m:gen` a counter every write to the space's items moves |
+//! | `item_vectors` | `app 0 · space 0 · objectID` | `v:v` |
+//! | `user_vectors` | `app 0 · user 0` | `v:<space>`, one column per space |
+//!
+//! A space's items are one key range, loaded in one scan; a user's vectors sit under the user's
+//! prefix beside the rest of the user's rows and go with them when the user is deleted. Values
+//! are the f32s, little-endian, as given (cosine scores divide by the norms). Reads keep only
+//! cells written since the space was created, so a space deleted and created again never shows
+//! vectors of the old one that an interrupted deletion left behind.
+//!
+//! Serving: each node keeps a space's item vectors as one contiguous matrix
+//! ([`penchant_vectors::Matrix`]), loaded on first use within a memory budget and loaded again
+//! when the space's counter has moved — at once on the node that wrote, within the description
+//! cache's TTL on the others. Search is exact: one pass of SIMD dot products over the rows.
+
+pub mod training;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use penchant_store::{
+    GcRule, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store,
+    TimeRange,
+};
+pub use penchant_vectors::{Aggregate, Matrix, Metric};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{self, TtlCache};
+use crate::clock::Clock;
+use crate::events::{self, Event, EventType, Target};
+use crate::{EngineError, Result, internal, keys};
+
+pub const SPACES_TABLE: &str = "spaces";
+pub const ITEM_VECTORS_TABLE: &str = "item_vectors";
+pub const USER_VECTORS_TABLE: &str = "user_vectors";
+const META: &str = "m";
+const DESCRIPTION: &[u8] = b"space";
+const GENERATION: &[u8] = b"gen";
+const FAMILY: &str = "v";
+const ITEM_COLUMN: &[u8] = b"v";
+/// The largest dimension of a space.
+pub const MAX_DIMENSION: usize = 4096;
+/// The longest space name, in bytes.
+pub const MAX_SPACE_NAME_BYTES: usize = 64;
+/// Spaces an app may have.
+pub const MAX_SPACES: usize = 64;
+/// Most vectors in one upload.
+pub const MAX_VECTORS_PER_CALL: usize = 100_000;
+/// Most hits a search returns.
+pub const MAX_K: usize = 1000;
+/// Most liked items a "similar to the last N liked" search starts from.
+pub const MAX_LIKED: usize = 100;
+/// Floats above which a search runs on a blocking thread rather than the runtime's.
+const INLINE_FLOATS: usize = 1 << 20;
+
+/// The tables this module needs.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    let versions = || BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(2))]);
+    vec![
+        (
+            SPACES_TABLE,
+            BTreeMap::from([(META.to_owned(), GcRule::MaxVersions(1))]),
+        ),
+        (ITEM_VECTORS_TABLE, versions()),
+        (USER_VECTORS_TABLE, versions()),
+    ]
+}
+
+/// Whose vectors: users' or items'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    User,
+    Item,
+}
+
+impl Kind {
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::User => "user",
+            Kind::Item => "item",
+        }
+    }
+}
+
+/// What a space is created with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpaceConfig {
+    /// Floats per vector, 1 to 4096.
+    pub dimension: usize,
+    /// How vectors compare (cosine by default).
+    #[serde(default = "cosine")]
+    pub metric: Metric,
+    /// The catalog index its items are records of: deleting a record of that index (or
+    /// clearing the index) deletes its vector. Without one, a delete in any index of the app
+    /// does.
+    #[serde(default)]
+    pub index: Option<String>,
+}
+
+fn cosine() -> Metric {
+    Metric::Cosine
+}
+
+impl SpaceConfig {
+    fn check(&self) -> Result<()> {
+        if !(1..=MAX_DIMENSION).contains(&self.dimension) {
+            return Err(EngineError::Invalid(format!(
+                "dimension must be between 1 and {MAX_DIMENSION}"
+            )));
+        }
+        if let Some(index) = &self.index {
+            crate::catalog::check_index_name(index)?;
+        }
+        Ok(())
+    }
+}
+
+/// A space as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Space {
+    pub name: String,
+    pub dimension: usize,
+    pub metric: Metric,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
+    /// When it was created (ms since the epoch).
+    pub created_at: i64,
+    /// The last training that wrote it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<training::Trained>,
+    /// How many writes its items have had (not stored in the description: its own counter).
+    #[serde(default)]
+    pub generation: u64,
+}
+
+impl Space {
+    /// Why `vector` cannot be `id`'s in this space, if it cannot.
+    pub fn check(&self, kind: Kind, id: &str, vector: &[f32]) -> Result<()> {
+        let invalid = |m: String| Err(EngineError::Invalid(m));
+        let who = format!("{} '{id}'", kind.noun());
+        if vector.len() != self.dimension {
+            return invalid(format!(
+                "the vector of {who} has {} dimensions; space '{}' has {}",
+                vector.len(),
+                self.name,
+                self.dimension
+            ));
+        }
+        if let Some(at) = vector.iter().position(|x| x.is_nan()) {
+            return invalid(format!("the vector of {who} holds NaN at position {at}"));
+        }
+        if let Some(at) = vector.iter().position(|x| x.is_infinite()) {
+            return invalid(format!(
+                "the vector of {who} holds an infinite value at position {at}"
+            ));
+        }
+        if self.metric == Metric::Cosine && vector.iter().all(|x| *x == 0.0) {
+            return invalid(format!(
+                "the vector of {who} is zero: it has no direction, and space '{}' compares by \
+                 cosine",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// The read filter of one column's vectors written since the space was created: the latest.
+    fn cells(&self, qualifier: &[u8]) -> RowFilter {
+        RowFilter::column(FAMILY, Bytes::copy_from_slice(qualifier))
+            .and(RowFilter::TimestampRange(TimeRange::new(
+                self.created_at.saturating_mul(1000),
+                i64::MAX,
+            )))
+            .and(RowFilter::CellsPerColumnLimit(1))
+    }
+}
+
+/// Space names: 1 to 64 bytes of letters, digits, `-`, `_` and `.`.
+pub fn check_space_name(name: &str) -> Result<()> {
+    let ok = (1..=MAX_SPACE_NAME_BYTES).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "a space name must be 1 to {MAX_SPACE_NAME_BYTES} letters, digits, '-', '_' or '.'"
+        )))
+    }
+}
+
+/// Check the id of a user (a user token) or an item (an objectID).
+pub fn check_id(kind: Kind, id: &str) -> Result<()> {
+    match kind {
+        Kind::User if !keys::user_token_ok(id) => Err(EngineError::Invalid(format!(
+            "user '{id}': {}",
+            keys::USER_TOKEN_MESSAGE
+        ))),
+        Kind::User => Ok(()),
+        Kind::Item => crate::catalog::check_object_id(id),
+    }
+}
+
+/// A vector's cell value: its floats, little-endian.
+pub fn encode(vector: &[f32]) -> Bytes {
+    let mut out = Vec::with_capacity(vector.len() * 4);
+    for x in vector {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    Bytes::from(out)
+}
+
+/// A cell value's floats, if it holds `dimension` of them.
+pub fn decode(bytes: &[u8], dimension: usize) -> Option<Vec<f32>> {
+    (bytes.len() == dimension * 4).then(|| {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    })
+}
+
+/// Parse the compact binary upload: records of an id's length (u16, little-endian), the id
+/// (UTF-8), then `dimension` f32s (little-endian), back to back.
+pub fn parse_binary(body: &[u8], dimension: usize) -> Result<Vec<(String, Vec<f32>)>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < body.len() {
+        let record = out.len() + 1;
+        let cut = || {
+            EngineError::Invalid(format!(
+                "binary body: record {record} is cut short (byte {at} of {})",
+                body.len()
+            ))
+        };
+        let len = body.get(at..at + 2).ok_or_else(cut)?;
+        let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
+        let id = body.get(at + 2..at + 2 + len).ok_or_else(cut)?;
+        let id = std::str::from_utf8(id).map_err(|_| {
+            EngineError::Invalid(format!(
+                "binary body: the id of record {record} is not UTF-8"
+            ))
+        })?;
+        let floats = body
+            .get(at + 2 + len..at + 2 + len + dimension * 4)
+            .ok_or_else(cut)?;
+        out.push((id.to_owned(), decode(floats, dimension).ok_or_else(cut)?));
+        at += 2 + len + dimension * 4;
+    }
+    Ok(out)
+}
+
+/// A space's item vectors in memory: one contiguous matrix, its rows' ids, and the Gramian
+/// `YᵀY` that folding in a new user needs (computed once, on first use).
+#[derive(Debug)]
+pub struct Loaded {
+    generation: u64,
+    created_at: i64,
+    pub ids: Vec<String>,
+    rows: HashMap<String, u32>,
+    pub matrix: Matrix,
+    gramian: OnceLock<Vec<f32>>,
+}
+
+impl Loaded {
+    /// The row of an item, if it has a vector.
+    pub fn row_of(&self, id: &str) -> Option<usize> {
+        self.rows.get(id).map(|r| *r as usize)
+    }
+
+    /// `YᵀY` of the item vectors.
+    pub fn gramian(&self) -> &[f32] {
+        self.gramian
+            .get_or_init(|| penchant_vectors::als::gramian(&self.matrix))
+    }
+
+    fn bytes(&self) -> u64 {
+        let ids: usize = self.ids.iter().map(|id| 2 * id.len() + 64).sum();
+        (self.matrix.bytes() + ids) as u64
+    }
+}
+
+/// Weighs loaded matrices by their bytes.
+#[derive(Debug, Clone)]
+pub struct LoadedWeight;
+
+impl quick_cache::Weighter<(String, String), Arc<Loaded>> for LoadedWeight {
+    fn weight(&self, _key: &(String, String), value: &Arc<Loaded>) -> u64 {
+        value.bytes().max(1)
+    }
+}
+
+/// A search's options.
+#[derive(Debug, Clone, Default)]
+pub struct SearchOptions {
+    /// Hits wanted (1 to [`MAX_K`]).
+    pub k: usize,
+    /// Only these items (by objectID) are candidates; all items if `None`.
+    pub candidates: Option<Vec<String>>,
+    /// Items never returned.
+    pub exclude: Vec<String>,
+    /// Compare by this metric rather than the space's.
+    pub metric: Option<Metric>,
+}
+
+/// What a search starts from.
+#[derive(Debug, Clone)]
+pub enum Query {
+    /// A vector given with the request.
+    Vector(Vec<f32>),
+    /// An item's vector (the item itself is not a hit).
+    Item(String),
+    /// A user's vector.
+    User(String),
+}
+
+/// One search result: an item and its score by the metric (higher is closer; euclidean scores
+/// are negated distances).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    #[serde(rename = "objectID")]
+    pub object_id: String,
+    pub score: f32,
+}
+
+/// The vector spaces of every app.
+#[derive(Debug)]
+pub struct Vectors {
+    store: Arc<dyn Store>,
+    clock: Clock,
+    budget: u64,
+    descriptions: TtlCache<(String, String), Arc<Space>>,
+    matrices: quick_cache::sync::Cache<(String, String), Arc<Loaded>, LoadedWeight>,
+    /// One load at a time: a space's first searches wait for one scan, not one each.
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl Vectors {
+    /// Spaces over `store`, keeping loaded matrices within `budget` bytes and trusting cached
+    /// descriptions for `ttl` (how long another node's writes may go unseen).
+    pub fn new(store: Arc<dyn Store>, budget: u64, ttl: Duration, clock: Clock) -> Self {
+        Self {
+            store,
+            budget,
+            descriptions: TtlCache::new(cache::DEFAULT_CAPACITY, ttl, clock.clone()),
+            matrices: quick_cache::sync::Cache::with_weighter(64, budget.max(1), LoadedWeight),
+            loading: tokio::sync::Mutex::new(()),
+            clock,
+        }
+    }
+
+    /// How the description cache has served.
+    pub fn cache_stats(&self) -> cache::CacheStats {
+        self.descriptions.stats()
+    }
+
+    /// Create a space.
+    pub async fn create(&self, app: &str, name: &str, config: SpaceConfig) -> Result<Space> {
+        check_space_name(name)?;
+        config.check()?;
+        if self.list(app).await?.len() >= MAX_SPACES {
+            return Err(EngineError::Refused(format!(
+                "an app has at most {MAX_SPACES} spaces"
+            )));
+        }
+        let space = Space {
+            name: name.to_owned(),
+            dimension: config.dimension,
+            metric: config.metric,
+            index: config.index,
+            created_at: self.clock.now_ms(),
+            training: None,
+            generation: 0,
+        };
+        let json = serde_json::to_vec(&space).map_err(|e| internal("serialization", e))?;
+        let exists = self
+            .store
+            .check_and_mutate_row(
+                SPACES_TABLE,
+                keys::space(app, name),
+                Some(RowFilter::column(META, DESCRIPTION)),
+                vec![],
+                vec![
+                    Mutation::set_now(META, DESCRIPTION, json),
+                    Mutation::delete_column(META, GENERATION),
+                ],
+            )
+            .await?;
+        if exists {
+            return Err(EngineError::Exists(format!("space '{name}' exists")));
+        }
+        self.forget(app, name);
+        Ok(space)
+    }
+
+    /// Every space of an app, by name.
+    pub async fn list(&self, app: &str) -> Result<Vec<Space>> {
+        let request = ReadRows::new(RowSet::prefix(keys::app(app)));
+        let rows = self.store.read_all(SPACES_TABLE, request).await?;
+        rows.iter()
+            .filter_map(|row| parse_space(row).transpose())
+            .collect()
+    }
+
+    /// A space, as stored now.
+    pub async fn fresh(&self, app: &str, name: &str) -> Result<Arc<Space>> {
+        check_space_name(name)?;
+        let row = self
+            .store
+            .read_row(SPACES_TABLE, keys::space(app, name), None)
+            .await?;
+        let space = row
+            .as_ref()
+            .map(parse_space)
+            .transpose()?
+            .flatten()
+            .ok_or_else(|| EngineError::NotFound(format!("space '{name}' does not exist")))?;
+        let space = Arc::new(space);
+        self.descriptions
+            .insert((app.to_owned(), name.to_owned()), space.clone());
+        Ok(space)
+    }
+
+    /// A space, as cached (at most the TTL old).
+    pub async fn space(&self, app: &str, name: &str) -> Result<Arc<Space>> {
+        match self.descriptions.get(&(app.to_owned(), name.to_owned())) {
+            Some(space) => Ok(space),
+            None => self.fresh(app, name).await,
+        }
+    }
+
+    fn forget(&self, app: &str, name: &str) {
+        let key = (app.to_owned(), name.to_owned());
+        self.descriptions.remove(&key);
+        self.matrices.remove(&key);
+    }
+
+    /// Delete a space and its vectors.
+    pub async fn delete(&self, app: &str, name: &str) -> Result<()> {
+        self.fresh(app, name).await?;
+        // The description first: from now on the space does not exist, and a space created
+        // again under the name reads no cell written before it.
+        self.store
+            .mutate_row(
+                SPACES_TABLE,
+                keys::space(app, name),
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
+        self.forget(app, name);
+        self.store
+            .delete_prefix(ITEM_VECTORS_TABLE, keys::space_items(app, name))
+            .await?;
+        let column = RowFilter::column(FAMILY, Bytes::copy_from_slice(name.as_bytes()))
+            .and(RowFilter::StripValue)
+            .and(RowFilter::CellsPerRowLimit(1));
+        let request = ReadRows::new(RowSet::prefix(keys::app(app))).filter(column);
+        let users = self.store.read_all(USER_VECTORS_TABLE, request).await?;
+        let deletes = users
+            .into_iter()
+            .map(|row| {
+                let delete =
+                    Mutation::delete_column(FAMILY, Bytes::copy_from_slice(name.as_bytes()));
+                RowMutation::new(row.key, vec![delete])
+            })
+            .collect();
+        self.store.mutate_all(USER_VECTORS_TABLE, deletes).await?;
+        Ok(())
+    }
+
+    /// Write vectors of users or items, all checked first: one bad vector writes none. Returns
+    /// how many were written.
+    pub async fn put(
+        &self,
+        app: &str,
+        name: &str,
+        kind: Kind,
+        vectors: &[(String, Vec<f32>)],
+    ) -> Result<usize> {
+        let space = self.fresh(app, name).await?;
+        if vectors.len() > MAX_VECTORS_PER_CALL {
+            return Err(EngineError::Invalid(format!(
+                "at most {MAX_VECTORS_PER_CALL} vectors per request"
+            )));
+        }
+        for (id, vector) in vectors {
+            check_id(kind, id)?;
+            space.check(kind, id, vector)?;
+        }
+        let stamp = self.clock.now_ms() * 1000;
+        self.write(
+            app,
+            &space,
+            kind,
+            vectors.iter().map(|(id, v)| (id.as_str(), &v[..])),
+            stamp,
+        )
+        .await?;
+        Ok(vectors.len())
+    }
+
+    /// Write checked vectors, every cell stamped `stamp` (µs).
+    pub(crate) async fn write<'a>(
+        &self,
+        app: &str,
+        space: &Space,
+        kind: Kind,
+        vectors: impl Iterator<Item = (&'a str, &'a [f32])>,
+        stamp: i64,
+    ) -> Result<()> {
+        let (table, mut rows) = (table_of(kind), Vec::new());
+        for (id, vector) in vectors {
+            let (key, qualifier) = cell_of(app, &space.name, kind, id);
+            let set = Mutation::set(FAMILY, qualifier, stamp, encode(vector));
+            rows.push(RowMutation::new(key, vec![set]));
+            if rows.len() >= 10_000 {
+                self.store
+                    .mutate_all(table, std::mem::take(&mut rows))
+                    .await?;
+            }
+        }
+        self.store.mutate_all(table, rows).await?;
+        if kind == Kind::Item {
+            self.touch(app, &space.name).await?;
+        }
+        Ok(())
+    }
+
+    /// Move a space's counter: nodes load its items again.
+    async fn touch(&self, app: &str, name: &str) -> Result<()> {
+        let rule = ReadModifyWriteRule::increment(META, GENERATION, 1);
+        self.store
+            .read_modify_write_row(SPACES_TABLE, keys::space(app, name), vec![rule])
+            .await?;
+        self.forget(app, name);
+        Ok(())
+    }
+
+    /// Save a space's description as changed (a training's record), keeping its counter.
+    pub(crate) async fn describe(&self, app: &str, space: &Space) -> Result<()> {
+        let json = serde_json::to_vec(space).map_err(|e| internal("serialization", e))?;
+        self.store
+            .mutate_row(
+                SPACES_TABLE,
+                keys::space(app, &space.name),
+                vec![Mutation::set_now(META, DESCRIPTION, json)],
+            )
+            .await?;
+        self.forget(app, &space.name);
+        Ok(())
+    }
+
+    /// One user's or item's vector.
+    pub async fn get(
+        &self,
+        app: &str,
+        name: &str,
+        kind: Kind,
+        id: &str,
+    ) -> Result<Option<Vec<f32>>> {
+        check_id(kind, id)?;
+        let space = self.space(app, name).await?;
+        let (key, qualifier) = cell_of(app, name, kind, id);
+        let row = self
+            .store
+            .read_row(table_of(kind), key, Some(space.cells(&qualifier)))
+            .await?;
+        let Some(cell) = row.as_ref().and_then(|r| r.latest(FAMILY, &qualifier)) else {
+            return Ok(None);
+        };
+        decode(&cell.value, space.dimension)
+            .map(Some)
+            .ok_or_else(|| internal("corrupt vector", format!("{} '{id}'", kind.noun())))
+    }
+
+    /// Delete one user's or item's vector (both stored versions).
+    pub async fn remove(&self, app: &str, name: &str, kind: Kind, id: &str) -> Result<()> {
+        check_id(kind, id)?;
+        let space = self.fresh(app, name).await?;
+        let (key, qualifier) = cell_of(app, &space.name, kind, id);
+        self.store
+            .mutate_row(
+                table_of(kind),
+                key,
+                vec![Mutation::delete_column(FAMILY, qualifier)],
+            )
+            .await?;
+        if kind == Kind::Item {
+            self.touch(app, name).await?;
+        }
+        Ok(())
+    }
+
+    /// Delete the vectors of items deleted from `index`, in every space whose items are its
+    /// records (or any index's).
+    pub async fn forget_items(&self, app: &str, index: &str, ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        for space in self.list(app).await? {
+            if space.index.as_deref().is_some_and(|i| i != index) {
+                continue;
+            }
+            let deletes = ids
+                .iter()
+                .map(|id| {
+                    let key = keys::item_vector(app, &space.name, id);
+                    RowMutation::new(key, vec![Mutation::DeleteFromRow])
+                })
+                .collect();
+            self.store.mutate_all(ITEM_VECTORS_TABLE, deletes).await?;
+            self.touch(app, &space.name).await?;
+        }
+        Ok(())
+    }
+
+    /// A space's item vectors in memory, loaded if this node has none or an outdated copy.
+    pub async fn load(&self, app: &str, space: &Space) -> Result<Arc<Loaded>> {
+        let key = (app.to_owned(), space.name.clone());
+        let current =
+            |l: &Loaded| l.generation == space.generation && l.created_at == space.created_at;
+        if let Some(loaded) = self.matrices.get(&key).filter(|l| current(l)) {
+            return Ok(loaded);
+        }
+        let _one_load = self.loading.lock().await;
+        if let Some(loaded) = self.matrices.get(&key).filter(|l| current(l)) {
+            return Ok(loaded);
+        }
+        let request = ReadRows::new(RowSet::prefix(keys::space_items(app, &space.name)))
+            .filter(space.cells(ITEM_COLUMN));
+        let mut rows = self.store.read_rows(ITEM_VECTORS_TABLE, request).await?;
+        let mut loaded = Loaded {
+            generation: space.generation,
+            created_at: space.created_at,
+            ids: Vec::new(),
+            rows: HashMap::new(),
+            matrix: Matrix::new(space.dimension),
+            gramian: OnceLock::new(),
+        };
+        while let Some(row) = rows.try_next().await? {
+            let Some(id) = keys::item_of(app, &space.name, &row.key) else {
+                continue;
+            };
+            let Some(cell) = row.latest(FAMILY, ITEM_COLUMN) else {
+                continue;
+            };
+            let vector = decode(&cell.value, space.dimension)
+                .ok_or_else(|| internal("corrupt vector", format!("item '{id}'")))?;
+            loaded.rows.insert(id.to_owned(), loaded.ids.len() as u32);
+            loaded.ids.push(id.to_owned());
+            loaded.matrix.push(&vector);
+            if loaded.matrix.bytes() as u64 > self.budget {
+                return Err(EngineError::Refused(format!(
+                    "space '{}' holds more item vectors than the memory budget for vectors \
+                     ({} bytes, `engine.vector_memory_bytes`) can keep",
+                    space.name, self.budget
+                )));
+            }
+        }
+        let loaded = Arc::new(loaded);
+        self.matrices.insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// The items closest to a query, best first.
+    pub async fn search(
+        &self,
+        app: &str,
+        name: &str,
+        query: Query,
+        options: &SearchOptions,
+    ) -> Result<Vec<Hit>> {
+        let space = self.space(app, name).await?;
+        check_k(options.k)?;
+        let loaded = self.load(app, &space).await?;
+        let (vector, itself) = match query {
+            Query::Vector(v) => {
+                space.check(Kind::Item, "(the query)", &v)?;
+                (v, None)
+            }
+            Query::Item(id) => {
+                let row = loaded.row_of(&id).ok_or_else(|| {
+                    EngineError::NotFound(format!("item '{id}' has no vector in space '{name}'"))
+                })?;
+                (loaded.matrix.row(row).to_vec(), Some(row))
+            }
+            Query::User(user) => {
+                let vector = self
+                    .get(app, name, Kind::User, &user)
+                    .await?
+                    .ok_or_else(|| {
+                        EngineError::NotFound(format!(
+                            "user '{user}' has no vector in space '{name}'"
+                        ))
+                    })?;
+                (vector, None)
+            }
+        };
+        let metric = options.metric.unwrap_or(space.metric);
+        let queries = [vector];
+        let hits = rank(
+            loaded,
+            metric,
+            queries.to_vec(),
+            Aggregate::Mean,
+            options,
+            itself.into_iter().collect(),
+        )
+        .await;
+        Ok(hits)
+    }
+
+    /// The items closest to the last `last` items `user` liked (clicked or converted, newest
+    /// first, among items with a vector), each scored by the mean or the max of its scores
+    /// against them; the liked items themselves are not hits. Returns the liked items used and
+    /// the hits. Events before `since` (ms) do not count.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn similar_to_liked(
+        &self,
+        app: &str,
+        name: &str,
+        user: &str,
+        last: usize,
+        aggregate: Aggregate,
+        options: &SearchOptions,
+        since: i64,
+    ) -> Result<(Vec<String>, Vec<Hit>)> {
+        keys::check_user_token(user)?;
+        if !(1..=MAX_LIKED).contains(&last) {
+            return Err(EngineError::Invalid(format!(
+                "last must be between 1 and {MAX_LIKED}"
+            )));
+        }
+        let space = self.space(app, name).await?;
+        check_k(options.k)?;
+        let loaded = self.load(app, &space).await?;
+        let liked_types = [EventType::Click, EventType::Conversion];
+        let liked = recent_items(
+            &self.store,
+            app,
+            user,
+            since,
+            last,
+            |event| liked_types.contains(&event.event_type),
+            |id| loaded.row_of(id).is_some(),
+        )
+        .await?;
+        let rows: Vec<usize> = liked.iter().filter_map(|id| loaded.row_of(id)).collect();
+        if rows.is_empty() {
+            return Ok((liked, Vec::new()));
+        }
+        let queries = rows
+            .iter()
+            .map(|r| loaded.matrix.row(*r).to_vec())
+            .collect();
+        let metric = options.metric.unwrap_or(space.metric);
+        let hits = rank(loaded, metric, queries, aggregate, options, rows).await;
+        Ok((liked, hits))
+    }
+}
+
+fn check_k(k: usize) -> Result<()> {
+    if (1..=MAX_K).contains(&k) {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "k must be between 1 and {MAX_K}"
+        )))
+    }
+}
+
+/// Rank a loaded space's items against queries: on the runtime's thread for small spaces, on a
+/// blocking thread for large ones.
+async fn rank(
+    loaded: Arc<Loaded>,
+    metric: Metric,
+    queries: Vec<Vec<f32>>,
+    aggregate: Aggregate,
+    options: &SearchOptions,
+    mut skip: Vec<usize>,
+) -> Vec<Hit> {
+    skip.extend(options.exclude.iter().filter_map(|id| loaded.row_of(id)));
+    let skip: HashSet<usize> = skip.into_iter().collect();
+    let candidates: Option<Vec<usize>> = options.candidates.as_ref().map(|ids| {
+        let mut rows: Vec<usize> = ids
+            .iter()
+            .filter_map(|id| loaded.row_of(id))
+            .filter(|r| !skip.contains(r))
+            .collect();
+        rows.sort_unstable();
+        rows.dedup();
+        rows
+    });
+    let k = options.k;
+    let floats = loaded.matrix.len() * loaded.matrix.dim();
+    let work = move || {
+        let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
+        let top = match &candidates {
+            Some(rows) if refs.len() == 1 => loaded.matrix.top_k_among(metric, refs[0], k, rows),
+            Some(rows) => {
+                let allowed: HashSet<usize> = rows.iter().copied().collect();
+                loaded
+                    .matrix
+                    .top_k_multi(metric, &refs, aggregate, k, |i| !allowed.contains(&i))
+            }
+            None if refs.len() == 1 => loaded
+                .matrix
+                .top_k(metric, refs[0], k, |i| skip.contains(&i)),
+            None => loaded
+                .matrix
+                .top_k_multi(metric, &refs, aggregate, k, |i| skip.contains(&i)),
+        };
+        top.into_iter()
+            .map(|(row, score)| Hit {
+                object_id: loaded.ids[row].clone(),
+                score,
+            })
+            .collect::<Vec<_>>()
+    };
+    if floats <= INLINE_FLOATS {
+        work()
+    } else {
+        tokio::task::spawn_blocking(work).await.unwrap_or_default()
+    }
+}
+
+fn table_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::User => USER_VECTORS_TABLE,
+        Kind::Item => ITEM_VECTORS_TABLE,
+    }
+}
+
+/// The row and qualifier of a user's or item's vector in a space.
+fn cell_of(app: &str, space: &str, kind: Kind, id: &str) -> (Bytes, Bytes) {
+    match kind {
+        Kind::User => (
+            keys::user_vectors(app, id),
+            Bytes::copy_from_slice(space.as_bytes()),
+        ),
+        Kind::Item => (
+            keys::item_vector(app, space, id),
+            Bytes::from_static(ITEM_COLUMN),
+        ),
+    }
+}
+
+fn parse_space(row: &penchant_store::Row) -> Result<Option<Space>> {
+    let Some(cell) = row.latest(META, DESCRIPTION) else {
+        return Ok(None);
+    };
+    let mut space: Space =
+        serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt space", e))?;
+    space.generation = row
+        .latest(META, GENERATION)
+        .and_then(|c| <[u8; 8]>::try_from(&c.value[..]).ok())
+        .map_or(0, u64::from_be_bytes);
+    Ok(Some(space))
+}
+
+/// A user's items from the newest events back, distinct, up to `limit`: events `accept` takes,
+/// items `known` takes, events since `since` (ms). Reads the user's days newest first (the
+/// days come from the keys of the user's aggregate rows), so a user with a long history costs
+/// the reads of their latest days only.
+pub(crate) async fn recent_items(
+    store: &Arc<dyn Store>,
+    app: &str,
+    user: &str,
+    since: i64,
+    limit: usize,
+    accept: impl Fn(&Event) -> bool,
+    known: impl Fn(&str) -> bool,
+) -> Result<Vec<String>> {
+    let keys_only = RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1));
+    let request = ReadRows::new(RowSet::prefix(keys::user(app, user))).filter(keys_only);
+    let days = store
+        .read_all(crate::aggregates::AGGREGATES_TABLE, request)
+        .await?;
+    let first_day = crate::aggregates::day_of(since);
+    let mut out: Vec<String> = Vec::new();
+    for day in days.iter().rev().filter_map(|row| keys::day_of(&row.key)) {
+        if day < first_day || out.len() >= limit {
+            break;
+        }
+        let request = ReadRows::new(crate::aggregates::raw_day(app, user, day))
+            .filter(RowFilter::column(events::FAMILY, events::EVENT_COLUMN));
+        let rows = store.read_all(events::EVENTS_TABLE, request).await?;
+        for row in rows.iter().rev() {
+            let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) else {
+                continue;
+            };
+            let event: Event =
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt event", e))?;
+            if event.timestamp < since || !accept(&event) {
+                continue;
+            }
+            if let Target::ObjectIds(ids) = &event.target {
+                for id in ids {
+                    if out.len() < limit && known(id) && !out.contains(id) {
+                        out.push(id.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_encode_and_binary_bodies_parse() {
+        let v = vec![1.5, -2.0, 0.25];
+        assert_eq!(decode(&encode(&v), 3), Some(v.clone()));
+        assert_eq!(decode(&encode(&v), 2), None);
+        let mut body = Vec::new();
+        for (id, v) in [("a", &v), ("bé", &v)] {
+            body.extend_from_slice(&(id.len() as u16).to_le_bytes());
+            body.extend_from_slice(id.as_bytes());
+            body.extend_from_slice(&encode(v));
+        }
+        let parsed = parse_binary(&body, 3).unwrap();
+        assert_eq!(
+            parsed,
+            vec![("a".into(), v.clone()), ("bé".into(), v.clone())]
+        );
+        let err = parse_binary(&body[..body.len() - 1], 3).unwrap_err();
+        assert!(err.to_string().contains("record 2 is cut short"), "{err}");
+    }
+
+    #[test]
+    fn bad_vectors_are_named() {
+        let space = Space {
+            name: "img".into(),
+            dimension: 3,
+            metric: Metric::Cosine,
+            index: None,
+            created_at: 0,
+            training: None,
+            generation: 0,
+        };
+        let err = |v: &[f32]| space.check(Kind::Item, "x1", v).unwrap_err().to_string();
+        assert!(err(&[1.0]).contains("item 'x1' has 1 dimensions; space 'img' has 3"));
+        assert!(err(&[1.0, f32::NAN, 0.0]).contains("NaN at position 1"));
+        assert!(err(&[f32::INFINITY, 0.0, 0.0]).contains("infinite value at position 0"));
+        assert!(err(&[0.0, 0.0, 0.0]).contains("is zero"));
+        assert!(space.check(Kind::Item, "x1", &[0.0, 1.0, 0.0]).is_ok());
+        assert!(check_space_name("als").is_ok());
+        assert!(check_space_name("a b").is_err());
+        assert!(check_id(Kind::User, "bad token!").is_err());
+    }
+}

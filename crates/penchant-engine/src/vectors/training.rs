@@ -1,0 +1,668 @@
+//! ALS training: user and item vectors learned from an app's events (Coffee Meets Bagel's
+//! nightly "100 floats per user"), written to a space (`als` by default).
+//!
+//! Every event with objectIDs in the app's retention window counts for its (user, item) pairs
+//! with a weight: the training's own `weights` (by event name, else by event type), else the
+//! app strategy's event scores (by event name), else 1. Weights of a pair add up; ALS takes them
+//! as confidences `1 + alpha × weight` ([`penchant_vectors::als`]).
+//!
+//! A training is a job like a profile recompute: one node at a time runs an app's training, the
+//! holder of its lease; its status (`j:train` in table `jobs`, row `app 0`) is saved every half
+//! second with its iteration. A node that stops or dies leaves the job `running`; the node that
+//! takes it over (at start and then regularly, [`Trainings::take_over`]) starts it again from the
+//! beginning — a training holds nothing worth checkpointing until its end. Vectors are written
+//! at the end, all stamped with one time, so searches read either the previous training or this
+//! one for each vector, and the previous stays stored for a rollback.
+//!
+//! A user who came after the training gets a vector when first needed by folding in: one exact
+//! least-squares solve against the item vectors ([`Trainings::fold_in`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
+use penchant_vectors::als::{self, AlsConfig, Interactions};
+use penchant_vectors::{Metric, eval};
+use serde::{Deserialize, Serialize};
+
+use super::{Kind, Space, SpaceConfig, Vectors};
+use crate::clock::Clock;
+use crate::events::{self, Event, Target};
+use crate::jobs::{JOBS_TABLE, JobState};
+use crate::leases::Leases;
+use crate::strategy::Strategies;
+use crate::supervisor::Supervisor;
+use crate::tenancy::Tenancy;
+use crate::{EngineError, Result, internal, keys};
+
+const FAMILY: &str = crate::jobs::FAMILY;
+const COLUMN: &[u8] = b"train";
+const LEASE: &str = "train";
+const SAVE_EVERY: Duration = Duration::from_millis(500);
+
+/// Event weights by event name, else by event type (`click`, `conversion`, `view`). Empty:
+/// every event weighs 1.
+pub type Weights = BTreeMap<String, f32>;
+
+/// What a training is asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", from = "Wire")]
+pub struct TrainingConfig {
+    /// The space written (created with dimension `factors` and the dot metric if missing).
+    pub space: String,
+    /// Count only events of this index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
+    /// Event weights; the strategy's event scores when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Weights>,
+    #[serde(flatten)]
+    pub als: AlsConfig,
+}
+
+impl Default for TrainingConfig {
+    fn default() -> Self {
+        Wire::default().into()
+    }
+}
+
+/// The request's shape, every field named (`flatten` cannot deny unknown fields).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Wire {
+    space: Option<String>,
+    index: Option<String>,
+    weights: Option<Weights>,
+    factors: Option<usize>,
+    regularization: Option<f32>,
+    alpha: Option<f32>,
+    iterations: Option<usize>,
+    cg_steps: Option<usize>,
+    seed: Option<u64>,
+    threads: Option<usize>,
+}
+
+impl From<Wire> for TrainingConfig {
+    fn from(w: Wire) -> Self {
+        let d = AlsConfig::default();
+        TrainingConfig {
+            space: w.space.unwrap_or_else(|| "als".to_owned()),
+            index: w.index,
+            weights: w.weights,
+            als: AlsConfig {
+                factors: w.factors.unwrap_or(d.factors),
+                regularization: w.regularization.unwrap_or(d.regularization),
+                alpha: w.alpha.unwrap_or(d.alpha),
+                iterations: w.iterations.unwrap_or(d.iterations),
+                cg_steps: w.cg_steps.unwrap_or(d.cg_steps),
+                seed: w.seed.unwrap_or(d.seed),
+                threads: w.threads.unwrap_or(d.threads),
+            },
+        }
+    }
+}
+
+impl TrainingConfig {
+    pub fn check(&self) -> Result<()> {
+        super::check_space_name(&self.space)?;
+        if let Some(index) = &self.index {
+            crate::catalog::check_index_name(index)?;
+        }
+        self.als.validate().map_err(EngineError::Invalid)?;
+        for (event, weight) in self.weights.iter().flatten() {
+            if !(weight.is_finite() && *weight >= 0.0) {
+                return Err(EngineError::Invalid(format!(
+                    "the weight of '{event}' must be a finite number >= 0"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a space keeps of the training that wrote it: what folding in a new user needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trained {
+    /// When it finished (ms).
+    pub at: i64,
+    /// The weights it used (resolved from the strategy if it had none of its own).
+    pub weights: Weights,
+    pub index: Option<String>,
+    pub als: AlsConfig,
+    pub users: usize,
+    pub items: usize,
+    pub interactions: usize,
+}
+
+/// A training's status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrainingStatus {
+    pub state: JobState,
+    pub config: TrainingConfig,
+    /// Iterations done.
+    pub iteration: usize,
+    pub users: usize,
+    pub items: usize,
+    pub interactions: usize,
+    /// Events read.
+    pub events: u64,
+    /// Unix ms.
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// How a model ranks held-out interactions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evaluation {
+    pub k: usize,
+    pub holdout: usize,
+    pub users: usize,
+    pub items: usize,
+    pub train_interactions: usize,
+    pub test_users: usize,
+    pub train_seconds: f64,
+    pub als: eval::Metrics,
+    pub popularity: eval::Metrics,
+}
+
+/// An app's events as training data: users and items numbered in order of appearance.
+#[derive(Debug, Default)]
+struct Data {
+    users: Vec<String>,
+    items: Vec<String>,
+    /// (user, item, weight, time ms).
+    events: Vec<(u32, u32, f32, i64)>,
+    read: u64,
+}
+
+/// Rows of a trained matrix with the names they stand for.
+fn named<'a>(
+    names: &'a [String],
+    m: &'a penchant_vectors::Matrix,
+) -> impl Iterator<Item = (&'a str, &'a [f32])> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), m.row(i)))
+}
+
+/// The weight of an event.
+fn weight_of(weights: &Weights, event: &Event) -> f32 {
+    if weights.is_empty() {
+        return 1.0;
+    }
+    weights
+        .get(&event.event_name)
+        .or_else(|| weights.get(event.event_type.as_str()))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// ALS trainings of every app.
+#[derive(Debug)]
+pub struct Trainings {
+    store: Arc<dyn Store>,
+    vectors: Arc<Vectors>,
+    strategies: Arc<Strategies>,
+    tenancy: Arc<Tenancy>,
+    leases: Leases,
+    supervisor: Arc<Supervisor>,
+    clock: Clock,
+    /// Apps whose training runs on this node.
+    running: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Trainings {
+    pub fn new(
+        store: Arc<dyn Store>,
+        vectors: Arc<Vectors>,
+        strategies: Arc<Strategies>,
+        tenancy: Arc<Tenancy>,
+        leases: Leases,
+        supervisor: Arc<Supervisor>,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            store,
+            vectors,
+            strategies,
+            tenancy,
+            leases,
+            supervisor,
+            clock,
+            running: Mutex::default(),
+        }
+    }
+
+    /// The app's latest training, as last saved.
+    pub async fn status(&self, app: &str) -> Result<Option<TrainingStatus>> {
+        let row = self
+            .store
+            .read_row(
+                JOBS_TABLE,
+                keys::app(app),
+                Some(RowFilter::column(FAMILY, COLUMN)),
+            )
+            .await?;
+        row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
+            .map(|v| serde_json::from_slice(&v))
+            .transpose()
+            .map_err(|e| internal("corrupt training status", e))
+    }
+
+    async fn save(&self, app: &str, status: &TrainingStatus) -> Result<()> {
+        let json = serde_json::to_vec(status).map_err(|e| internal("serialization", e))?;
+        self.store
+            .mutate_row(
+                JOBS_TABLE,
+                keys::app(app),
+                vec![Mutation::set_now(FAMILY, COLUMN, json)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Claim an app's training for this node (see [`crate::jobs`]).
+    async fn claim(&self, app: &str) -> Result<bool> {
+        if !self.running.lock().insert(app.to_owned()) {
+            return Ok(false);
+        }
+        match self.leases.acquire(app, LEASE).await {
+            Ok(true) => Ok(true),
+            other => {
+                self.running.lock().remove(app);
+                other
+            }
+        }
+    }
+
+    async fn unclaim(&self, app: &str) {
+        if let Err(e) = self.leases.release(app, LEASE).await {
+            tracing::warn!(%app, error = %e, "cannot release the training's lease");
+        }
+        self.running.lock().remove(app);
+    }
+
+    /// Start training in the background; refused while one of the app's trainings runs.
+    pub async fn start(
+        self: &Arc<Self>,
+        app: &str,
+        config: TrainingConfig,
+    ) -> Result<TrainingStatus> {
+        config.check()?;
+        if !self.claim(app).await? {
+            return Err(EngineError::Refused(
+                "a training of this app is running: wait for it to end".into(),
+            ));
+        }
+        let status = self.begin(config);
+        if let Err(e) = self.save(app, &status).await {
+            self.unclaim(app).await;
+            return Err(e);
+        }
+        self.launch(app.to_owned(), status.clone());
+        Ok(status)
+    }
+
+    fn begin(&self, config: TrainingConfig) -> TrainingStatus {
+        TrainingStatus {
+            state: JobState::Running,
+            config,
+            iteration: 0,
+            users: 0,
+            items: 0,
+            interactions: 0,
+            events: 0,
+            started_at: self.clock.now_ms(),
+            finished_at: None,
+            error: None,
+        }
+    }
+
+    /// Start again every running training whose lease no node holds. Returns how many.
+    pub async fn take_over(self: &Arc<Self>) -> Result<usize> {
+        if self.supervisor.stopping() {
+            return Ok(0);
+        }
+        let request = ReadRows::new(RowSet::all()).filter(RowFilter::column(FAMILY, COLUMN));
+        let mut rows = self.store.read_rows(JOBS_TABLE, request).await?;
+        let mut resumed = 0;
+        while let Some(row) = rows.next().await.transpose()? {
+            let Some(app) = keys::app_of(&row.key).map(str::to_owned) else {
+                continue;
+            };
+            let Some(status) = row
+                .latest(FAMILY, COLUMN)
+                .and_then(|c| serde_json::from_slice::<TrainingStatus>(&c.value).ok())
+            else {
+                continue;
+            };
+            if status.state == JobState::Running && self.claim(&app).await? {
+                tracing::info!(%app, node = self.leases.node(), "starting an interrupted training again");
+                let status = self.begin(status.config);
+                self.save(&app, &status).await?;
+                self.launch(app, status);
+                resumed += 1;
+            }
+        }
+        Ok(resumed)
+    }
+
+    fn launch(self: &Arc<Self>, app: String, status: TrainingStatus) {
+        let trainings = Arc::clone(self);
+        self.supervisor.spawn(async move {
+            trainings.run(&app, status).await;
+            trainings.unclaim(&app).await;
+        });
+    }
+
+    /// Run a claimed training to its end, saving its status as it goes. A node stopping (or
+    /// losing the lease) leaves it `running` for another node.
+    async fn run(&self, app: &str, mut status: TrainingStatus) {
+        let done = Arc::new(AtomicUsize::new(0));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let work = self.train(app, &status.config, done.clone(), cancel.clone());
+        tokio::pin!(work);
+        let mut stopped = Box::pin(self.supervisor.stopped());
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                () = tokio::time::sleep(SAVE_EVERY) => {
+                    status.iteration = done.load(Ordering::Relaxed);
+                    let renewed = self.leases.renew(app, LEASE).await.unwrap_or(false);
+                    if !renewed {
+                        cancel.store(true, Ordering::Relaxed);
+                    } else if let Err(e) = self.save(app, &status).await {
+                        tracing::warn!(%app, error = %e, "cannot save the training's status");
+                    }
+                }
+                () = &mut stopped => cancel.store(true, Ordering::Relaxed),
+            }
+        };
+        match outcome {
+            Ok(Some(trained)) => {
+                status.state = JobState::Done;
+                status.iteration = trained.als.iterations;
+                status.users = trained.users;
+                status.items = trained.items;
+                status.interactions = trained.interactions;
+            }
+            Ok(None) => return, // stopped: left running for another node
+            Err(e) => {
+                tracing::warn!(%app, error = %e, "training failed");
+                status.state = JobState::Failed;
+                status.error = Some(e.to_string());
+            }
+        }
+        status.finished_at = Some(self.clock.now_ms());
+        if let Err(e) = self.save(app, &status).await {
+            tracing::warn!(%app, error = %e, "cannot save the training's status");
+        }
+    }
+
+    /// The weights a training uses: its own, else the strategy's event scores, else none.
+    async fn weights(&self, app: &str, config: &TrainingConfig) -> Result<Weights> {
+        if let Some(weights) = &config.weights {
+            return Ok(weights.clone());
+        }
+        let strategy = self.strategies.fresh(app).await?;
+        Ok(strategy
+            .map(|s| {
+                s.strategy
+                    .events_scoring
+                    .iter()
+                    .map(|e| (e.event_name.clone(), e.score as f32))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The start of the app's retention window (ms).
+    async fn since(&self, app: &str) -> Result<i64> {
+        let window = self.tenancy.retention(app).await?;
+        Ok(self.clock.now_ms() - window.as_millis() as i64)
+    }
+
+    /// Read the app's events in its retention window as weighted (user, item) interactions;
+    /// refused when none counts.
+    async fn read(&self, app: &str, index: Option<&str>, weights: &Weights) -> Result<Data> {
+        let since = self.since(app).await?;
+        let store = penchant_store::for_workload(&self.store, Workload::Batch);
+        let filter = RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(
+            RowFilter::TimestampRange(TimeRange::new(since.saturating_mul(1000), i64::MAX)),
+        );
+        let request = ReadRows::new(RowSet::prefix(keys::app(app))).filter(filter);
+        let mut rows = store.read_rows(events::EVENTS_TABLE, request).await?;
+        let mut data = Data::default();
+        let (mut users, mut items) = (HashMap::new(), HashMap::new());
+        let number = |map: &mut HashMap<String, u32>, names: &mut Vec<String>, name: &str| {
+            *map.entry(name.to_owned()).or_insert_with(|| {
+                names.push(name.to_owned());
+                (names.len() - 1) as u32
+            })
+        };
+        while let Some(row) = rows.try_next().await? {
+            let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) else {
+                continue;
+            };
+            let event: Event =
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt event", e))?;
+            data.read += 1;
+            let Target::ObjectIds(ids) = &event.target else {
+                continue;
+            };
+            let weight = weight_of(weights, &event);
+            if weight <= 0.0 || index.is_some_and(|i| i != event.index) {
+                continue;
+            }
+            let user = number(&mut users, &mut data.users, event.user());
+            for id in ids {
+                let item = number(&mut items, &mut data.items, id);
+                data.events.push((user, item, weight, event.timestamp));
+            }
+        }
+        if data.events.is_empty() {
+            return Err(EngineError::Refused(
+                "no event in the retention window counts for the training (weights above 0, \
+                 with objectIDs)"
+                    .into(),
+            ));
+        }
+        Ok(data)
+    }
+
+    /// Train and write the space; `None` if cancelled.
+    async fn train(
+        &self,
+        app: &str,
+        config: &TrainingConfig,
+        done: Arc<AtomicUsize>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Option<Trained>> {
+        let weights = self.weights(app, config).await?;
+        let data = self.read(app, config.index.as_deref(), &weights).await?;
+        let space = self.target_space(app, config).await?;
+        let als = config.als.clone();
+        let (users, items) = (data.users.len(), data.items.len());
+        let started = Instant::now();
+        let factors = tokio::task::spawn_blocking(move || {
+            let triples = data.events.iter().map(|(u, i, w, _)| (*u, *i, *w));
+            let interactions = Interactions::from_triples(users, items, triples);
+            let nnz = interactions.nnz();
+            let factors = als::train(&interactions, &als, |i| {
+                done.store(i, Ordering::Relaxed);
+                !cancel.load(Ordering::Relaxed)
+            });
+            (factors, nnz, data)
+        })
+        .await
+        .map_err(|e| internal("training thread", e))?;
+        let (Some(factors), interactions, data) = factors else {
+            return Ok(None);
+        };
+        tracing::info!(%app, users, items, interactions, seconds = started.elapsed().as_secs_f64(),
+            "trained ALS");
+        let stamp = self.clock.now_ms() * 1000;
+        let named_items = named(&data.items, &factors.items);
+        self.vectors
+            .write(app, &space, Kind::Item, named_items, stamp)
+            .await?;
+        let named_users = named(&data.users, &factors.users);
+        self.vectors
+            .write(app, &space, Kind::User, named_users, stamp)
+            .await?;
+        let trained = Trained {
+            at: self.clock.now_ms(),
+            weights,
+            index: config.index.clone(),
+            als: config.als.clone(),
+            users,
+            items,
+            interactions,
+        };
+        let mut space = (*self.vectors.fresh(app, &space.name).await?).clone();
+        space.training = Some(trained.clone());
+        self.vectors.describe(app, &space).await?;
+        Ok(Some(trained))
+    }
+
+    /// The space a training writes: created if missing; it must have `factors` dimensions.
+    async fn target_space(&self, app: &str, config: &TrainingConfig) -> Result<Arc<Space>> {
+        let name = &config.space;
+        match self.vectors.fresh(app, name).await {
+            Ok(space) if space.dimension == config.als.factors => Ok(space),
+            Ok(space) => Err(EngineError::Refused(format!(
+                "space '{name}' has dimension {}, the training {} factors: train with factors {} \
+                 or delete the space",
+                space.dimension, config.als.factors, space.dimension
+            ))),
+            Err(EngineError::NotFound(_)) => {
+                let space_config = SpaceConfig {
+                    dimension: config.als.factors,
+                    metric: Metric::Dot,
+                    index: config.index.clone(),
+                };
+                match self.vectors.create(app, name, space_config).await {
+                    Ok(_) | Err(EngineError::Exists(_)) => self.vectors.fresh(app, name).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A user's vector in a trained space, folded in from the user's events (and stored) when
+    /// the training did not see the user. `None` when the space was never trained or no event
+    /// of the user counts.
+    pub async fn fold_in(&self, app: &str, space: &Space, user: &str) -> Result<Option<Vec<f32>>> {
+        let Some(trained) = &space.training else {
+            return Ok(None);
+        };
+        let loaded = self.vectors.load(app, space).await?;
+        let since = self.since(app).await?;
+        let request = ReadRows::new(keys::events_between(app, user, since, i64::MAX))
+            .filter(RowFilter::column(events::FAMILY, events::EVENT_COLUMN));
+        let mut weights: BTreeMap<u32, f32> = BTreeMap::new();
+        for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
+            let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) else {
+                continue;
+            };
+            let event: Event =
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt event", e))?;
+            let weight = weight_of(&trained.weights, &event);
+            if weight <= 0.0 || trained.index.as_deref().is_some_and(|i| i != event.index) {
+                continue;
+            }
+            if let Target::ObjectIds(ids) = &event.target {
+                for row in ids.iter().filter_map(|id| loaded.row_of(id)) {
+                    *weights.entry(row as u32).or_default() += weight;
+                }
+            }
+        }
+        if weights.is_empty() {
+            return Ok(None);
+        }
+        let interactions: Vec<(u32, f32)> = weights.into_iter().collect();
+        let vector = als::fold_in(
+            &loaded.matrix,
+            loaded.gramian(),
+            &interactions,
+            &trained.als,
+        );
+        let stamp = self.clock.now_ms() * 1000;
+        self.vectors
+            .write(
+                app,
+                space,
+                Kind::User,
+                std::iter::once((user, vector.as_slice())),
+                stamp,
+            )
+            .await?;
+        Ok(Some(vector))
+    }
+
+    /// Train on all but each user's last `holdout` interactions and rank the held-out ones:
+    /// ALS and the popularity baseline, at `k`.
+    pub async fn evaluate(
+        &self,
+        app: &str,
+        config: &TrainingConfig,
+        holdout: usize,
+        k: usize,
+    ) -> Result<Evaluation> {
+        config.check()?;
+        if !(1..=100).contains(&holdout) || !(1..=1000).contains(&k) {
+            return Err(EngineError::Invalid(
+                "holdout must be between 1 and 100, and k between 1 and 1000".into(),
+            ));
+        }
+        let weights = self.weights(app, config).await?;
+        let data = self.read(app, config.index.as_deref(), &weights).await?;
+        let als = config.als.clone();
+        tokio::task::spawn_blocking(move || {
+            let (users, items) = (data.users.len(), data.items.len());
+            let mut events = data.events;
+            events.sort_by_key(|e| e.3);
+            let split = eval::time_holdout(&events, users, holdout, 1);
+            let train = Interactions::from_triples(users, items, split.train.iter().copied());
+            let started = Instant::now();
+            let factors = als::train(&train, &als, |_| true)
+                .ok_or_else(|| internal("training", "stopped"))?;
+            let train_seconds = started.elapsed().as_secs_f64();
+            let popular = eval::popularity(&train);
+            let metrics_als =
+                eval::ranking_metrics(&split.test, k, |u| eval::recommend(&factors, &train, u, k));
+            let metrics_pop = eval::ranking_metrics(&split.test, k, |u| {
+                let (seen, _) = train.user_items(u);
+                popular
+                    .iter()
+                    .copied()
+                    .filter(|i| seen.binary_search(i).is_err())
+                    .take(k)
+                    .collect()
+            });
+            Ok(Evaluation {
+                k,
+                holdout,
+                users,
+                items,
+                train_interactions: train.nnz(),
+                test_users: split.test.iter().filter(|t| !t.is_empty()).count(),
+                train_seconds,
+                als: metrics_als,
+                popularity: metrics_pop,
+            })
+        })
+        .await
+        .map_err(|e| internal("evaluation thread", e))?
+    }
+}

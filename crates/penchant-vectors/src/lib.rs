@@ -1,0 +1,18 @@
+//! Penchant's vector maths: pure computation over dense `f32` vectors, with no storage, no I/O
+//! and no async, so the engine can run it on any thread and tests can check it exactly.
+//!
+//! | module | what it owns |
+//! | --- | --- |
+//! | [`kernels`] | SIMD dot product, distance, norm, `axpy` (run-time CPU dispatch) |
+//! | [`matrix`] | [`Matrix`]: contiguous rows with exact top-k search by [`Metric`] |
+//! | [`als`] | implicit-feedback ALS training (conjugate gradient) and fold-in of new users |
+//! | [`eval`] | holdout splits and ranking metrics matching the `implicit` library's |
+//! | [`synthetic`] | seeded low-rank interaction data for tests and benchmarks |
+
+pub mod als;
+pub mod eval;
+pub mod kernels;
+pub mod matrix;
+pub mod synthetic;
+
+pub use matrix::{Aggregate, Matrix, Metric};

@@ -1,0 +1,458 @@
+//! A dense matrix of `f32` rows with exact top-k search.
+//!
+//! Item and user vectors are stored as one contiguous buffer, row after row, because a top-k
+//! scan is a pass over every row: contiguous rows stream from memory at full bandwidth, where a
+//! `Vec<Vec<f32>>` would chase a pointer per row. Each row's inverse norm is kept beside it, so
+//! cosine scoring costs one dot product per row, like dot scoring.
+//!
+//! The search is exact (a scan), not approximate: at the catalogue sizes Penchant targets
+//! (up to about a million items) a SIMD scan answers in milliseconds, and it has no index to
+//! build, tune or keep in sync with the factors.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::kernels;
+
+/// How a query is compared with a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// The cosine of the angle between the two; 0 when either is the zero vector.
+    Cosine,
+    /// The dot product (what ALS factors are trained for).
+    Dot,
+    /// The Euclidean distance, negated so that higher is better.
+    Euclidean,
+}
+
+/// How the scores of a row against several queries become one score.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Aggregate {
+    /// The mean of the scores: rows close to all queries win.
+    #[default]
+    Mean,
+    /// The best of the scores: rows close to any one query win.
+    Max,
+}
+
+/// `n` rows of `dim` `f32`s, contiguous, plus each row's inverse norm (0 for a zero row).
+#[derive(Clone, Default, PartialEq)]
+pub struct Matrix {
+    dim: usize,
+    data: Vec<f32>,
+    inv_norms: Vec<f32>,
+}
+
+impl fmt::Debug for Matrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The rows themselves would be megabytes of numbers.
+        f.debug_struct("Matrix")
+            .field("dim", &self.dim)
+            .field("rows", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Matrix {
+    /// An empty matrix of rows of `dim` values.
+    pub fn new(dim: usize) -> Self {
+        Self::with_capacity(dim, 0)
+    }
+
+    /// An empty matrix with room for `rows` rows.
+    pub fn with_capacity(dim: usize, rows: usize) -> Self {
+        Self {
+            dim,
+            data: Vec::with_capacity(dim * rows),
+            inv_norms: Vec::with_capacity(rows),
+        }
+    }
+
+    /// A matrix over `data`, rows one after the other.
+    ///
+    /// # Panics
+    /// If `data.len()` is not a multiple of `dim`, or `dim` is 0 and `data` is not empty.
+    pub fn from_rows(dim: usize, data: Vec<f32>) -> Self {
+        let rows = if dim == 0 {
+            assert!(
+                data.is_empty(),
+                "matrix of dimension 0 given {} values",
+                data.len()
+            );
+            0
+        } else {
+            assert!(
+                data.len().is_multiple_of(dim),
+                "matrix data of {} values is not a whole number of rows of {dim}",
+                data.len()
+            );
+            data.len() / dim
+        };
+        let inv_norms = (0..rows)
+            .map(|i| inverse_norm(&data[i * dim..(i + 1) * dim]))
+            .collect();
+        Self {
+            dim,
+            data,
+            inv_norms,
+        }
+    }
+
+    /// Appends a row and returns its index.
+    ///
+    /// # Panics
+    /// If `row.len() != self.dim()`.
+    pub fn push(&mut self, row: &[f32]) -> usize {
+        self.check_len(row);
+        self.data.extend_from_slice(row);
+        self.inv_norms.push(inverse_norm(row));
+        self.inv_norms.len() - 1
+    }
+
+    /// Replaces row `i`.
+    ///
+    /// # Panics
+    /// If `i` is out of range or `row.len() != self.dim()`.
+    pub fn set(&mut self, i: usize, row: &[f32]) {
+        self.check_len(row);
+        self.data[i * self.dim..(i + 1) * self.dim].copy_from_slice(row);
+        self.inv_norms[i] = inverse_norm(row);
+    }
+
+    /// The number of values in a row.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The number of rows.
+    pub fn len(&self) -> usize {
+        self.inv_norms.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.inv_norms.is_empty()
+    }
+
+    /// Row `i`.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn row(&self, i: usize) -> &[f32] {
+        assert!(i < self.len(), "row {i} of a matrix of {} rows", self.len());
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// All rows, one after the other.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+
+    /// The heap memory held, in bytes (capacity, not length), for memory budgets.
+    pub fn bytes(&self) -> usize {
+        (self.data.capacity() + self.inv_norms.capacity()) * size_of::<f32>()
+    }
+
+    /// The score of row `i` against `query`: higher is better.
+    ///
+    /// Cosine is `dot / (|q| |r|)` (0 if either is zero), Dot is the dot product, Euclidean is
+    /// minus the distance.
+    ///
+    /// # Panics
+    /// If `i` is out of range; in debug builds, if `query.len() != self.dim()`.
+    pub fn score(&self, metric: Metric, query: &[f32], i: usize) -> f32 {
+        Query::new(metric, query).score(self, i)
+    }
+
+    /// The `k` best rows for `query` as `(row, score)`, best first (ties: lower row first),
+    /// skipping the rows where `skip(row)` is true and rows whose score is NaN.
+    ///
+    /// One pass over the rows with a bounded min-heap of the best `k` so far; `|query|` is
+    /// computed once.
+    pub fn top_k(
+        &self,
+        metric: Metric,
+        query: &[f32],
+        k: usize,
+        skip: impl Fn(usize) -> bool,
+    ) -> Vec<(usize, f32)> {
+        let query = Query::new(metric, query);
+        let mut best = TopK::new(k);
+        for i in 0..self.len() {
+            if !skip(i) {
+                best.offer(i, query.score(self, i));
+            }
+        }
+        best.into_sorted()
+    }
+
+    /// [`Matrix::top_k`] over the candidate `rows` only; a row listed twice is scored twice.
+    ///
+    /// # Panics
+    /// If a row is out of range.
+    pub fn top_k_among(
+        &self,
+        metric: Metric,
+        query: &[f32],
+        k: usize,
+        rows: &[usize],
+    ) -> Vec<(usize, f32)> {
+        let query = Query::new(metric, query);
+        let mut best = TopK::new(k);
+        for &i in rows {
+            best.offer(i, query.score(self, i));
+        }
+        best.into_sorted()
+    }
+
+    /// The `k` best rows for several queries at once (for example the last items a user liked),
+    /// each row scored by the mean or the max of its scores against the queries; `skip` as in
+    /// [`Matrix::top_k`] (callers skip the query items themselves). No queries, no results.
+    pub fn top_k_multi(
+        &self,
+        metric: Metric,
+        queries: &[&[f32]],
+        aggregate: Aggregate,
+        k: usize,
+        skip: impl Fn(usize) -> bool,
+    ) -> Vec<(usize, f32)> {
+        if queries.is_empty() {
+            return Vec::new();
+        }
+        let queries: Vec<Query<'_>> = queries.iter().map(|q| Query::new(metric, q)).collect();
+        let mut best = TopK::new(k);
+        for i in 0..self.len() {
+            if skip(i) {
+                continue;
+            }
+            let scores = queries.iter().map(|q| q.score(self, i));
+            let score = match aggregate {
+                Aggregate::Mean => scores.sum::<f32>() / queries.len() as f32,
+                Aggregate::Max => scores.fold(f32::NEG_INFINITY, f32::max),
+            };
+            best.offer(i, score);
+        }
+        best.into_sorted()
+    }
+
+    fn check_len(&self, row: &[f32]) {
+        assert_eq!(
+            row.len(),
+            self.dim,
+            "row of {} values in a matrix of dimension {}",
+            row.len(),
+            self.dim
+        );
+    }
+}
+
+/// `1 / |row|`, or 0 for a zero (or non-finite) row.
+fn inverse_norm(row: &[f32]) -> f32 {
+    let n = kernels::norm(row);
+    if n > 0.0 && n.is_finite() {
+        1.0 / n
+    } else {
+        0.0
+    }
+}
+
+/// A query with what scoring needs computed once.
+struct Query<'a> {
+    metric: Metric,
+    vector: &'a [f32],
+    inv_norm: f32,
+}
+
+impl<'a> Query<'a> {
+    fn new(metric: Metric, vector: &'a [f32]) -> Self {
+        let inv_norm = if metric == Metric::Cosine {
+            inverse_norm(vector)
+        } else {
+            0.0
+        };
+        Self {
+            metric,
+            vector,
+            inv_norm,
+        }
+    }
+
+    #[inline]
+    fn score(&self, matrix: &Matrix, i: usize) -> f32 {
+        let row = matrix.row(i);
+        match self.metric {
+            Metric::Dot => kernels::dot(self.vector, row),
+            Metric::Cosine => kernels::dot(self.vector, row) * self.inv_norm * matrix.inv_norms[i],
+            Metric::Euclidean => -kernels::squared_distance(self.vector, row).sqrt(),
+        }
+    }
+}
+
+/// A scored row, ordered so that greater is better: higher score, then lower row.
+#[derive(Clone, Copy, PartialEq)]
+struct Scored {
+    row: usize,
+    score: f32,
+}
+
+impl Eq for Scored {}
+
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.score
+            .total_cmp(&other.score)
+            .then_with(|| other.row.cmp(&self.row))
+    }
+}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The `k` best rows seen so far: a min-heap whose top is the worst kept row, so each offer
+/// costs one comparison unless it displaces that row.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Reverse<Scored>>,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        // Capacity is bounded by k, but k may be "everything" (usize::MAX).
+        Self {
+            k,
+            heap: BinaryHeap::with_capacity(k.min(1024) + 1),
+        }
+    }
+
+    #[inline]
+    fn offer(&mut self, row: usize, score: f32) {
+        if score.is_nan() || self.k == 0 {
+            return;
+        }
+        // -0.0 and +0.0 tie: total_cmp would rank them.
+        let score = score + 0.0;
+        let candidate = Scored { row, score };
+        if self.heap.len() < self.k {
+            self.heap.push(Reverse(candidate));
+        } else if let Some(mut worst) = self.heap.peek_mut()
+            && candidate > worst.0
+        {
+            *worst = Reverse(candidate);
+        }
+    }
+
+    fn into_sorted(self) -> Vec<(usize, f32)> {
+        // Ascending order of Reverse is best first.
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|Reverse(s)| (s.row, s.score))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix() -> Matrix {
+        Matrix::from_rows(2, vec![1.0, 0.0, 0.0, 2.0, 3.0, 3.0, 0.0, 0.0])
+    }
+
+    #[test]
+    fn rows_and_inverse_norms() {
+        let mut m = matrix();
+        assert_eq!(m.len(), 4);
+        assert_eq!(m.row(1), &[0.0, 2.0]);
+        assert_eq!(m.inv_norms[1], 0.5);
+        assert_eq!(m.inv_norms[3], 0.0);
+        assert_eq!(m.push(&[0.0, 4.0]), 4);
+        m.set(0, &[0.0, 1.0]);
+        assert_eq!(m.row(0), &[0.0, 1.0]);
+        assert_eq!(m.inv_norms[0], 1.0);
+        assert!(m.bytes() >= 10 * 4);
+    }
+
+    #[test]
+    fn scores_per_metric() {
+        let m = matrix();
+        let q = [1.0, 1.0];
+        assert_eq!(m.score(Metric::Dot, &q, 2), 6.0);
+        assert!((m.score(Metric::Cosine, &q, 2) - 1.0).abs() < 1e-6);
+        assert_eq!(m.score(Metric::Cosine, &q, 3), 0.0);
+        assert_eq!(m.score(Metric::Cosine, &[0.0, 0.0], 2), 0.0);
+        assert_eq!(m.score(Metric::Euclidean, &q, 3), -(2.0f32.sqrt()));
+    }
+
+    #[test]
+    fn top_k_orders_best_first_and_breaks_ties_by_row() {
+        let m = Matrix::from_rows(1, vec![1.0, 3.0, 2.0, 3.0, 0.0]);
+        let top = m.top_k(Metric::Dot, &[1.0], 3, |_| false);
+        assert_eq!(top, vec![(1, 3.0), (3, 3.0), (2, 2.0)]);
+        let skipped = m.top_k(Metric::Dot, &[1.0], 2, |i| i == 1);
+        assert_eq!(skipped, vec![(3, 3.0), (2, 2.0)]);
+        assert!(m.top_k(Metric::Dot, &[1.0], 0, |_| false).is_empty());
+        assert_eq!(m.top_k(Metric::Dot, &[1.0], usize::MAX, |_| false).len(), 5);
+    }
+
+    #[test]
+    fn top_k_among_scores_only_the_candidates() {
+        let m = Matrix::from_rows(1, vec![1.0, 3.0, 2.0, 3.0, 0.0]);
+        assert_eq!(
+            m.top_k_among(Metric::Dot, &[1.0], 2, &[0, 4, 2]),
+            vec![(2, 2.0), (0, 1.0)]
+        );
+    }
+
+    #[test]
+    fn top_k_multi_mean_and_max() {
+        let m = Matrix::from_rows(2, vec![1.0, 0.0, 0.0, 1.0, 0.6, 0.6]);
+        let queries: [&[f32]; 2] = [&[1.0, 0.0], &[0.0, 1.0]];
+        let mean = m.top_k_multi(Metric::Dot, &queries, Aggregate::Mean, 1, |_| false);
+        assert_eq!(mean, vec![(2, 0.6)]);
+        let max = m.top_k_multi(Metric::Dot, &queries, Aggregate::Max, 2, |_| false);
+        assert_eq!(max, vec![(0, 1.0), (1, 1.0)]);
+        assert!(
+            m.top_k_multi(Metric::Dot, &[], Aggregate::Max, 2, |_| false)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn negative_zero_ties_with_zero() {
+        // dot([-1], [0]) is -0.0, which total_cmp would rank below row 1's +0.0.
+        let m = Matrix::from_rows(1, vec![-1.0, 0.0]);
+        assert_eq!(m.top_k(Metric::Dot, &[0.0], 1, |_| false), vec![(0, 0.0)]);
+    }
+
+    #[test]
+    fn nan_scores_are_skipped() {
+        let m = Matrix::from_rows(1, vec![1.0, f32::NAN, 2.0]);
+        assert_eq!(
+            m.top_k(Metric::Dot, &[1.0], 3, |_| false),
+            vec![(2, 2.0), (0, 1.0)]
+        );
+    }
+
+    #[test]
+    fn names_in_serde_are_lowercase() {
+        // The HTTP API and config files spell them this way.
+        assert_eq!(
+            serde_json::to_string(&Metric::Euclidean).unwrap(),
+            "\"euclidean\""
+        );
+        assert_eq!(
+            serde_json::from_str::<Aggregate>("\"max\"").unwrap(),
+            Aggregate::Max
+        );
+        assert_eq!(Aggregate::default(), Aggregate::Mean);
+    }
+}
