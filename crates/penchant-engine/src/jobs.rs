@@ -13,7 +13,7 @@
 //! users. Saves are conditional on the job's strategy version, so a superseded job's last save
 //! never hides the newer job's status.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 use crate::clock::Clock;
 use crate::keys;
-use crate::leases::Leases;
+use crate::leases::{Claims, Leases};
 use crate::profiles::{Profiles, RecomputeStats, Source, UserRange};
 use crate::strategy::{Strategies, Versioned};
 use crate::supervisor::Supervisor;
@@ -107,10 +107,9 @@ pub struct Jobs {
     strategies: Arc<Strategies>,
     parallelism: usize,
     clock: Clock,
-    leases: Leases,
     supervisor: Arc<Supervisor>,
     /// Apps whose job runs on this node.
-    running: Mutex<HashSet<String>>,
+    claims: Claims,
     /// Users and raw events this node's jobs recomputed since it started.
     recomputed_users: AtomicU64,
     recomputed_events: AtomicU64,
@@ -129,7 +128,7 @@ impl Jobs {
     /// Jobs running on this node, and the users and events they recomputed since it started.
     pub fn progress(&self) -> (u64, u64, u64) {
         (
-            self.running.lock().len() as u64,
+            self.claims.count() as u64,
             self.recomputed_users.load(Ordering::Relaxed),
             self.recomputed_events.load(Ordering::Relaxed),
         )
@@ -158,9 +157,8 @@ impl Jobs {
             strategies,
             parallelism: parallelism.max(1),
             clock,
-            leases,
             supervisor,
-            running: Mutex::new(HashSet::new()),
+            claims: Claims::new(leases, LEASE),
             recomputed_users: AtomicU64::new(0),
             recomputed_events: AtomicU64::new(0),
         }
@@ -239,22 +237,11 @@ impl Jobs {
     /// Claim an app's job for this node: no job of the app runs here, and this node holds (or
     /// now took) its lease. A claim is given up by [`Jobs::launch`]'s end, or [`Jobs::unclaim`].
     async fn claim(&self, app: &str) -> Result<bool> {
-        if !self.running.lock().insert(app.to_owned()) {
-            return Ok(false);
-        }
-        match self.leases.acquire(app, LEASE).await {
-            Ok(true) => Ok(true),
-            other => {
-                self.running.lock().remove(app);
-                other
-            }
-        }
+        self.claims.claim(app).await
     }
 
     async fn unclaim(&self, app: &str) -> Result<()> {
-        let released = self.leases.release(app, LEASE).await;
-        self.running.lock().remove(app);
-        released
+        self.claims.release(app).await
     }
 
     /// Run a claimed job in the background; at its end, give the claim up and start a newer job
@@ -345,7 +332,7 @@ impl Jobs {
             };
             match current {
                 Some(s) if s.version == status.strategy_version => {
-                    tracing::info!(%app, node = self.leases.node(), "resuming the profile recompute");
+                    tracing::info!(%app, node = self.claims.node(), "resuming the profile recompute");
                     self.launch(app, s, status);
                     resumed += 1;
                 }
@@ -396,7 +383,7 @@ impl Jobs {
                         }
                         () = finished.notified() => return,
                     }
-                    if !jobs.leases.renew(&app, LEASE).await.unwrap_or(false) {
+                    if !jobs.claims.renew(&app).await.unwrap_or(false) {
                         tracing::warn!(%app, "lost the job's lease: stopping");
                         stop.lock().get_or_insert(Stop::Handover);
                         return;

@@ -32,6 +32,64 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
     )]
 }
 
+/// The apps whose work of one kind (a recompute, a training) runs on this node. A claim is an
+/// app in this node's set and the app's lease of that kind: at most one run per app on this
+/// node (a second claim here fails at once, without a store round trip) and one on all nodes.
+#[derive(Debug)]
+pub struct Claims {
+    leases: Leases,
+    /// The lease's name.
+    name: &'static str,
+    running: parking_lot::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Claims {
+    pub fn new(leases: Leases, name: &'static str) -> Self {
+        Self {
+            leases,
+            name,
+            running: parking_lot::Mutex::default(),
+        }
+    }
+
+    /// Claim an app's work for this node: `false` if it runs here already or another node
+    /// holds its lease.
+    pub async fn claim(&self, app: &str) -> Result<bool> {
+        if !self.running.lock().insert(app.to_owned()) {
+            return Ok(false);
+        }
+        match self.leases.acquire(app, self.name).await {
+            Ok(true) => Ok(true),
+            other => {
+                self.running.lock().remove(app);
+                other
+            }
+        }
+    }
+
+    /// Renew a claim's lease: `false` if it was lost.
+    pub async fn renew(&self, app: &str) -> Result<bool> {
+        self.leases.renew(app, self.name).await
+    }
+
+    /// Give a claim up: release the lease, forget the app.
+    pub async fn release(&self, app: &str) -> Result<()> {
+        let released = self.leases.release(app, self.name).await;
+        self.running.lock().remove(app);
+        released
+    }
+
+    /// How many apps' work runs on this node.
+    pub fn count(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        self.leases.node()
+    }
+}
+
 /// This node's leases.
 #[derive(Debug, Clone)]
 pub struct Leases {

@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use parking_lot::Mutex;
 use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
 use penchant_vectors::als::{self, AlsConfig, Interactions};
 use penchant_vectors::{Metric, eval};
@@ -33,7 +32,7 @@ use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
 use crate::jobs::{JOBS_TABLE, JobState};
-use crate::leases::Leases;
+use crate::leases::{Claims, Leases};
 use crate::strategy::Strategies;
 use crate::supervisor::Supervisor;
 use crate::tenancy::Tenancy;
@@ -213,11 +212,10 @@ pub struct Trainings {
     vectors: Arc<Vectors>,
     strategies: Arc<Strategies>,
     tenancy: Arc<Tenancy>,
-    leases: Leases,
+    /// Apps whose training runs on this node.
+    claims: Claims,
     supervisor: Arc<Supervisor>,
     clock: Clock,
-    /// Apps whose training runs on this node.
-    running: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Trainings {
@@ -235,10 +233,9 @@ impl Trainings {
             vectors,
             strategies,
             tenancy,
-            leases,
+            claims: Claims::new(leases, LEASE),
             supervisor,
             clock,
-            running: Mutex::default(),
         }
     }
 
@@ -270,25 +267,10 @@ impl Trainings {
         Ok(())
     }
 
-    /// Claim an app's training for this node (see [`crate::jobs`]).
-    async fn claim(&self, app: &str) -> Result<bool> {
-        if !self.running.lock().insert(app.to_owned()) {
-            return Ok(false);
-        }
-        match self.leases.acquire(app, LEASE).await {
-            Ok(true) => Ok(true),
-            other => {
-                self.running.lock().remove(app);
-                other
-            }
-        }
-    }
-
     async fn unclaim(&self, app: &str) {
-        if let Err(e) = self.leases.release(app, LEASE).await {
+        if let Err(e) = self.claims.release(app).await {
             tracing::warn!(%app, error = %e, "cannot release the training's lease");
         }
-        self.running.lock().remove(app);
     }
 
     /// Start training in the background; refused while one of the app's trainings runs.
@@ -298,7 +280,7 @@ impl Trainings {
         config: TrainingConfig,
     ) -> Result<TrainingStatus> {
         config.check()?;
-        if !self.claim(app).await? {
+        if !self.claims.claim(app).await? {
             return Err(EngineError::Refused(
                 "a training of this app is running: wait for it to end".into(),
             ));
@@ -345,8 +327,8 @@ impl Trainings {
             else {
                 continue;
             };
-            if status.state == JobState::Running && self.claim(&app).await? {
-                tracing::info!(%app, node = self.leases.node(), "starting an interrupted training again");
+            if status.state == JobState::Running && self.claims.claim(&app).await? {
+                tracing::info!(%app, node = self.claims.node(), "starting an interrupted training again");
                 let status = self.begin(status.config);
                 self.save(&app, &status).await?;
                 self.launch(app, status);
@@ -377,7 +359,7 @@ impl Trainings {
                 outcome = &mut work => break outcome,
                 () = tokio::time::sleep(SAVE_EVERY) => {
                     status.iteration = done.load(Ordering::Relaxed);
-                    let renewed = self.leases.renew(app, LEASE).await.unwrap_or(false);
+                    let renewed = self.claims.renew(app).await.unwrap_or(false);
                     if !renewed {
                         cancel.store(true, Ordering::Relaxed);
                     } else if let Err(e) = self.save(app, &status).await {
