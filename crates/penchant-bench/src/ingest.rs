@@ -365,7 +365,7 @@ pub fn run(args: IngestBenchArgs) -> anyhow::Result<()> {
 }
 
 /// The machine's CPU model and core count, from `/proc/cpuinfo`.
-fn cpu() -> (String, usize) {
+pub(crate) fn cpu() -> (String, usize) {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = info
         .lines()

@@ -15,6 +15,12 @@
 //!   event-to-profile latency under load, a heavy user's push latency by history, profile
 //!   reads, bytes per user; beside Redis doing the same with its AOF fsynced.
 //!
+//! - [`als`]: implicit-feedback ALS on MovieLens 100k and a planted synthetic set: time per
+//!   iteration and precision/NDCG@10, beside the Python `implicit` library on the same split,
+//!   factors and threads, and a popularity baseline.
+//! - [`topk`]: exact top-30 search latency (p50/p99) over 10k to 1M vectors of 100
+//!   dimensions, single and 5-query, beside a naive scan and full sort.
+//!
 //! [`redis`] holds the Redis references' `redis-server` launcher and minimal RESP client.
 //!
 //! The HTTP workloads run Penchant in this process ([`InProcess`]: the engine on the suite's
@@ -24,12 +30,14 @@
 //! parses `penchant-bench <suite> [flags]` ([`Suite`]); `penchant bench <suite> [flags]` runs it
 //! when it lies next to the `penchant` executable.
 
+pub mod als;
 pub mod bloom;
 mod http;
 pub mod ingest;
 pub mod personalization;
 mod redis;
 pub mod store;
+pub mod topk;
 
 /// A benchmark suite and its flags: `penchant-bench <suite> [flags]`.
 #[derive(Debug, clap::Subcommand)]
@@ -44,6 +52,12 @@ pub enum Suite {
     /// A shop's traffic: many light users and a few heavy ones, ingestion, event-to-profile
     /// latency, profile reads, bytes per user, each beside Redis with an fsynced AOF.
     Ingest(ingest::IngestBenchArgs),
+    /// Implicit-feedback ALS on MovieLens 100k and synthetic data: seconds per iteration,
+    /// precision and NDCG@10, beside the Python `implicit` library on the same split.
+    Als(als::AlsBenchArgs),
+    /// Exact top-k search over 10k-1M vectors of 100 dimensions: p50/p99 latency beside a
+    /// naive scan and sort.
+    Topk(topk::TopkBenchArgs),
 }
 
 impl Suite {
@@ -54,6 +68,8 @@ impl Suite {
             Suite::Bloom(args) => bloom::run(args),
             Suite::Personalization(args) => personalization::run(args),
             Suite::Ingest(args) => ingest::run(args),
+            Suite::Als(args) => als::run(args),
+            Suite::Topk(args) => topk::run(args),
         }
     }
 }
