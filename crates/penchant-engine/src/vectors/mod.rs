@@ -337,7 +337,18 @@ pub enum Query {
 pub struct Hit {
     #[serde(rename = "objectID")]
     pub object_id: String,
+    #[serde(serialize_with = "shortest")]
     pub score: f32,
+}
+
+/// An f32 as the f64 of its shortest decimal form: JSON numbers are read as f64, where `0.9f32`
+/// would print as 0.8999999761581421.
+pub fn json_f32(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
+fn shortest<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(json_f32(*x))
 }
 
 /// The vector spaces of every app.
@@ -945,6 +956,19 @@ mod tests {
         );
         let err = parse_binary(&body[..body.len() - 1], 3).unwrap_err();
         assert!(err.to_string().contains("record 2 is cut short"), "{err}");
+    }
+
+    #[test]
+    fn floats_print_as_given() {
+        assert_eq!(serde_json::json!(json_f32(0.9)).to_string(), "0.9");
+        let hit = Hit {
+            object_id: "a".into(),
+            score: 0.969_377_46,
+        };
+        assert_eq!(
+            serde_json::to_value(&hit).unwrap().to_string(),
+            r#"{"objectID":"a","score":0.96937746}"#
+        );
     }
 
     #[test]

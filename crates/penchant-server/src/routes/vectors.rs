@@ -181,7 +181,10 @@ async fn vector(
     let app = &auth.require(Acl::Search)?.app_id;
     let kind = kind_of(&kind)?;
     match state.engine.vector(app, &name, kind, &id).await? {
-        Some(vector) => Ok(Json(json!({ "id": id, "vector": vector }))),
+        Some(vector) => {
+            let vector: Vec<f64> = vector.into_iter().map(vectors::json_f32).collect();
+            Ok(Json(json!({ "id": id, "vector": vector })))
+        }
         None => Err(ApiError::not_found(format!(
             "{} '{id}' has no vector in space '{name}'",
             if kind == Kind::User { "user" } else { "item" }
