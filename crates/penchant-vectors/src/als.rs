@@ -31,6 +31,7 @@ use std::thread;
 use faer::linalg::matmul::matmul;
 use faer::linalg::solvers::Solve;
 use faer::{Accum, Col, Mat, MatRef, Par, Side};
+use pulp::{Simd, WithSimd};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -38,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use interactions::Csr;
 pub use interactions::Interactions;
 
-use crate::kernels::{axpy, dot};
+use crate::kernels;
 use crate::matrix::Matrix;
 
 /// How to train.
@@ -48,9 +49,11 @@ pub struct AlsConfig {
     /// The number of latent factors, `k` (1..=1024).
     pub factors: usize,
     /// `λ`, the L2 penalty on every factor (finite, >= 0).
+    #[serde(serialize_with = "shortest")]
     pub regularization: f32,
     /// How much more a seen item counts than an unseen one per unit of weight (finite, >= 0):
     /// confidence is `1 + alpha × weight`.
+    #[serde(serialize_with = "shortest")]
     pub alpha: f32,
     /// The number of full iterations (users, then items), 1..=1000.
     pub iterations: usize,
@@ -74,6 +77,12 @@ impl Default for AlsConfig {
             threads: 0,
         }
     }
+}
+
+/// An f32 as the f64 of its shortest decimal form, so that a config given as JSON (`0.01`) is
+/// printed back as given, not as 0.009999999776482582.
+fn shortest<S: serde::Serializer>(x: &f32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(x.to_string().parse().unwrap_or(f64::from(*x)))
 }
 
 impl AlsConfig {
@@ -365,11 +374,14 @@ impl Solver {
                 let (chunk, tail) = rest.split_at_mut(range.len() * k);
                 rest = tail;
                 s.spawn(move || {
-                    let mut scratch = Scratch::new(k);
-                    for (row, x) in range.zip(chunk.chunks_exact_mut(k)) {
-                        let (indices, weights) = csr.row(row);
-                        self.solve_row(x, indices, weights, other, gram, &mut scratch);
-                    }
+                    kernels::dispatch(SolveRange {
+                        solver: *self,
+                        csr,
+                        rows: range,
+                        chunk,
+                        other,
+                        gram,
+                    });
                 });
             }
         });
@@ -377,8 +389,13 @@ impl Solver {
 
     /// Improves one row `x` by `cg_steps` conjugate-gradient steps on its normal equations, as
     /// `implicit`'s `_least_squares_cg` does; `gram` is `YᵀY + λI`.
-    fn solve_row(
+    ///
+    /// Runs inside the SIMD dispatch of its thread's [`SolveRange`], so the kernels inline.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn solve_row<S: Simd>(
         &self,
+        simd: S,
         x: &mut [f32],
         indices: &[u32],
         weights: &[f32],
@@ -395,35 +412,39 @@ impl Solver {
         let Scratch { r, p, ap } = scratch;
 
         // r = b − A x, with b = Σ cᵢ yᵢ and A x = (YᵀY + λI) x + Σ (cᵢ − 1)(yᵢ·x) yᵢ.
-        symv(gram, x, r);
-        r.iter_mut().for_each(|v| *v = -*v);
+        symv(simd, gram, x, r, -1.0);
         for (&i, &w) in indices.iter().zip(weights) {
             let y = neighbour(i);
             let extra = self.alpha * w;
-            axpy((1.0 + extra) - extra * dot(y, x), y, r);
+            kernels::axpy_simd(
+                simd,
+                (1.0 + extra) - extra * kernels::dot_simd(simd, y, x),
+                y,
+                r,
+            );
         }
         p.copy_from_slice(r);
-        let mut rs_old = dot(r, r);
+        let mut rs_old = kernels::dot_simd(simd, r, r);
         if rs_old < 1e-20 {
             return;
         }
 
         for _ in 0..self.cg_steps {
-            symv(gram, p, ap);
+            symv(simd, gram, p, ap, 1.0);
             for (&i, &w) in indices.iter().zip(weights) {
                 let y = neighbour(i);
-                axpy(self.alpha * w * dot(y, p), y, ap);
+                kernels::axpy_simd(simd, self.alpha * w * kernels::dot_simd(simd, y, p), y, ap);
             }
-            let curvature = dot(p, ap);
+            let curvature = kernels::dot_simd(simd, p, ap);
             if curvature <= 0.0 || curvature.is_nan() {
                 // Only reachable without regularization, on a direction the data says
                 // nothing about.
                 break;
             }
             let step = rs_old / curvature;
-            axpy(step, p, x);
-            axpy(-step, ap, r);
-            let rs_new = dot(r, r);
+            kernels::axpy_simd(simd, step, p, x);
+            kernels::axpy_simd(simd, -step, ap, r);
+            let rs_new = kernels::dot_simd(simd, r, r);
             if rs_new < 1e-20 {
                 break;
             }
@@ -432,6 +453,39 @@ impl Solver {
                 *p = r + beta * *p;
             }
             rs_old = rs_new;
+        }
+    }
+}
+
+/// One thread's share of a half-step: rows `rows` of `csr`, whose factors are `chunk`, solved
+/// inside one SIMD dispatch.
+struct SolveRange<'a> {
+    solver: Solver,
+    csr: &'a Csr,
+    rows: Range<usize>,
+    chunk: &'a mut [f32],
+    other: &'a [f32],
+    gram: &'a [f32],
+}
+
+impl WithSimd for SolveRange<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let k = self.solver.k;
+        let mut scratch = Scratch::new(k);
+        for (row, x) in self.rows.zip(self.chunk.chunks_exact_mut(k)) {
+            let (indices, weights) = self.csr.row(row);
+            self.solver.solve_row(
+                simd,
+                x,
+                indices,
+                weights,
+                self.other,
+                self.gram,
+                &mut scratch,
+            );
         }
     }
 }
@@ -453,11 +507,15 @@ impl Scratch {
     }
 }
 
-/// `out = G v` for a symmetric `k×k` row-major `G`.
-fn symv(gram: &[f32], v: &[f32], out: &mut [f32]) {
+/// `out = sign · G v` for a symmetric `k×k` row-major `G`, as `Σⱼ (sign vⱼ) Gⱼ` over the rows
+/// `Gⱼ` (equal to the columns, by symmetry): vertical multiply-adds only, where a dot product
+/// per row would end each of the `k` rows in a horizontal sum.
+#[inline(always)]
+fn symv<S: Simd>(simd: S, gram: &[f32], v: &[f32], out: &mut [f32], sign: f32) {
     let k = v.len();
-    for (o, row) in out.iter_mut().zip(gram.chunks_exact(k)) {
-        *o = dot(row, v);
+    out.fill(0.0);
+    for (&vj, row) in v.iter().zip(gram.chunks_exact(k)) {
+        kernels::axpy_simd(simd, sign * vj, row, out);
     }
 }
 
@@ -780,5 +838,8 @@ mod tests {
                 ..AlsConfig::default()
             }
         );
+        // Through a JSON value (f64 numbers), floats print as they were given.
+        let value = serde_json::to_value(&config).unwrap();
+        assert_eq!(value["regularization"].to_string(), "0.01");
     }
 }

@@ -83,6 +83,88 @@ fn common<'a>(a: &'a [f32], b: &'a [f32]) -> (&'a [f32], &'a [f32]) {
     (&a[..n], &b[..n])
 }
 
+/// Runs `op` on the instruction set detected at first use.
+///
+/// Loops that call the kernels once per row (a top-k scan, an ALS half-step) run whole inside
+/// one dispatch and call the `*_simd` helpers below, which inline into the caller: dispatching
+/// per call costs a feature check and an indirect call that is never inlined, which dominated
+/// short rows.
+#[inline]
+pub(crate) fn dispatch<W: WithSimd>(op: W) -> W::Output {
+    ARCH.dispatch(op)
+}
+
+/// [`dot`] on a given back end, inlined into the caller.
+#[inline(always)]
+pub(crate) fn dot_simd<S: Simd>(simd: S, a: &[f32], b: &[f32]) -> f32 {
+    let (a, b) = common(a, b);
+    let (a_head, a_tail) = S::as_simd_f32s(a);
+    let (b_head, b_tail) = S::as_simd_f32s(b);
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [zero; 4];
+    let a_quads = a_head.chunks_exact(4);
+    let b_quads = b_head.chunks_exact(4);
+    let (a_rest, b_rest) = (a_quads.remainder(), b_quads.remainder());
+    for (x, y) in a_quads.zip(b_quads) {
+        acc[0] = simd.mul_add_e_f32s(x[0], y[0], acc[0]);
+        acc[1] = simd.mul_add_e_f32s(x[1], y[1], acc[1]);
+        acc[2] = simd.mul_add_e_f32s(x[2], y[2], acc[2]);
+        acc[3] = simd.mul_add_e_f32s(x[3], y[3], acc[3]);
+    }
+    // The leftover vectors go to different accumulators, so they do not wait on each other.
+    for (acc, (x, y)) in acc.iter_mut().zip(a_rest.iter().zip(b_rest)) {
+        *acc = simd.mul_add_e_f32s(*x, *y, *acc);
+    }
+    let sum = simd.add_f32s(simd.add_f32s(acc[0], acc[1]), simd.add_f32s(acc[2], acc[3]));
+    let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
+    simd.reduce_sum_f32s(sum) + tail
+}
+
+/// [`squared_distance`] on a given back end, inlined into the caller.
+#[inline(always)]
+pub(crate) fn squared_distance_simd<S: Simd>(simd: S, a: &[f32], b: &[f32]) -> f32 {
+    let (a, b) = common(a, b);
+    let (a_head, a_tail) = S::as_simd_f32s(a);
+    let (b_head, b_tail) = S::as_simd_f32s(b);
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [zero; 4];
+    let a_quads = a_head.chunks_exact(4);
+    let b_quads = b_head.chunks_exact(4);
+    let (a_rest, b_rest) = (a_quads.remainder(), b_quads.remainder());
+    for (x, y) in a_quads.zip(b_quads) {
+        for lane in 0..4 {
+            let d = simd.sub_f32s(x[lane], y[lane]);
+            acc[lane] = simd.mul_add_e_f32s(d, d, acc[lane]);
+        }
+    }
+    for (acc, (x, y)) in acc.iter_mut().zip(a_rest.iter().zip(b_rest)) {
+        let d = simd.sub_f32s(*x, *y);
+        *acc = simd.mul_add_e_f32s(d, d, *acc);
+    }
+    let sum = simd.add_f32s(simd.add_f32s(acc[0], acc[1]), simd.add_f32s(acc[2], acc[3]));
+    let tail: f32 = a_tail
+        .iter()
+        .zip(b_tail)
+        .map(|(x, y)| (x - y) * (x - y))
+        .sum();
+    simd.reduce_sum_f32s(sum) + tail
+}
+
+/// [`axpy`] on a given back end, inlined into the caller.
+#[inline(always)]
+pub(crate) fn axpy_simd<S: Simd>(simd: S, alpha: f32, x: &[f32], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    let (x_head, x_tail) = S::as_simd_f32s(&x[..n]);
+    let (y_head, y_tail) = S::as_mut_simd_f32s(&mut y[..n]);
+    let a = simd.splat_f32s(alpha);
+    for (y, x) in y_head.iter_mut().zip(x_head) {
+        *y = simd.mul_add_e_f32s(a, *x, *y);
+    }
+    for (y, x) in y_tail.iter_mut().zip(x_tail) {
+        *y += alpha * x;
+    }
+}
+
 struct Dot<'a> {
     a: &'a [f32],
     b: &'a [f32],
@@ -93,26 +175,7 @@ impl WithSimd for Dot<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> f32 {
-        let (a, b) = common(self.a, self.b);
-        let (a_head, a_tail) = S::as_simd_f32s(a);
-        let (b_head, b_tail) = S::as_simd_f32s(b);
-        let zero = simd.splat_f32s(0.0);
-        let mut acc = [zero; 4];
-        let a_quads = a_head.chunks_exact(4);
-        let b_quads = b_head.chunks_exact(4);
-        let (a_rest, b_rest) = (a_quads.remainder(), b_quads.remainder());
-        for (x, y) in a_quads.zip(b_quads) {
-            acc[0] = simd.mul_add_e_f32s(x[0], y[0], acc[0]);
-            acc[1] = simd.mul_add_e_f32s(x[1], y[1], acc[1]);
-            acc[2] = simd.mul_add_e_f32s(x[2], y[2], acc[2]);
-            acc[3] = simd.mul_add_e_f32s(x[3], y[3], acc[3]);
-        }
-        for (x, y) in a_rest.iter().zip(b_rest) {
-            acc[0] = simd.mul_add_e_f32s(*x, *y, acc[0]);
-        }
-        let sum = simd.add_f32s(simd.add_f32s(acc[0], acc[1]), simd.add_f32s(acc[2], acc[3]));
-        let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
-        simd.reduce_sum_f32s(sum) + tail
+        dot_simd(simd, self.a, self.b)
     }
 }
 
@@ -126,31 +189,7 @@ impl WithSimd for SquaredDistance<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> f32 {
-        let (a, b) = common(self.a, self.b);
-        let (a_head, a_tail) = S::as_simd_f32s(a);
-        let (b_head, b_tail) = S::as_simd_f32s(b);
-        let zero = simd.splat_f32s(0.0);
-        let mut acc = [zero; 4];
-        let a_quads = a_head.chunks_exact(4);
-        let b_quads = b_head.chunks_exact(4);
-        let (a_rest, b_rest) = (a_quads.remainder(), b_quads.remainder());
-        for (x, y) in a_quads.zip(b_quads) {
-            for lane in 0..4 {
-                let d = simd.sub_f32s(x[lane], y[lane]);
-                acc[lane] = simd.mul_add_e_f32s(d, d, acc[lane]);
-            }
-        }
-        for (x, y) in a_rest.iter().zip(b_rest) {
-            let d = simd.sub_f32s(*x, *y);
-            acc[0] = simd.mul_add_e_f32s(d, d, acc[0]);
-        }
-        let sum = simd.add_f32s(simd.add_f32s(acc[0], acc[1]), simd.add_f32s(acc[2], acc[3]));
-        let tail: f32 = a_tail
-            .iter()
-            .zip(b_tail)
-            .map(|(x, y)| (x - y) * (x - y))
-            .sum();
-        simd.reduce_sum_f32s(sum) + tail
+        squared_distance_simd(simd, self.a, self.b)
     }
 }
 
@@ -165,16 +204,7 @@ impl WithSimd for Axpy<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let n = self.x.len().min(self.y.len());
-        let (x_head, x_tail) = S::as_simd_f32s(&self.x[..n]);
-        let (y_head, y_tail) = S::as_mut_simd_f32s(&mut self.y[..n]);
-        let alpha = simd.splat_f32s(self.alpha);
-        for (y, x) in y_head.iter_mut().zip(x_head) {
-            *y = simd.mul_add_e_f32s(alpha, *x, *y);
-        }
-        for (y, x) in y_tail.iter_mut().zip(x_tail) {
-            *y += self.alpha * x;
-        }
+        axpy_simd(simd, self.alpha, self.x, self.y);
     }
 }
 

@@ -13,6 +13,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::fmt;
 
+use pulp::{Simd, WithSimd};
 use serde::{Deserialize, Serialize};
 
 use crate::kernels;
@@ -182,13 +183,13 @@ impl Matrix {
         skip: impl Fn(usize) -> bool,
     ) -> Vec<(usize, f32)> {
         let query = Query::new(metric, query);
-        let mut best = TopK::new(k);
-        for i in 0..self.len() {
-            if !skip(i) {
-                best.offer(i, query.score(self, i));
-            }
-        }
-        best.into_sorted()
+        let rows = (0..self.len()).filter(|&i| !skip(i));
+        kernels::dispatch(Scan {
+            matrix: self,
+            query: &query,
+            rows,
+            k,
+        })
     }
 
     /// [`Matrix::top_k`] over the candidate `rows` only; a row listed twice is scored twice.
@@ -203,16 +204,22 @@ impl Matrix {
         rows: &[usize],
     ) -> Vec<(usize, f32)> {
         let query = Query::new(metric, query);
-        let mut best = TopK::new(k);
-        for &i in rows {
-            best.offer(i, query.score(self, i));
-        }
-        best.into_sorted()
+        kernels::dispatch(Scan {
+            matrix: self,
+            query: &query,
+            rows: rows.iter().copied(),
+            k,
+        })
     }
 
     /// The `k` best rows for several queries at once (for example the last items a user liked),
     /// each row scored by the mean or the max of its scores against the queries; `skip` as in
     /// [`Matrix::top_k`] (callers skip the query items themselves). No queries, no results.
+    ///
+    /// The mean of dot products is the dot product with the mean query, and the mean of cosines
+    /// is the cosine-style score against the mean of the normalized queries, so those two scan
+    /// the rows once, whatever the number of queries; Euclidean and [`Aggregate::Max`] score
+    /// each row against each query.
     pub fn top_k_multi(
         &self,
         metric: Metric,
@@ -223,6 +230,31 @@ impl Matrix {
     ) -> Vec<(usize, f32)> {
         if queries.is_empty() {
             return Vec::new();
+        }
+        if aggregate == Aggregate::Mean && metric != Metric::Euclidean {
+            // Σⱼ q̂ⱼ·r / (n |r|) with q̂ⱼ = qⱼ (dot) or qⱼ / |qⱼ| (cosine; 0 for a zero query).
+            let scale = 1.0 / queries.len() as f32;
+            let mut mean = vec![0.0f32; self.dim];
+            for q in queries {
+                let weight = match metric {
+                    Metric::Cosine => inverse_norm(q),
+                    _ => 1.0,
+                };
+                kernels::axpy(weight * scale, q, &mut mean);
+            }
+            // A cosine query whose inverse norm is 1 scores dot(mean, r) / |r|.
+            let query = Query {
+                metric,
+                vector: &mean,
+                inv_norm: 1.0,
+            };
+            let rows = (0..self.len()).filter(|&i| !skip(i));
+            return kernels::dispatch(Scan {
+                matrix: self,
+                query: &query,
+                rows,
+                k,
+            });
         }
         let queries: Vec<Query<'_>> = queries.iter().map(|q| Query::new(metric, q)).collect();
         let mut best = TopK::new(k);
@@ -293,6 +325,53 @@ impl<'a> Query<'a> {
     }
 }
 
+/// One query against `rows` of a matrix, the best `k` kept: the whole scan runs inside one
+/// SIMD dispatch, with the kernels inlined into the loop.
+struct Scan<'a, I> {
+    matrix: &'a Matrix,
+    query: &'a Query<'a>,
+    rows: I,
+    k: usize,
+}
+
+impl<I: Iterator<Item = usize>> WithSimd for Scan<'_, I> {
+    type Output = Vec<(usize, f32)>;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
+        let Self {
+            matrix,
+            query,
+            rows,
+            k,
+        } = self;
+        let q = query.vector;
+        let mut best = TopK::new(k);
+        // The metric is matched once, outside the loop.
+        match query.metric {
+            Metric::Dot => {
+                for i in rows {
+                    best.offer(i, kernels::dot_simd(simd, q, matrix.row(i)));
+                }
+            }
+            Metric::Cosine => {
+                let inv_q = query.inv_norm;
+                for i in rows {
+                    let dot = kernels::dot_simd(simd, q, matrix.row(i));
+                    best.offer(i, dot * inv_q * matrix.inv_norms[i]);
+                }
+            }
+            Metric::Euclidean => {
+                for i in rows {
+                    let d = kernels::squared_distance_simd(simd, q, matrix.row(i));
+                    best.offer(i, -d.sqrt());
+                }
+            }
+        }
+        best.into_sorted()
+    }
+}
+
 /// A scored row, ordered so that greater is better: higher score, then lower row.
 #[derive(Clone, Copy, PartialEq)]
 struct Scored {
@@ -317,10 +396,15 @@ impl PartialOrd for Scored {
 }
 
 /// The `k` best rows seen so far: a min-heap whose top is the worst kept row, so each offer
-/// costs one comparison unless it displaces that row.
+/// costs one comparison unless it displaces that row. That row's score is also cached in
+/// `floor`, so that most offers (scores below it) are turned away by one float comparison,
+/// without touching the heap.
 struct TopK {
     k: usize,
     heap: BinaryHeap<Reverse<Scored>>,
+    /// No score below this can enter: the worst kept score once `k` are kept, −∞ before, +∞
+    /// when `k` is 0.
+    floor: f32,
 }
 
 impl TopK {
@@ -329,11 +413,26 @@ impl TopK {
         Self {
             k,
             heap: BinaryHeap::with_capacity(k.min(1024) + 1),
+            floor: if k == 0 {
+                f32::INFINITY
+            } else {
+                f32::NEG_INFINITY
+            },
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn offer(&mut self, row: usize, score: f32) {
+        // Strictly below the worst kept score: it cannot enter, whatever its row. (NaN fails
+        // this test and is turned away below.)
+        if score < self.floor {
+            return;
+        }
+        self.offer_slow(row, score);
+    }
+
+    #[inline(never)]
+    fn offer_slow(&mut self, row: usize, score: f32) {
         if score.is_nan() || self.k == 0 {
             return;
         }
@@ -346,6 +445,13 @@ impl TopK {
             && candidate > worst.0
         {
             *worst = Reverse(candidate);
+        } else {
+            return;
+        }
+        if self.heap.len() == self.k
+            && let Some(worst) = self.heap.peek()
+        {
+            self.floor = worst.0.score;
         }
     }
 

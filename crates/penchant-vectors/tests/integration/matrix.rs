@@ -170,6 +170,55 @@ proptest! {
             check(&got, &want, reference, |i| !skip(i), tolerance(metric, matrix.dim()))?;
         }
     }
+
+    #[test]
+    fn top_k_multi_mean_by_dot_and_cosine_matches_the_mean_of_the_scores(
+        (matrix, query) in matrix_and_query(),
+        extra in prop::collection::vec(
+            prop_oneof![4 => -5.0f32..5.0, 1 => Just(0.0f32)],
+            0..200,
+        ),
+        zero_query in any::<bool>(),
+        k in 0usize..80,
+        skip_mask in any::<u64>(),
+    ) {
+        // These two score against one averaged query; the reference is still the mean of the
+        // per-query scores. Up to 10 queries, sometimes one of them zero (cosine 0 for it).
+        let dim = matrix.dim();
+        let zero = vec![0.0f32; dim];
+        let mut queries: Vec<&[f32]> = vec![&query];
+        if zero_query {
+            queries.push(&zero);
+        }
+        queries.extend(extra.chunks_exact(dim).take(9));
+        let skip = |i: usize| skip_mask >> (i % 64) & 1 == 1 && i.is_multiple_of(2);
+        for metric in [Metric::Cosine, Metric::Dot] {
+            let reference = |i: usize| {
+                queries.iter().map(|q| reference_score(metric, q, matrix.row(i))).sum::<f64>()
+                    / queries.len() as f64
+            };
+            let want = naive_top_k((0..matrix.len()).filter(|&i| !skip(i)).map(|i| (i, reference(i))), k);
+            let got = matrix.top_k_multi(metric, &queries, Aggregate::Mean, k, skip);
+            check(&got, &want, reference, |i| !skip(i), tolerance(metric, dim))?;
+        }
+    }
+}
+
+#[test]
+fn top_k_multi_mean_of_one_query_is_top_k() {
+    let matrix = Matrix::from_rows(2, vec![1.0, 0.0, 0.0, 2.0, 3.0, 3.0, 0.0, 0.0, -1.0, 1.0]);
+    for metric in [Metric::Cosine, Metric::Dot] {
+        let q: &[f32] = &[0.5, 2.0];
+        let single = matrix.top_k(metric, q, 5, |_| false);
+        let multi = matrix.top_k_multi(metric, &[q], Aggregate::Mean, 5, |_| false);
+        assert_eq!(
+            single.iter().map(|&(i, _)| i).collect::<Vec<_>>(),
+            multi.iter().map(|&(i, _)| i).collect::<Vec<_>>()
+        );
+        for ((_, a), (_, b)) in single.iter().zip(&multi) {
+            assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
+        }
+    }
 }
 
 #[test]
