@@ -25,7 +25,9 @@ pub(super) fn read_partition(row: Option<&Row>, empty: &BloomFilter) -> Result<(
 }
 
 /// Replace a cell-and-version pair if its version is still `version` (0: no cell yet).
-/// Returns whether it wrote.
+/// Returns whether it wrote. The version cell is stamped like the newest cell written with an
+/// explicit time (rows whose cells carry their data's time, as a day's aggregate does, keep
+/// doing so: the retention purge goes by those times), else with the store's clock.
 pub(crate) async fn write_if_version(
     store: &dyn Store,
     table: &str,
@@ -34,11 +36,21 @@ pub(crate) async fn write_if_version(
     version: u64,
     mut cells: Vec<Mutation>,
 ) -> Result<bool> {
-    cells.push(Mutation::set_now(
-        family,
-        Bytes::from_static(VERSION),
-        (version + 1).to_string(),
-    ));
+    let stamp = cells
+        .iter()
+        .filter_map(|m| match m {
+            Mutation::SetCell {
+                timestamp: penchant_store::Timestamp::Micros(t),
+                ..
+            } => Some(*t),
+            _ => None,
+        })
+        .max();
+    let next = (version + 1).to_string();
+    cells.push(match stamp {
+        Some(t) => Mutation::set(family, Bytes::from_static(VERSION), t, next),
+        None => Mutation::set_now(family, Bytes::from_static(VERSION), next),
+    });
     let column = RowFilter::column(family, Bytes::from_static(VERSION));
     Ok(if version == 0 {
         !store
