@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use penchant_vectors::{Aggregate, Matrix, Metric, kernels};
+use penchant_vectors::{Aggregate, Hnsw, HnswConfig, Matrix, Metric, kernels};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -152,7 +152,230 @@ pub fn run(args: TopkBenchArgs) -> anyhow::Result<()> {
          agree: queries whose {} results are identical, in order)",
         args.k
     );
+    approximate(&args, &mut rng)
+}
+
+/// Catalogue sizes of the approximate search.
+fn approximate_sizes(scale: Scale) -> Vec<usize> {
+    match scale {
+        Scale::Small => vec![100_000],
+        Scale::Large => vec![100_000, 1_000_000],
+    }
+}
+
+/// Penchant's HNSW graph beside `hnsw_rs` and beside exact search, on clustered vectors (and on
+/// structureless random ones, the worst case, at the smaller size).
+fn approximate(args: &TopkBenchArgs, rng: &mut StdRng) -> anyhow::Result<()> {
+    let config = HnswConfig::default();
+    println!(
+        "\napproximate top-{} by cosine: HNSW m={} efConstruction={} (both graphs), each answer's \
+         ef candidates rescored exactly; recall@{}: share of the exact top-{} found",
+        args.k, config.m, config.ef_construction, args.k, args.k
+    );
+    println!(
+        "data: unit vectors around {CLUSTERS} random centres (an item = its centre + noise of the \
+         same size, normalized); queries drawn the same way; 'random': no structure"
+    );
+    println!(
+        "hnsw_rs {HNSW_RS_VERSION} runs with Penchant's SIMD dot product as its distance and \
+         builds on {} threads (parallel_insert); Penchant's graph builds on one",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    println!(
+        "\n{:<18} {:>6} {:>8} {:>8} {:>5} {:>8} {:>8} {:>9} {:>9} {:>8}",
+        "index",
+        "items",
+        "build s",
+        "MB",
+        "ef",
+        "p50 ms",
+        "p99 ms",
+        "recall",
+        "exact p50",
+        "speed-up"
+    );
+    for n in approximate_sizes(args.scale) {
+        let mut datasets = vec![("", clustered(rng, n, args.dim))];
+        if n <= 100_000 {
+            datasets.push((" random", unit_vectors(rng, n, args.dim)));
+        }
+        for (label, data) in datasets {
+            let matrix = Matrix::from_rows(args.dim, data);
+            let queries_n = args.queries.min(if n >= 1_000_000 { 200 } else { 1000 });
+            let queries: Vec<Vec<f32>> = if label.is_empty() {
+                (0..queries_n)
+                    .map(|_| clustered(rng, 1, args.dim))
+                    .collect()
+            } else {
+                (0..queries_n)
+                    .map(|_| unit_vectors(rng, 1, args.dim))
+                    .collect()
+            };
+            let (exact, truth) = time(&queries, |q| {
+                matrix
+                    .top_k(Metric::Cosine, q, args.k, |_| false)
+                    .into_iter()
+                    .map(|(i, _)| i)
+                    .collect()
+            })?;
+
+            let start = Instant::now();
+            let graph = Hnsw::build(&matrix, Metric::Cosine, config);
+            let built = start.elapsed().as_secs_f64();
+            for ef in EFS {
+                let (latency, found) = time(&queries, |q| {
+                    let candidates: Vec<usize> = graph
+                        .search(&matrix, q, ef.max(args.k), |_| false)
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect();
+                    matrix
+                        .top_k_among(Metric::Cosine, q, args.k, &candidates)
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect()
+                })?;
+                print_approximate(
+                    &format!("penchant{label}"),
+                    n,
+                    built,
+                    graph.bytes() + matrix.bytes(),
+                    ef,
+                    &latency,
+                    recall(&truth, &found),
+                    &exact,
+                );
+            }
+            drop(graph);
+
+            let start = Instant::now();
+            let reference = reference_graph(&matrix, config);
+            let built = start.elapsed().as_secs_f64();
+            for ef in EFS {
+                let (latency, found) = time(&queries, |q| {
+                    let candidates: Vec<usize> = reference
+                        .search(q, ef.max(args.k), ef.max(args.k))
+                        .into_iter()
+                        .map(|n| n.d_id)
+                        .collect();
+                    matrix
+                        .top_k_among(Metric::Cosine, q, args.k, &candidates)
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect()
+                })?;
+                print_approximate(
+                    &format!("hnsw_rs{label}"),
+                    n,
+                    built,
+                    0,
+                    ef,
+                    &latency,
+                    recall(&truth, &found),
+                    &exact,
+                );
+            }
+        }
+    }
+    println!(
+        "(MB: Penchant's graph plus the matrix it searches in place; hnsw_rs keeps its own copy \
+         of every vector in its nodes, its memory is not reported by the crate: see the process's \
+         peak RSS)"
+    );
     Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_approximate(
+    name: &str,
+    n: usize,
+    built: f64,
+    bytes: usize,
+    ef: usize,
+    latency: &Latency,
+    recall: f64,
+    exact: &Latency,
+) {
+    let mb = if bytes == 0 {
+        "-".to_owned()
+    } else {
+        format!("{:.0}", bytes as f64 / 1e6)
+    };
+    println!(
+        "{:<18} {:>6} {:>8.1} {:>8} {:>5} {:>8.3} {:>8.3} {:>8.1}% {:>9.3} {:>7.1}x",
+        name,
+        rate(n as f64),
+        built,
+        mb,
+        ef,
+        latency.p50 * 1e3,
+        latency.p99 * 1e3,
+        100.0 * recall,
+        exact.p50 * 1e3,
+        exact.p50 / latency.p50,
+    );
+}
+
+/// Candidates asked of each graph per query.
+const EFS: [usize; 3] = [32, 64, 128];
+
+/// Centres of the clustered vectors.
+const CLUSTERS: usize = 1000;
+
+const HNSW_RS_VERSION: &str = "0.3";
+
+/// The share of the exact results found, over all queries.
+fn recall(truth: &[Vec<usize>], found: &[Vec<usize>]) -> f64 {
+    let mut hits = 0;
+    let mut total = 0;
+    for (t, f) in truth.iter().zip(found) {
+        total += t.len();
+        hits += f.iter().filter(|i| t.contains(i)).count();
+    }
+    hits as f64 / total.max(1) as f64
+}
+
+/// `n` unit vectors around [`CLUSTERS`] centres fixed by a seed: centre + noise of the same
+/// length, normalized (so neighbours are mostly, not only, in the same cluster).
+fn clustered(rng: &mut StdRng, n: usize, dim: usize) -> Vec<f32> {
+    let centres = unit_vectors(&mut StdRng::seed_from_u64(99), CLUSTERS, dim);
+    let mut out = unit_vectors(rng, n, dim);
+    for row in out.chunks_exact_mut(dim) {
+        let c = rng.random_range(0..CLUSTERS);
+        let centre = &centres[c * dim..(c + 1) * dim];
+        for (x, m) in row.iter_mut().zip(centre) {
+            *x += m;
+        }
+        let norm = kernels::dot_naive(row, row).sqrt();
+        row.iter_mut().for_each(|x| *x /= norm);
+    }
+    out
+}
+
+/// `1 − cosine` of unit vectors with Penchant's dot product; never negative (`hnsw_rs`
+/// asserts so), so rounding above 1 is clamped.
+struct UnitCosine;
+
+impl hnsw_rs::prelude::Distance<f32> for UnitCosine {
+    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
+        (1.0 - kernels::dot(a, b)).max(0.0)
+    }
+}
+
+fn reference_graph(
+    matrix: &Matrix,
+    config: HnswConfig,
+) -> hnsw_rs::hnsw::Hnsw<'static, f32, UnitCosine> {
+    let graph = hnsw_rs::hnsw::Hnsw::new(
+        config.m,
+        matrix.len(),
+        16,
+        config.ef_construction,
+        UnitCosine,
+    );
+    let rows: Vec<(&[f32], usize)> = (0..matrix.len()).map(|i| (matrix.row(i), i)).collect();
+    graph.parallel_insert_slice(&rows);
+    graph
 }
 
 fn print_row(name: &str, bytes: usize, ours: &Latency, theirs: &Latency, agree: f64) {

@@ -13,7 +13,7 @@ use crate::seen::{SeenInfo, SeenSettings};
 use crate::sets::{Rebuild, SetConfig, SetDescription, SetInfo};
 use crate::tenancy::{Acl, App, KeyInfo, Principal};
 use crate::vectors::training::{Evaluation, TrainingConfig, TrainingStatus};
-use crate::vectors::{Hit, Kind, Query, SearchOptions, Space, SpaceConfig};
+use crate::vectors::{Hit, Kind, Query, SearchOptions, Serving, Space, SpaceConfig};
 use crate::{Engine, EngineError, Result};
 use penchant_vectors::Aggregate;
 
@@ -232,6 +232,13 @@ impl Engine {
 
     pub async fn space(&self, app: &str, name: &str) -> Result<Arc<Space>> {
         self.vectors.fresh(app, name).await
+    }
+
+    /// A space's description and how this node serves its searches now.
+    pub async fn space_serving(&self, app: &str, name: &str) -> Result<(Arc<Space>, Serving)> {
+        let space = self.vectors.fresh(app, name).await?;
+        let serving = self.vectors.serving(app, &space);
+        Ok((space, serving))
     }
 
     pub async fn delete_space(&self, app: &str, name: &str) -> Result<()> {

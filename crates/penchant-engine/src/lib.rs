@@ -106,6 +106,8 @@ pub struct EngineConfig {
     pub lease_ttl: std::time::Duration,
     /// Bytes of item vectors a node keeps in memory for searches (0: no limit).
     pub vector_memory_bytes: u64,
+    /// When vector searches go through an approximate index (default: never).
+    pub vector_index: vectors::IndexSettings,
 }
 
 impl EngineConfig {
@@ -125,6 +127,7 @@ impl EngineConfig {
             clock: clock::Clock::default(),
             lease_ttl: Duration::from_secs(10),
             vector_memory_bytes: 1 << 30,
+            vector_index: vectors::IndexSettings::SERVING,
         }
     }
 }
@@ -255,6 +258,7 @@ impl Engine {
         let vectors = Arc::new(Vectors::new(
             store.clone(),
             budget,
+            config.vector_index,
             config.bloom_cache_ttl,
             clock.clone(),
         ));

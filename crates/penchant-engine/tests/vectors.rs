@@ -138,3 +138,79 @@ async fn a_space_created_again_never_shows_the_old_ones_vectors() {
         None
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_space_is_searched_through_its_graph_with_the_exact_scores() {
+    use penchant_engine::vectors::{IndexSettings, SearchPath};
+
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let config = EngineConfig {
+        vector_index: IndexSettings {
+            min_rows: 200,
+            ef: 40,
+        },
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(store, config).await.unwrap();
+    engine.create_space(APP, "emb", space(3)).await.unwrap();
+    // 400 points on a spiral: each one's nearest neighbours are its neighbours on the curve.
+    let items: Vec<(String, Vec<f32>)> = (0..400)
+        .map(|i| {
+            let t = i as f32 * 0.05;
+            (format!("i{i}"), vec![t.cos(), t.sin(), 1.0 + t * 0.1])
+        })
+        .collect();
+    engine
+        .put_vectors(APP, "emb", Kind::Item, &items)
+        .await
+        .unwrap();
+    let (_, serving) = engine.space_serving(APP, "emb").await.unwrap();
+    assert!(!serving.loaded, "nothing is loaded before a search");
+
+    let search = |exact: bool, exclude: Vec<String>| {
+        let engine = &engine;
+        async move {
+            let options = SearchOptions {
+                k: 10,
+                exclude,
+                exact,
+                ..SearchOptions::default()
+            };
+            engine
+                .search_vectors(APP, "emb", Query::Item("i200".into()), &options)
+                .await
+                .unwrap()
+        }
+    };
+    let exact = search(true, Vec::new()).await;
+    // The first load starts the graph's build; searches scan until it is ready.
+    let mut waited = 0;
+    loop {
+        let (_, serving) = engine.space_serving(APP, "emb").await.unwrap();
+        assert!(serving.loaded);
+        assert_eq!(serving.items, 400);
+        if serving.search == SearchPath::Hnsw {
+            break;
+        }
+        assert_eq!(serving.search, SearchPath::Building);
+        waited += 1;
+        assert!(waited < 3000, "the graph of 400 rows was not built in 30 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let approximate = search(false, Vec::new()).await;
+    assert_eq!(approximate, exact, "same hits, same scores");
+    assert!(
+        !ids(&approximate).contains(&"i200"),
+        "the item itself is not a hit"
+    );
+
+    let excluded: Vec<String> = ids(&exact)[..3].iter().map(|s| s.to_string()).collect();
+    let without = search(false, excluded.clone()).await;
+    assert_eq!(without.len(), 10);
+    assert!(
+        ids(&without)
+            .iter()
+            .all(|id| !excluded.iter().any(|e| e == id))
+    );
+    assert_eq!(ids(&without)[..7], ids(&exact)[3..]);
+}

@@ -5,14 +5,17 @@
 //! | --- | --- |
 //! | [`kernels`] | SIMD dot product, distance, norm, `axpy` (run-time CPU dispatch) |
 //! | [`matrix`] | [`Matrix`]: contiguous rows with exact top-k search by [`Metric`] |
+//! | [`hnsw`] | [`Hnsw`]: an approximate nearest-neighbour graph over a matrix's rows |
 //! | [`als`] | implicit-feedback ALS training (conjugate gradient) and fold-in of new users |
 //! | [`eval`] | holdout splits and ranking metrics matching the `implicit` library's |
 //! | [`synthetic`] | seeded low-rank interaction data for tests and benchmarks |
 
 pub mod als;
 pub mod eval;
+pub mod hnsw;
 pub mod kernels;
 pub mod matrix;
 pub mod synthetic;
 
+pub use hnsw::{Hnsw, HnswConfig};
 pub use matrix::{Aggregate, Matrix, Metric};

@@ -5,9 +5,9 @@
 //! `Vec<Vec<f32>>` would chase a pointer per row. Each row's inverse norm is kept beside it, so
 //! cosine scoring costs one dot product per row, like dot scoring.
 //!
-//! The search is exact (a scan), not approximate: at the catalogue sizes Penchant targets
-//! (up to about a million items) a SIMD scan answers in milliseconds, and it has no index to
-//! build, tune or keep in sync with the factors.
+//! The search here is exact (a scan): up to about 100,000 rows of 100 floats a SIMD scan
+//! answers in a few milliseconds and has no index to build, tune or keep in sync with the
+//! factors. Beyond that, [`crate::hnsw`] finds candidates approximately, which this scores.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -46,7 +46,7 @@ pub enum Aggregate {
 pub struct Matrix {
     dim: usize,
     data: Vec<f32>,
-    inv_norms: Vec<f32>,
+    pub(crate) inv_norms: Vec<f32>,
 }
 
 impl fmt::Debug for Matrix {
@@ -232,16 +232,7 @@ impl Matrix {
             return Vec::new();
         }
         if aggregate == Aggregate::Mean && metric != Metric::Euclidean {
-            // Σⱼ q̂ⱼ·r / (n |r|) with q̂ⱼ = qⱼ (dot) or qⱼ / |qⱼ| (cosine; 0 for a zero query).
-            let scale = 1.0 / queries.len() as f32;
-            let mut mean = vec![0.0f32; self.dim];
-            for q in queries {
-                let weight = match metric {
-                    Metric::Cosine => inverse_norm(q),
-                    _ => 1.0,
-                };
-                kernels::axpy(weight * scale, q, &mut mean);
-            }
+            let mean = Self::mean_query(metric, queries);
             // A cosine query whose inverse norm is 1 scores dot(mean, r) / |r|.
             let query = Query {
                 metric,
@@ -270,6 +261,26 @@ impl Matrix {
             best.offer(i, score);
         }
         best.into_sorted()
+    }
+
+    /// The one query whose dot product with a row is the mean of the queries' scores against
+    /// it: `Σⱼ q̂ⱼ / n` with `q̂ⱼ = qⱼ` for [`Metric::Dot`] and `qⱼ / |qⱼ|` for [`Metric::Cosine`]
+    /// (0 for a zero query), so that the mean cosine is `dot(mean, r) / |r|`. (No such query
+    /// exists for [`Metric::Euclidean`]; it is treated as Dot.) Empty for no queries.
+    pub fn mean_query(metric: Metric, queries: &[&[f32]]) -> Vec<f32> {
+        let Some(first) = queries.first() else {
+            return Vec::new();
+        };
+        let scale = 1.0 / queries.len() as f32;
+        let mut mean = vec![0.0f32; first.len()];
+        for q in queries {
+            let weight = match metric {
+                Metric::Cosine => inverse_norm(q),
+                _ => 1.0,
+            };
+            kernels::axpy(weight * scale, q, &mut mean);
+        }
+        mean
     }
 
     fn check_len(&self, row: &[f32]) {

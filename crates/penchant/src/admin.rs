@@ -119,6 +119,16 @@ pub enum AlsCommand {
         #[command(flatten)]
         params: AlsParams,
     },
+    /// Give a vector to every user and item of the retention window that the last training
+    /// did not see (one least-squares solve each, with that training's settings), without
+    /// training again; follow it like a training.
+    FoldIn {
+        #[arg(long)]
+        app: String,
+        /// The trained space.
+        #[arg(long, default_value = "als")]
+        space: String,
+    },
     /// Follow an app's latest training.
     Watch {
         #[arg(long)]
@@ -355,6 +365,13 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
                     .await?;
                 app
             }
+            AlsCommand::FoldIn { app, space } => {
+                let body = json!({"mode": "fold-in", "space": space});
+                client
+                    .call(Method::POST, "/1/als/train", &app, Some(body))
+                    .await?;
+                app
+            }
             AlsCommand::Watch { app } => app,
             AlsCommand::Evaluate {
                 app,
@@ -385,14 +402,22 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
         let bar = indicatif::ProgressBar::new(1);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} ALS {bar:30} {pos}/{len} iterations  {elapsed}",
+                "{spinner} ALS {bar:30} {pos}/{len} {msg}  {elapsed}",
             )?
             .progress_chars("=> "),
         );
         loop {
             let status = client.call(Method::GET, "/1/als/train", &app, None).await?;
-            bar.set_length(status["config"]["iterations"].as_u64().unwrap_or(1));
-            bar.set_position(status["iteration"].as_u64().unwrap_or(0));
+            let done = status["iteration"].as_u64().unwrap_or(0);
+            if status["config"]["mode"] == "fold-in" {
+                // The vectors to solve are known only at the end.
+                bar.set_message("vectors folded in");
+                bar.set_length(done.max(1));
+            } else {
+                bar.set_message("iterations");
+                bar.set_length(status["config"]["iterations"].as_u64().unwrap_or(1));
+            }
+            bar.set_position(done);
             if status["state"] != "running" {
                 bar.finish();
                 return print(&status);

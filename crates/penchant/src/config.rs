@@ -49,12 +49,22 @@ pub struct VectorsConfig {
     /// as one matrix, loaded on first use); a space larger than this cannot be searched.
     /// 0: no limit.
     pub memory_bytes: u64,
+    /// Items from which a node also builds an approximate index (HNSW) of a space it loaded,
+    /// in the background; searches over all items go through it once it is ready. 0: never,
+    /// every search scans.
+    pub index_min_rows: usize,
+    /// Candidates a search asks the index for (at least the hits wanted), then scores exactly:
+    /// more finds more of the true nearest, slower.
+    pub index_ef: usize,
 }
 
 impl Default for VectorsConfig {
     fn default() -> Self {
+        let serving = serving();
         Self {
-            memory_bytes: serving().vector_memory_bytes,
+            memory_bytes: serving.vector_memory_bytes,
+            index_min_rows: serving.vector_index.min_rows,
+            index_ef: serving.vector_index.ef,
         }
     }
 }

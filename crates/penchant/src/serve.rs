@@ -91,6 +91,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         bloom_cache_ttl: Duration::from_millis(config.bloom.cache_ttl_ms),
         lease_ttl: Duration::from_secs(config.personalization.lease_ttl_secs),
         vector_memory_bytes: config.vectors.memory_bytes,
+        vector_index: penchant_engine::vectors::IndexSettings {
+            min_rows: config.vectors.index_min_rows,
+            ef: config.vectors.index_ef,
+        },
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)

@@ -15,7 +15,11 @@
 //! one for each vector, and the previous stays stored for a rollback.
 //!
 //! A user who came after the training gets a vector when first needed by folding in: one exact
-//! least-squares solve against the item vectors ([`Trainings::fold_in`]).
+//! least-squares solve against the item vectors ([`Trainings::fold_in`]). Items have no such
+//! moment (their events are stored under their users), so a job in [`Mode::FoldIn`] gives
+//! every user and item of the window that has no vector one, in one pass over the events: new
+//! items from the trained users who interacted with them, new users from the trained items —
+//! without training again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -47,12 +51,33 @@ const SAVE_EVERY: Duration = Duration::from_millis(500);
 /// every event weighs 1.
 pub type Weights = BTreeMap<String, f32>;
 
+/// What a training job does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Train every vector from the events.
+    #[default]
+    Train,
+    /// Keep the trained vectors and fold in every user and item of the window without one,
+    /// with the space's last training's settings (the job's own are not used).
+    FoldIn,
+}
+
+impl Mode {
+    fn is_train(&self) -> bool {
+        *self == Mode::Train
+    }
+}
+
 /// What a training is asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", from = "Wire")]
 pub struct TrainingConfig {
     /// The space written (created with dimension `factors` and the dot metric if missing).
     pub space: String,
+    /// Train, or fold in what the last training did not see.
+    #[serde(default, skip_serializing_if = "Mode::is_train")]
+    pub mode: Mode,
     /// Count only events of this index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
@@ -74,6 +99,7 @@ impl Default for TrainingConfig {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Wire {
     space: Option<String>,
+    mode: Option<Mode>,
     index: Option<String>,
     weights: Option<Weights>,
     factors: Option<usize>,
@@ -90,6 +116,7 @@ impl From<Wire> for TrainingConfig {
         let d = AlsConfig::default();
         TrainingConfig {
             space: w.space.unwrap_or_else(|| "als".to_owned()),
+            mode: w.mode.unwrap_or_default(),
             index: w.index,
             weights: w.weights,
             als: AlsConfig {
@@ -172,6 +199,15 @@ pub struct Evaluation {
     pub popularity: eval::Metrics,
 }
 
+/// What a job did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Outcome {
+    iterations: usize,
+    users: usize,
+    items: usize,
+    interactions: usize,
+}
+
 /// An app's events as training data: users and items numbered in order of appearance.
 #[derive(Debug, Default)]
 struct Data {
@@ -191,6 +227,72 @@ fn named<'a>(
         .iter()
         .enumerate()
         .map(|(i, n)| (n.as_str(), m.row(i)))
+}
+
+/// Vectors solved by a fold-in job: (user or item number in the [`Data`], vector).
+#[derive(Debug, Default)]
+struct Folded {
+    users: Vec<(u32, Vec<f32>)>,
+    items: Vec<(u32, Vec<f32>)>,
+    interactions: usize,
+}
+
+/// Solve a vector for each user of `data` without one from its interactions with items that
+/// have one, and for each item without one from its trained users; `None` if cancelled.
+fn fold_in_missing(
+    data: &Data,
+    items: &super::Loaded,
+    users: &super::Loaded,
+    als: &AlsConfig,
+    done: &AtomicUsize,
+    cancel: &AtomicBool,
+) -> Option<Folded> {
+    let mut new_users: BTreeMap<u32, BTreeMap<u32, f32>> = BTreeMap::new();
+    let mut new_items: BTreeMap<u32, BTreeMap<u32, f32>> = BTreeMap::new();
+    let mut folded = Folded::default();
+    for &(u, i, weight, _) in &data.events {
+        let user_row = users.row_of(&data.users[u as usize]);
+        let item_row = items.row_of(&data.items[i as usize]);
+        match (user_row, item_row) {
+            (None, Some(row)) => {
+                *new_users
+                    .entry(u)
+                    .or_default()
+                    .entry(row as u32)
+                    .or_default() += weight;
+            }
+            (Some(row), None) => {
+                *new_items
+                    .entry(i)
+                    .or_default()
+                    .entry(row as u32)
+                    .or_default() += weight;
+            }
+            _ => continue,
+        }
+        folded.interactions += 1;
+    }
+    for (side, matrix, out) in [
+        (new_users, items, &mut folded.users),
+        (new_items, users, &mut folded.items),
+    ] {
+        if side.is_empty() {
+            continue;
+        }
+        let gramian = matrix.gramian();
+        for (number, weights) in side {
+            if cancel.load(Ordering::Relaxed) {
+                return None;
+            }
+            let interactions: Vec<(u32, f32)> = weights.into_iter().collect();
+            out.push((
+                number,
+                als::fold_in(&matrix.matrix, gramian, &interactions, als),
+            ));
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Some(folded)
 }
 
 /// The weight of an event.
@@ -351,7 +453,19 @@ impl Trainings {
     async fn run(&self, app: &str, mut status: TrainingStatus) {
         let done = Arc::new(AtomicUsize::new(0));
         let cancel = Arc::new(AtomicBool::new(false));
-        let work = self.train(app, &status.config, done.clone(), cancel.clone());
+        let work = async {
+            match status.config.mode {
+                Mode::Train => {
+                    self.train(app, &status.config, done.clone(), cancel.clone())
+                        .await
+                }
+                Mode::FoldIn => {
+                    let config = &status.config;
+                    self.fold_in_all(app, config, done.clone(), cancel.clone())
+                        .await
+                }
+            }
+        };
         tokio::pin!(work);
         let mut stopped = Box::pin(self.supervisor.stopped());
         let outcome = loop {
@@ -370,12 +484,12 @@ impl Trainings {
             }
         };
         match outcome {
-            Ok(Some(trained)) => {
+            Ok(Some(outcome)) => {
                 status.state = JobState::Done;
-                status.iteration = trained.als.iterations;
-                status.users = trained.users;
-                status.items = trained.items;
-                status.interactions = trained.interactions;
+                status.iteration = outcome.iterations;
+                status.users = outcome.users;
+                status.items = outcome.items;
+                status.interactions = outcome.interactions;
             }
             Ok(None) => return, // stopped: left running for another node
             Err(e) => {
@@ -468,7 +582,7 @@ impl Trainings {
         config: &TrainingConfig,
         done: Arc<AtomicUsize>,
         cancel: Arc<AtomicBool>,
-    ) -> Result<Option<Trained>> {
+    ) -> Result<Option<Outcome>> {
         let weights = self.weights(app, config).await?;
         let data = self.read(app, config.index.as_deref(), &weights).await?;
         let space = self.target_space(app, config).await?;
@@ -511,9 +625,68 @@ impl Trainings {
             interactions,
         };
         let mut space = (*self.vectors.fresh(app, &space.name).await?).clone();
-        space.training = Some(trained.clone());
+        space.training = Some(trained);
         self.vectors.describe(app, &space).await?;
-        Ok(Some(trained))
+        Ok(Some(Outcome {
+            iterations: config.als.iterations,
+            users,
+            items,
+            interactions,
+        }))
+    }
+
+    /// Fold in every user and item of the window without a vector in the trained space, and
+    /// write them with one timestamp; `None` if cancelled. `done` counts the vectors solved.
+    async fn fold_in_all(
+        &self,
+        app: &str,
+        config: &TrainingConfig,
+        done: Arc<AtomicUsize>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Option<Outcome>> {
+        let space = self.vectors.fresh(app, &config.space).await?;
+        let Some(trained) = space.training.clone() else {
+            return Err(EngineError::Refused(format!(
+                "space '{}' was never trained: train it before folding in",
+                space.name
+            )));
+        };
+        let data = self
+            .read(app, trained.index.as_deref(), &trained.weights)
+            .await?;
+        let items = self.vectors.load(app, &space).await?;
+        let users = self.vectors.load_users(app, &space).await?;
+        let solved = tokio::task::spawn_blocking(move || {
+            fold_in_missing(&data, &items, &users, &trained.als, &done, &cancel)
+                .map(|folded| (folded, data))
+        })
+        .await
+        .map_err(|e| internal("fold-in thread", e))?;
+        let Some((folded, data)) = solved else {
+            return Ok(None);
+        };
+        let stamp = self.clock.now_ms() * 1000;
+        let named_items = folded
+            .items
+            .iter()
+            .map(|(i, v)| (data.items[*i as usize].as_str(), v.as_slice()));
+        self.vectors
+            .write(app, &space, Kind::Item, named_items, stamp)
+            .await?;
+        let named_users = folded
+            .users
+            .iter()
+            .map(|(u, v)| (data.users[*u as usize].as_str(), v.as_slice()));
+        self.vectors
+            .write(app, &space, Kind::User, named_users, stamp)
+            .await?;
+        tracing::info!(%app, users = folded.users.len(), items = folded.items.len(), "folded in");
+        Ok(Some(Outcome {
+            iterations: 0,
+            users: folded.users.len(),
+            items: folded.items.len(),
+            interactions: folded.interactions,
+        }))
     }
 
     /// The space a training writes: created if missing; it must have `factors` dimensions.

@@ -15,9 +15,9 @@
 //!
 //! Similarity (`search`):
 //! - `POST /1/vectors/{space}/search` `{vector | objectID | userToken, k?, candidates?,
-//!   exclude?, metric?}` → `{hits: [{objectID, score}]}`;
+//!   exclude?, metric?, exact?}` → `{hits: [{objectID, score}]}`;
 //! - `POST /1/vectors/{space}/similar-to-liked` `{userToken, last?, aggregate?, k?, candidates?,
-//!   exclude?, metric?}` → `{liked: [..], hits}`.
+//!   exclude?, metric?, exact?}` → `{liked: [..], hits}`.
 //!
 //! ALS (`editSettings`):
 //! - `POST /1/als/train` `{space?, factors?, regularization?, alpha?, iterations?, cgSteps?,
@@ -110,7 +110,10 @@ async fn space(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    to_json(&*state.engine.space(app, &name).await?)
+    let (space, serving) = state.engine.space_serving(app, &name).await?;
+    let mut body = serde_json::to_value(&*space).map_err(ApiError::internal)?;
+    body["serving"] = serde_json::to_value(serving).map_err(ApiError::internal)?;
+    Ok(Json(body))
 }
 
 async fn delete_space(
@@ -207,26 +210,6 @@ fn default_k() -> usize {
     10
 }
 
-/// What every similarity search may say.
-#[derive(Debug)]
-struct Options {
-    k: usize,
-    candidates: Option<Vec<String>>,
-    exclude: Vec<String>,
-    metric: Option<Metric>,
-}
-
-impl From<Options> for SearchOptions {
-    fn from(o: Options) -> Self {
-        SearchOptions {
-            k: o.k,
-            candidates: o.candidates,
-            exclude: o.exclude,
-            metric: o.metric,
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Search {
@@ -244,6 +227,8 @@ struct Search {
     exclude: Vec<String>,
     #[serde(default)]
     metric: Option<Metric>,
+    #[serde(default)]
+    exact: bool,
 }
 
 async fn search(
@@ -264,15 +249,16 @@ async fn search(
             ));
         }
     };
-    let options = Options {
+    let options = SearchOptions {
         k: s.k,
         candidates: s.candidates,
         exclude: s.exclude,
         metric: s.metric,
+        exact: s.exact,
     };
     let hits = state
         .engine
-        .search_vectors(app, &name, query, &options.into())
+        .search_vectors(app, &name, query, &options)
         .await?;
     Ok(Json(json!({ "hits": hits })))
 }
@@ -297,6 +283,8 @@ struct Liked {
     exclude: Vec<String>,
     #[serde(default)]
     metric: Option<Metric>,
+    #[serde(default)]
+    exact: bool,
 }
 
 async fn similar_to_liked(
@@ -307,22 +295,16 @@ async fn similar_to_liked(
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
     let l: Liked = parse("request", body)?;
-    let options = Options {
+    let options = SearchOptions {
         k: l.k,
         candidates: l.candidates,
         exclude: l.exclude,
         metric: l.metric,
+        exact: l.exact,
     };
     let (liked, hits) = state
         .engine
-        .similar_to_liked(
-            app,
-            &name,
-            &l.user_token,
-            l.last,
-            l.aggregate,
-            &options.into(),
-        )
+        .similar_to_liked(app, &name, &l.user_token, l.last, l.aggregate, &options)
         .await?;
     Ok(Json(json!({ "liked": liked, "hits": hits })))
 }

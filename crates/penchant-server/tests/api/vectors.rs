@@ -1392,4 +1392,64 @@ async fn als_trains_from_events_and_folds_in_new_users() {
     assert!(hits.iter().all(|(id, _)| id.starts_with('b')), "{hits:?}");
     let seen: HashSet<&str> = ids(&hits).into_iter().collect();
     assert_eq!(seen.len(), 3);
+
+    // A new item clicked by ten users of cluster a, and a new user who clicked b items: a
+    // fold-in job gives both vectors without training again.
+    let mut events: Vec<Value> = (0..10)
+        .map(|j| event("click", &format!("auser{j}"), &["anew"], t + j))
+        .collect();
+    events.push(event("click", "newbie3", &["b0", "b1", "b2"], t));
+    send(&s, k, events).await;
+    assert_error(
+        get_vector(&s, k, "als", "items", "anew").await,
+        StatusCode::NOT_FOUND,
+        "item 'anew' has no vector in space 'als'",
+    );
+    let (_, before) = get_vector(&s, k, "als", "items", "a0").await;
+    let status = train(&s, a, json!({"mode": "fold-in"})).await;
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["config"]["mode"], "fold-in", "{status}");
+    assert_eq!(status["items"], 1, "{status}");
+    assert_eq!(
+        status["users"], 1,
+        "newbie and newbie2 were folded in already: {status}"
+    );
+    assert_eq!(status["interactions"], 13, "{status}");
+    let (_, after) = get_vector(&s, k, "als", "items", "a0").await;
+    assert_eq!(before, after, "trained vectors stay as they are");
+    let hits = search(&s, k, "als", json!({"objectID": "anew", "k": 5})).await;
+    assert_eq!(hits.len(), 5);
+    assert!(hits.iter().all(|(id, _)| id.starts_with('a')), "{hits:?}");
+    let (status, body) = get_vector(&s, k, "als", "users", "newbie3").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // This node holds the 61 item vectors and scans them (the test server never indexes).
+    let (_, space) = s.call(Method::GET, "/1/vectors/als", k, None).await;
+    assert_eq!(
+        space["serving"],
+        json!({"loaded": true, "items": 61, "search": "exact"}),
+        "{space}"
+    );
+    // Folding into a space no training wrote is refused.
+    let (status, _) = create(&s, a, json!({"name": "plain", "dimension": 8})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let status = train(&s, a, json!({"mode": "fold-in", "space": "plain"})).await;
+    assert_eq!(status["state"], "failed", "{status}");
+    assert!(
+        status["error"]
+            .as_str()
+            .unwrap()
+            .contains("space 'plain' was never trained"),
+        "{status}"
+    );
+    assert_error(
+        s.call(
+            Method::POST,
+            "/1/als/train",
+            a,
+            Some(json!({"mode": "retrain"})),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "unknown variant `retrain`",
+    );
 }

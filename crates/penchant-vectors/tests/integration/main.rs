@@ -2,5 +2,6 @@
 //! the kernels and top-k search against naive versions, and ALS end to end.
 
 mod als;
+mod hnsw;
 mod kernels;
 mod matrix;
