@@ -19,7 +19,8 @@
 //!   iteration and precision/NDCG@10, beside the Python `implicit` library on the same split,
 //!   factors and threads, and a popularity baseline.
 //! - [`topk`]: exact top-30 search latency (p50/p99) over 10k to 1M vectors of 100
-//!   dimensions, single and 5-query, beside a naive scan and full sort.
+//!   dimensions, single and 5-query, beside a naive scan and full sort; then an HNSW graph's
+//!   latency and recall@30 beside `hnsw_rs` and the exact scan.
 //!
 //! [`redis`] holds the Redis references' `redis-server` launcher and minimal RESP client.
 //!

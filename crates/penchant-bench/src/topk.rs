@@ -1,5 +1,5 @@
 //! `penchant bench topk`: exact top-k search latency, `penchant_vectors::Matrix::top_k`, beside
-//! a naive scan in the same run.
+//! a naive scan in the same run; then approximate search (HNSW) beside `hnsw_rs`.
 //!
 //! The seed's case is "10k candidates × 100 floats": score every item vector against a query
 //! and keep the best 30, within a request's budget (aim: under 0.5 ms at the median). The suite
@@ -17,6 +17,11 @@
 //! The scan is bound by memory bandwidth once the rows leave the caches, so each row also says
 //! how fast the rows were read: items × dimensions × 4 bytes / p50. 10,000 rows (4 MB) fit in
 //! a server's L3 cache; 100,000 (40 MB) and 1,000,000 (400 MB) stream from memory.
+//!
+//! Then approximate search: Penchant's HNSW graph ([`Hnsw`]) and the `hnsw_rs` crate, built
+//! with the same `m` and `efConstruction`, over 100,000 clustered unit vectors (and 1,000,000
+//! with `--scale large`; plus 100,000 structureless ones, the worst case): build time, memory,
+//! p50/p99 at several `ef`, and recall@k against the exact scan of the same run.
 
 use std::hint::black_box;
 use std::time::Instant;

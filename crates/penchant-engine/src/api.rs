@@ -241,6 +241,11 @@ impl Engine {
         Ok((space, serving))
     }
 
+    /// Go back to a space's previous training.
+    pub async fn rollback_space(&self, app: &str, name: &str) -> Result<Arc<Space>> {
+        self.vectors.rollback(app, name).await
+    }
+
     pub async fn delete_space(&self, app: &str, name: &str) -> Result<()> {
         self.vectors.delete(app, name).await
     }

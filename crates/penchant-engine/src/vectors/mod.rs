@@ -149,6 +149,9 @@ pub struct Space {
     /// The last training that wrote it, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub training: Option<training::Trained>,
+    /// The training before it, whose vectors are still stored: what a rollback goes back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_training: Option<training::Trained>,
     /// How many writes its items have had (not stored in the description: its own counter).
     #[serde(default)]
     pub generation: u64,
@@ -475,6 +478,7 @@ impl Vectors {
             index: config.index,
             created_at: self.clock.now_ms(),
             training: None,
+            previous_training: None,
             generation: 0,
         };
         let json = serde_json::to_vec(&space).map_err(|e| internal("serialization", e))?;
@@ -571,6 +575,55 @@ impl Vectors {
             .collect();
         self.store.mutate_all(USER_VECTORS_TABLE, deletes).await?;
         Ok(())
+    }
+
+    /// Go back to the space's previous training: delete every cell the last training wrote
+    /// (its one timestamp), so that reads find the previous training's vectors again, then
+    /// describe the space with the previous training. Vectors written since by uploads or
+    /// fold-ins stay. Idempotent until it completes: an error leaves it to be run again.
+    pub async fn rollback(&self, app: &str, name: &str) -> Result<Arc<Space>> {
+        let space = self.fresh(app, name).await?;
+        let (Some(last), Some(_)) = (&space.training, &space.previous_training) else {
+            return Err(EngineError::Refused(format!(
+                "space '{name}' has no previous training to roll back to"
+            )));
+        };
+        // Timestamps are whole milliseconds (as Bigtable keeps them): one ms is one stamp.
+        let range = TimeRange::new(last.stamp, last.stamp + 1000);
+        let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
+        for (table, prefix, qualifier) in [
+            (
+                ITEM_VECTORS_TABLE,
+                keys::space_items(app, name),
+                ITEM_COLUMN,
+            ),
+            (USER_VECTORS_TABLE, keys::app(app), name.as_bytes()),
+        ] {
+            let qualifier = Bytes::copy_from_slice(qualifier);
+            let cells = RowFilter::column(FAMILY, qualifier.clone())
+                .and(RowFilter::TimestampRange(range))
+                .and(RowFilter::StripValue);
+            let rows = store
+                .read_all(table, ReadRows::new(RowSet::prefix(prefix)).filter(cells))
+                .await?;
+            let deletes = rows
+                .into_iter()
+                .map(|row| {
+                    let delete = Mutation::DeleteFromColumn {
+                        family: FAMILY.to_owned(),
+                        qualifier: qualifier.clone(),
+                        range,
+                    };
+                    RowMutation::new(row.key, vec![delete])
+                })
+                .collect();
+            store.mutate_all(table, deletes).await?;
+        }
+        let mut rolled = (*space).clone();
+        rolled.training = rolled.previous_training.take();
+        self.describe(app, &rolled).await?;
+        self.touch(app, name).await?;
+        self.fresh(app, name).await
     }
 
     /// Write vectors of users or items, all checked first: one bad vector writes none. Returns
@@ -1213,6 +1266,7 @@ mod tests {
             index: None,
             created_at: 0,
             training: None,
+            previous_training: None,
             generation: 0,
         };
         let err = |v: &[f32]| space.check(Kind::Item, "x1", v).unwrap_err().to_string();

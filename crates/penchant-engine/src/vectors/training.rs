@@ -156,6 +156,9 @@ impl TrainingConfig {
 pub struct Trained {
     /// When it finished (ms).
     pub at: i64,
+    /// The timestamp (µs) of every vector it wrote: what a rollback deletes.
+    #[serde(default)]
+    pub stamp: i64,
     /// The weights it used (resolved from the strategy if it had none of its own).
     pub weights: Weights,
     pub index: Option<String>,
@@ -617,6 +620,7 @@ impl Trainings {
             .await?;
         let trained = Trained {
             at: self.clock.now_ms(),
+            stamp,
             weights,
             index: config.index.clone(),
             als: config.als.clone(),
@@ -625,6 +629,7 @@ impl Trainings {
             interactions,
         };
         let mut space = (*self.vectors.fresh(app, &space.name).await?).clone();
+        space.previous_training = space.training.take();
         space.training = Some(trained);
         self.vectors.describe(app, &space).await?;
         Ok(Some(Outcome {

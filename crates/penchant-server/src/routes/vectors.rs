@@ -50,6 +50,7 @@ pub fn routes() -> Router<AppState> {
         .route("/1/vectors", get(list_spaces).post(create_space))
         .route("/1/vectors/{space}", get(space).delete(delete_space))
         .route("/1/vectors/{space}/search", post(search))
+        .route("/1/vectors/{space}/rollback", post(rollback))
         .route(
             "/1/vectors/{space}/similar-to-liked",
             post(similar_to_liked),
@@ -114,6 +115,15 @@ async fn space(
     let mut body = serde_json::to_value(&*space).map_err(ApiError::internal)?;
     body["serving"] = serde_json::to_value(serving).map_err(ApiError::internal)?;
     Ok(Json(body))
+}
+
+async fn rollback(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    to_json(&*state.engine.rollback_space(app, &name).await?)
 }
 
 async fn delete_space(

@@ -1452,4 +1452,56 @@ async fn als_trains_from_events_and_folds_in_new_users() {
         StatusCode::BAD_REQUEST,
         "unknown variant `retrain`",
     );
+    // Rollback: back to the previous training's vectors, once.
+    let rollback = |space: &'static str, creds| {
+        let s = &s;
+        async move {
+            let path = format!("/1/vectors/{space}/rollback");
+            s.call(Method::POST, &path, creds, None).await
+        }
+    };
+    assert_error(
+        rollback("als", a).await,
+        StatusCode::CONFLICT,
+        "space 'als' has no previous training to roll back to",
+    );
+    let (_, first_user) = get_vector(&s, k, "als", "users", "auser0").await;
+    let (_, folded_item) = get_vector(&s, k, "als", "items", "anew").await;
+    let status = train(&s, a, json!({"factors": 8, "iterations": 10, "seed": 7})).await;
+    assert_eq!(status["state"], "done", "{status}");
+    let (_, second_user) = get_vector(&s, k, "als", "users", "auser0").await;
+    assert_ne!(first_user, second_user, "another seed, other vectors");
+    let (_, space) = s.call(Method::GET, "/1/vectors/als", k, None).await;
+    assert_eq!(space["training"]["als"]["seed"], 7, "{space}");
+    assert_eq!(space["previousTraining"]["als"]["seed"], 42, "{space}");
+    assert_eq!(
+        rollback("als", k).await.0,
+        StatusCode::FORBIDDEN,
+        "a rollback needs editSettings"
+    );
+    let (status, space) = rollback("als", a).await;
+    assert_eq!(status, StatusCode::OK, "{space}");
+    assert_eq!(space["training"]["als"]["seed"], 42, "{space}");
+    assert!(space.get("previousTraining").is_none(), "{space}");
+    assert_eq!(
+        get_vector(&s, k, "als", "users", "auser0").await.1,
+        first_user
+    );
+    assert_eq!(
+        get_vector(&s, k, "als", "items", "anew").await.1,
+        folded_item,
+        "what the fold-in wrote before the second training is back too"
+    );
+    let hits = search(&s, k, "als", json!({"objectID": "a0", "k": 5})).await;
+    assert!(hits.iter().all(|(id, _)| id.starts_with('a')), "{hits:?}");
+    assert_error(
+        rollback("als", a).await,
+        StatusCode::CONFLICT,
+        "no previous training",
+    );
+    assert_error(
+        rollback("nope", a).await,
+        StatusCode::NOT_FOUND,
+        "space 'nope'",
+    );
 }
