@@ -312,6 +312,28 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// No vectors yet, for the space as described.
+    fn empty(space: &Space) -> Self {
+        Self {
+            generation: space.generation,
+            created_at: space.created_at,
+            metric: space.metric,
+            ids: Vec::new(),
+            rows: HashMap::new(),
+            matrix: Matrix::new(space.dimension),
+            gramian: OnceLock::new(),
+            graph: OnceLock::new(),
+            indexed: false,
+        }
+    }
+
+    /// Appends `id`'s vector.
+    fn push(&mut self, id: &str, vector: &[f32]) {
+        self.rows.insert(id.to_owned(), self.ids.len() as u32);
+        self.ids.push(id.to_owned());
+        self.matrix.push(vector);
+    }
+
     /// The row of an item, if it has a vector.
     pub fn row_of(&self, id: &str) -> Option<usize> {
         self.rows.get(id).map(|r| *r as usize)
@@ -812,17 +834,7 @@ impl Vectors {
         let request = ReadRows::new(RowSet::prefix(keys::space_items(app, &space.name)))
             .filter(space.cells(ITEM_COLUMN));
         let mut rows = self.store.read_rows(ITEM_VECTORS_TABLE, request).await?;
-        let mut loaded = Loaded {
-            generation: space.generation,
-            created_at: space.created_at,
-            metric: space.metric,
-            ids: Vec::new(),
-            rows: HashMap::new(),
-            matrix: Matrix::new(space.dimension),
-            gramian: OnceLock::new(),
-            graph: OnceLock::new(),
-            indexed: false,
-        };
+        let mut loaded = Loaded::empty(space);
         while let Some(row) = rows.try_next().await? {
             let Some(id) = keys::item_of(app, &space.name, &row.key) else {
                 continue;
@@ -832,9 +844,7 @@ impl Vectors {
             };
             let vector = decode(&cell.value, space.dimension)
                 .ok_or_else(|| internal("corrupt vector", format!("item '{id}'")))?;
-            loaded.rows.insert(id.to_owned(), loaded.ids.len() as u32);
-            loaded.ids.push(id.to_owned());
-            loaded.matrix.push(&vector);
+            loaded.push(id, &vector);
             if loaded.matrix.bytes() as u64 > self.budget {
                 return Err(EngineError::Refused(format!(
                     "space '{}' holds more item vectors than the memory budget for vectors \
@@ -865,17 +875,7 @@ impl Vectors {
         let request = ReadRows::new(RowSet::prefix(keys::app(app)))
             .filter(space.cells(space.name.as_bytes()));
         let mut rows = store.read_rows(USER_VECTORS_TABLE, request).await?;
-        let mut loaded = Loaded {
-            generation: space.generation,
-            created_at: space.created_at,
-            metric: space.metric,
-            ids: Vec::new(),
-            rows: HashMap::new(),
-            matrix: Matrix::new(space.dimension),
-            gramian: OnceLock::new(),
-            graph: OnceLock::new(),
-            indexed: false,
-        };
+        let mut loaded = Loaded::empty(space);
         while let Some(row) = rows.try_next().await? {
             let Some(user) = keys::user_of(app, &row.key) else {
                 continue;
@@ -885,9 +885,7 @@ impl Vectors {
             };
             let vector = decode(&cell.value, space.dimension)
                 .ok_or_else(|| internal("corrupt vector", format!("user '{user}'")))?;
-            loaded.rows.insert(user.to_owned(), loaded.ids.len() as u32);
-            loaded.ids.push(user.to_owned());
-            loaded.matrix.push(&vector);
+            loaded.push(user, &vector);
         }
         Ok(loaded)
     }
