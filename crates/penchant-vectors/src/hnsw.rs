@@ -77,16 +77,18 @@ impl Hnsw {
     /// # Panics
     /// If `config.m` is not between 2 and 128.
     pub fn build(matrix: &Matrix, metric: Metric, config: HnswConfig) -> Self {
-        Self::build_with_progress(matrix, metric, config, |_| {})
+        Self::build_while(matrix, metric, config, |_| true)
+            .expect("a build that is never stopped ends")
     }
 
-    /// [`Hnsw::build`], calling `progress(rows linked)` every 1,024 rows.
-    pub fn build_with_progress(
+    /// [`Hnsw::build`], asking `go_on(rows linked)` every 1,024 rows whether to continue:
+    /// `None` if it said no (a server stops building the graph of a matrix it replaced).
+    pub fn build_while(
         matrix: &Matrix,
         metric: Metric,
         config: HnswConfig,
-        progress: impl FnMut(usize),
-    ) -> Self {
+        go_on: impl FnMut(usize) -> bool,
+    ) -> Option<Self> {
         assert!(
             (2..=128).contains(&config.m),
             "HNSW m must be between 2 and 128, not {}",
@@ -110,7 +112,7 @@ impl Hnsw {
             graph,
             matrix,
             config,
-            progress,
+            go_on,
         })
     }
 
@@ -428,19 +430,19 @@ struct Build<'a, P> {
     graph: Hnsw,
     matrix: &'a Matrix,
     config: HnswConfig,
-    progress: P,
+    go_on: P,
 }
 
-impl<P: FnMut(usize)> WithSimd for Build<'_, P> {
-    type Output = Hnsw;
+impl<P: FnMut(usize) -> bool> WithSimd for Build<'_, P> {
+    type Output = Option<Hnsw>;
 
     #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) -> Hnsw {
+    fn with_simd<S: Simd>(self, simd: S) -> Option<Hnsw> {
         let Self {
             mut graph,
             matrix,
             config,
-            mut progress,
+            mut go_on,
         } = self;
         let mut rng = StdRng::seed_from_u64(config.seed);
         let scale = 1.0 / (config.m as f64).ln();
@@ -453,12 +455,11 @@ impl<P: FnMut(usize)> WithSimd for Build<'_, P> {
             }
             insert(simd, &mut graph, matrix, row, level, config, &mut visited);
             graph.rows += 1;
-            if graph.rows.is_multiple_of(1024) {
-                progress(graph.rows);
+            if graph.rows.is_multiple_of(1024) && !go_on(graph.rows) {
+                return None;
             }
         }
-        progress(graph.rows);
-        graph
+        Some(graph)
     }
 }
 
@@ -673,6 +674,18 @@ mod tests {
         assert_eq!(found[0], (1, 5.0));
         assert_eq!(found.len(), 4);
         assert_eq!(found[3], (3, -2.0));
+    }
+
+    #[test]
+    fn a_build_stops_when_asked() {
+        let m = grid(3000);
+        let mut asked = Vec::new();
+        let stopped = Hnsw::build_while(&m, Metric::Euclidean, HnswConfig::default(), |rows| {
+            asked.push(rows);
+            rows < 2048
+        });
+        assert!(stopped.is_none());
+        assert_eq!(asked, [1024, 2048]);
     }
 
     #[test]

@@ -857,12 +857,19 @@ impl Vectors {
         let loaded = Arc::new(loaded);
         self.matrices.insert(key, loaded.clone());
         if loaded.indexed {
-            // Searches scan until the graph is ready; a build for a copy replaced meanwhile
-            // finishes for nothing (it holds the matrix it links).
+            // Searches scan until the graph is ready. Once the cache has let go of this copy
+            // (replaced by a newer one, or evicted) and no search holds it, the build stops:
+            // frequent writes to a large space must not pile up builds of outdated matrices.
             let building = loaded.clone();
             tokio::task::spawn_blocking(move || {
-                let graph = Hnsw::build(&building.matrix, building.metric, HnswConfig::default());
-                let _ = building.graph.set(graph);
+                let still_served = |_| Arc::strong_count(&building) > 1;
+                let matrix = &building.matrix;
+                let config = HnswConfig::default();
+                if let Some(graph) =
+                    Hnsw::build_while(matrix, building.metric, config, still_served)
+                {
+                    let _ = building.graph.set(graph);
+                }
             });
         }
         Ok(loaded)
