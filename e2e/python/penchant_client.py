@@ -7,6 +7,8 @@ from algoliasearch.insights.client import InsightsClientSync
 from algoliasearch.insights.config import InsightsConfig
 from algoliasearch.personalization.client import PersonalizationClientSync
 from algoliasearch.personalization.config import PersonalizationConfig
+from algoliasearch.recommend.client import RecommendClientSync
+from algoliasearch.recommend.config import RecommendConfig
 from algoliasearch.search.client import SearchClientSync
 from algoliasearch.search.config import SearchConfig
 
@@ -37,3 +39,29 @@ def personalization_client(host, port, app_id, api_key):
     config = PersonalizationConfig(app_id, api_key, "us")
     config.hosts = hosts(host, port)
     return PersonalizationClientSync.create_with_config(config)
+
+
+def recommend_client(host, port, app_id, api_key):
+    config = RecommendConfig(app_id, api_key)
+    config.hosts = hosts(host, port)
+    return RecommendClientSync.create_with_config(config)
+
+
+def penchant(host, port, app_id, api_key, method, path, body=None):
+    """A call to one of Penchant's own routes (no Algolia client has them)."""
+    import json
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://{host}:{port}{path}",
+        data=data,
+        method=method,
+        headers={
+            "X-Algolia-Application-Id": app_id,
+            "X-Algolia-API-Key": api_key,
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(request) as response:
+        return json.loads(response.read() or b"null")

@@ -40,14 +40,30 @@ impl RawHttp {
     /// `GET path`; the body of a 2xx answer, or an error with the status and body.
     pub(crate) fn get(&mut self, path: &str) -> anyhow::Result<&[u8]> {
         let request = format!("GET {path} HTTP/1.1\r\n{}\r\n", self.headers);
-        self.stream.write_all(request.as_bytes())?;
+        self.send(path, request.as_bytes())
+    }
+
+    /// `POST path` with a JSON body; the body of a 2xx answer, or an error.
+    pub(crate) fn post(&mut self, path: &str, body: &[u8]) -> anyhow::Result<&[u8]> {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.headers,
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        self.send(path, &request)
+    }
+
+    fn send(&mut self, path: &str, request: &[u8]) -> anyhow::Result<&[u8]> {
+        self.stream.write_all(request)?;
         let mut line = String::new();
         self.read_line(&mut line)?;
         let status: u16 = line
             .split(' ')
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .with_context(|| format!("GET {path}: bad status line {line:?}"))?;
+            .with_context(|| format!("{path}: bad status line {line:?}"))?;
         let mut length = None;
         loop {
             line.clear();
@@ -61,15 +77,11 @@ impl RawHttp {
                 length = value.trim().parse::<usize>().ok();
             }
         }
-        let length =
-            length.with_context(|| format!("GET {path}: no Content-Length in the answer"))?;
+        let length = length.with_context(|| format!("{path}: no Content-Length in the answer"))?;
         self.body.resize(length, 0);
         self.reader.read_exact(&mut self.body)?;
         if !(200..300).contains(&status) {
-            bail!(
-                "GET {path}: {status} {}",
-                String::from_utf8_lossy(&self.body)
-            );
+            bail!("{path}: {status} {}", String::from_utf8_lossy(&self.body));
         }
         Ok(&self.body)
     }

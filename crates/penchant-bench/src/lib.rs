@@ -21,6 +21,9 @@
 //! - [`topk`]: exact top-30 search latency (p50/p99) over 10k to 1M vectors of 100
 //!   dimensions, single and 5-query, beside a naive scan and full sort; then an HNSW graph's
 //!   latency and recall@30 beside `hnsw_rs` and the exact scan.
+//! - [`recommend`]: one user's queue rebuilt from 10k candidates (p50/p99), the Recommend API
+//!   over loopback for each model beside Redis `ZRANGE`, and `recommended-for-you` against
+//!   trending on a time-ordered MovieLens holdout.
 //!
 //! [`redis`] holds the Redis references' `redis-server` launcher and minimal RESP client.
 //!
@@ -36,6 +39,7 @@ pub mod bloom;
 mod http;
 pub mod ingest;
 pub mod personalization;
+pub mod recommend;
 mod redis;
 pub mod store;
 pub mod topk;
@@ -59,6 +63,9 @@ pub enum Suite {
     /// Exact top-k search over 10k-1M vectors of 100 dimensions: p50/p99 latency beside a
     /// naive scan and sort.
     Topk(topk::TopkBenchArgs),
+    /// Recommendations: one user's queue rebuilt (10k candidates), the Recommend API over
+    /// loopback beside Redis ZRANGE, and recommended-for-you against trending on MovieLens.
+    Recommend(recommend::RecommendBenchArgs),
 }
 
 impl Suite {
@@ -71,6 +78,7 @@ impl Suite {
             Suite::Ingest(args) => ingest::run(args),
             Suite::Als(args) => als::run(args),
             Suite::Topk(args) => topk::run(args),
+            Suite::Recommend(args) => recommend::run(args),
         }
     }
 }

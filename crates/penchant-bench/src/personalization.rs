@@ -49,13 +49,13 @@ pub struct PersonalizationBenchArgs {
 const APP: &str = "BENCH";
 const BATCH: usize = 1000;
 
-struct MovieLens {
-    items: Vec<Value>,
+pub(crate) struct MovieLens {
+    pub(crate) items: Vec<Value>,
     /// (user, item, rating, unix seconds), in time order.
-    ratings: Vec<(String, String, u8, i64)>,
+    pub(crate) ratings: Vec<(String, String, u8, i64)>,
 }
 
-fn load(dir: &std::path::Path) -> anyhow::Result<MovieLens> {
+pub(crate) fn load(dir: &std::path::Path) -> anyhow::Result<MovieLens> {
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))

@@ -140,6 +140,7 @@ pub(crate) enum Reply {
     Simple(String),
     Integer(i64),
     Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
 }
 
 /// Append one command, as a RESP array of bulk strings, to `buf`.
@@ -222,6 +223,14 @@ impl Resp {
                     data.truncate(len as usize);
                     Reply::Bulk(Some(data))
                 }
+            }
+            "*" => {
+                let len: i64 = rest.parse()?;
+                let mut items = Vec::with_capacity(len.max(0) as usize);
+                for _ in 0..len.max(0) {
+                    items.push(self.read_reply()?);
+                }
+                Reply::Array(items)
             }
             _ => bail!("unexpected RESP reply: {line}"),
         })

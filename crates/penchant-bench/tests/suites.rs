@@ -113,3 +113,52 @@ fn personalization_suite_runs_on_a_small_movielens() {
     }
     assert!(table.contains("(30 users)"), "{table}");
 }
+
+#[test]
+fn recommend_suite_prints_rebuilds_every_model_and_the_quality_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut items =
+        String::from("item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n");
+    for i in 1..=40 {
+        items += &format!("{i}\tMovie {i}\t{}\tDrama\n", 1990 + i % 5);
+    }
+    let mut ratings = String::from("user_id:token\titem_id:token\trating:float\ttimestamp:float\n");
+    for n in 0..1200 {
+        let (user, item) = (1 + n % 40, 1 + (n * 7 + n / 40) % 40);
+        ratings += &format!("{user}\t{item}\t4\t{}\n", 880_000_000 + n * 600);
+    }
+    std::fs::write(dir.path().join("ml-100k.item"), items).unwrap();
+    std::fs::write(dir.path().join("ml-100k.inter"), ratings).unwrap();
+    let table = ok(&[
+        "recommend",
+        "--candidates",
+        "500",
+        "--dimension",
+        "16",
+        "--rebuilds",
+        "5",
+        "--seen",
+        "50",
+        "--requests",
+        "40",
+        "--concurrency",
+        "2",
+        "--no-sync",
+        "--movielens",
+        dir.path().to_str().unwrap(),
+    ]);
+    for row in [
+        "exact top-1000 scan alone",
+        "rebuild: scan + seen filter + queue write",
+        "recommended-for-you (the user's queue)",
+        "trending-facets (brand)",
+        "bought-together",
+        "related-products",
+        "looking-similar",
+        "Redis ZRANGE",
+        "recommended-for-you, queue: ALS",
+        "trending-items, unseen",
+    ] {
+        assert!(table.contains(row), "no «{row}» in:\n{table}");
+    }
+}

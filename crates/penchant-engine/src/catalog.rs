@@ -488,6 +488,51 @@ impl Catalog {
             .collect())
     }
 
+    /// Which of these objectIDs have a record in the index (keys only, one read).
+    pub async fn present(
+        &self,
+        app: &str,
+        index: &str,
+        object_ids: &[String],
+    ) -> Result<std::collections::HashSet<String>> {
+        check_index_name(index)?;
+        let keys: Vec<Bytes> = object_ids
+            .iter()
+            .filter(|id| check_object_id(id).is_ok())
+            .map(|id| row_key(app, index, id))
+            .collect();
+        if keys.is_empty() {
+            return Ok(Default::default());
+        }
+        let keys_only = penchant_store::RowFilter::StripValue
+            .and(penchant_store::RowFilter::CellsPerRowLimit(1));
+        let request = penchant_store::ReadRows::new(RowSet::keys(keys)).filter(keys_only);
+        let prefix = index_prefix(app, index);
+        let rows = self.store.read_all(CATALOG_TABLE, request).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| std::str::from_utf8(r.key.strip_prefix(&prefix[..])?).ok())
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// The objectIDs of an index's first `n` records, in key order (keys only).
+    pub async fn first_ids(&self, app: &str, index: &str, n: usize) -> Result<Vec<String>> {
+        check_index_name(index)?;
+        let prefix = index_prefix(app, index);
+        let keys_only = penchant_store::RowFilter::StripValue
+            .and(penchant_store::RowFilter::CellsPerRowLimit(1));
+        let request = penchant_store::ReadRows::new(RowSet::prefix(prefix.clone()))
+            .filter(keys_only)
+            .limit(n as u64);
+        let rows = self.store.read_all(CATALOG_TABLE, request).await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| std::str::from_utf8(r.key.strip_prefix(&prefix[..])?).ok())
+            .map(str::to_owned)
+            .collect())
+    }
+
     /// Several records of one index at once (missing ones are left out).
     pub async fn get_many(
         &self,

@@ -48,6 +48,30 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
     )]
 }
 
+/// The apps whose job status in `column` of table `jobs` is running, with that status
+/// (statuses that do not parse are left out).
+pub(crate) async fn running<T: serde::de::DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    column: &[u8],
+    state: impl Fn(&T) -> JobState,
+) -> Result<Vec<(String, T)>> {
+    let request = ReadRows::new(RowSet::all()).filter(RowFilter::column(FAMILY, column.to_vec()));
+    let mut rows = store.read_rows(JOBS_TABLE, request).await?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await.transpose()? {
+        let Some(app) = keys::app_of(&row.key) else {
+            continue;
+        };
+        let status = row
+            .latest(FAMILY, column)
+            .and_then(|c| serde_json::from_slice::<T>(&c.value).ok());
+        if let Some(status) = status.filter(|s| state(s) == JobState::Running) {
+            out.push((app.to_owned(), status));
+        }
+    }
+    Ok(out)
+}
+
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

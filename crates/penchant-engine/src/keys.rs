@@ -24,6 +24,10 @@
 //! | `spaces` | `app 0 · space name` |
 //! | `item_vectors` | `app 0 · space name 0 · objectID` |
 //! | `user_vectors` | `app 0 · user 0` (one column per space) |
+//! | `queues` (a user's queue) | `app 0 · user 0 · queue name` |
+//! | `queues` (a queue's definition) | `app 0 · 0xFF · queue name` |
+//! | `trending` | `app 0 · index 0 · day (u32 BE) · shard (u8)` |
+//! | `related` | `app 0 · index 0 · model 0 · objectID` |
 //!
 //! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
 //! `CSV(event type, event name, facet)`), an aggregate's per-event [`aggregate_delta`] and
@@ -338,6 +342,67 @@ pub fn seen_delta() -> Bytes {
     q.extend_from_slice(&nanos.to_be_bytes());
     q.extend_from_slice(&rand::random::<u32>().to_be_bytes());
     Bytes::from(q)
+}
+
+/// A user's queue row (table `queues`): under the user's prefix, so that deleting the user
+/// deletes it.
+pub fn queue(app_id: &str, user_token: &str, name: &str) -> Bytes {
+    debug_assert!(part_ok(name));
+    let mut key = user(app_id, user_token).to_vec();
+    key.extend_from_slice(name.as_bytes());
+    Bytes::from(key)
+}
+
+/// The prefix of an app's queue definitions (table `queues`): `app 0 · 0xFF`, past every user.
+pub fn queue_definitions(app_id: &str) -> Bytes {
+    Bytes::from(app_and(app_id, &[b"\xff"]))
+}
+
+/// A queue's definition row.
+pub fn queue_definition(app_id: &str, name: &str) -> Bytes {
+    debug_assert!(part_ok(name));
+    Bytes::from(app_and(app_id, &[b"\xff", name.as_bytes()]))
+}
+
+/// An item-count row of an index's day (table `trending`), one of a few shards.
+pub fn trending(app_id: &str, index_name: &str, day: i64, shard: u8) -> Bytes {
+    let mut key = index(app_id, index_name).to_vec();
+    key.extend_from_slice(&(day.max(0) as u32).to_be_bytes());
+    key.push(shard);
+    Bytes::from(key)
+}
+
+/// The item-count rows of an index's days `[from, until)`.
+pub fn trending_days(app_id: &str, index_name: &str, from: i64, until: i64) -> RowSet {
+    RowSet::range(RowRange::closed_open(
+        trending(app_id, index_name, from, 0),
+        trending(app_id, index_name, until, 0),
+    ))
+}
+
+/// The day of an item-count row.
+pub fn trending_day_of(key: &[u8]) -> Option<i64> {
+    let bytes: [u8; 4] = key
+        .get(key.len().checked_sub(5)?..key.len() - 1)?
+        .try_into()
+        .ok()?;
+    Some(i64::from(u32::from_be_bytes(bytes)))
+}
+
+/// The prefix of a model's item lists of an index (table `related`).
+pub fn related_model(app_id: &str, index_name: &str, model: &str) -> Bytes {
+    debug_assert!(part_ok(model));
+    let mut key = index(app_id, index_name).to_vec();
+    key.extend_from_slice(model.as_bytes());
+    key.push(0);
+    Bytes::from(key)
+}
+
+/// An item's list of a model (table `related`).
+pub fn related(app_id: &str, index_name: &str, model: &str, object_id: &str) -> Bytes {
+    let mut key = related_model(app_id, index_name, model).to_vec();
+    key.extend_from_slice(object_id.as_bytes());
+    Bytes::from(key)
 }
 
 /// A lease's row: held by one node at a time (`app 0 · name`; global leases use app `""`).

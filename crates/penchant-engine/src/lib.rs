@@ -189,6 +189,7 @@ pub struct Engine {
     refresh_latency: Arc<latency::Latencies>,
     vectors: Arc<Vectors>,
     trainings: Arc<Trainings>,
+    recommend: Arc<recommend::Recommend>,
 }
 
 impl Engine {
@@ -206,7 +207,8 @@ impl Engine {
             .chain(sets::tables())
             .chain(seen::tables())
             .chain(leases::tables())
-            .chain(vectors::tables());
+            .chain(vectors::tables())
+            .chain(recommend::tables());
         for (name, families) in tables {
             match store.create_table(name, families).await {
                 Ok(()) | Err(StoreError::TableExists(_)) => {}
@@ -271,9 +273,16 @@ impl Engine {
             supervisor.clone(),
             clock.clone(),
         ));
+        let recommend = Arc::new(recommend::Recommend::new(
+            store.clone(),
+            config.strategy_cache_ttl,
+            clock.clone(),
+            leases.clone(),
+        ));
         Ok(Self {
             vectors,
             trainings,
+            recommend,
             supervisor,
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
@@ -303,8 +312,10 @@ impl Engine {
         }
         let (batch, intent) = self.pending.intent(app, events);
         let stored = self.events.ingest(app, events, intent).await?;
+        let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
         let aggregates_then_profiles = async {
             self.aggregates.add(app, &stored).await?;
+            recommend::trending::count(&self.store, app, &counted).await?;
             let started = std::time::Instant::now();
             self.refresh_users(app, events).await?;
             self.refresh_latency.observe(started.elapsed());
@@ -329,6 +340,7 @@ impl Engine {
             ("seen_settings", self.seen.cache_stats()),
             ("set_descriptions", self.sets.cache_stats()),
             ("vector_spaces", self.vectors.cache_stats()),
+            ("trending", self.recommend.cache_stats()),
         ];
         caches.extend(self.tenancy.cache_stats());
         let (jobs_running, recomputed_users, recomputed_events) = self.jobs.progress();
@@ -472,7 +484,9 @@ impl Engine {
     /// Resume the recompute jobs that no node runs (a stopped or dead node's, once its lease
     /// has expired), from their checkpoints. Returns how many this node resumed.
     pub async fn take_over_jobs(&self) -> Result<usize> {
-        Ok(self.jobs.take_over().await? + self.trainings.take_over().await?)
+        Ok(self.jobs.take_over().await?
+            + self.trainings.take_over().await?
+            + self.take_over_builds().await?)
     }
 
     /// Start the node's background work, owned by the engine until [`Engine::shutdown`]: at
@@ -582,7 +596,8 @@ impl Engine {
         Ok(until)
     }
 
-    /// Delete every trace of a user: events, aggregates, seen filter, profile and vectors.
+    /// Delete every trace of a user: events, aggregates, seen filter, profile, vectors and
+    /// queues.
     pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
         keys::check_user_token(user)?;
         self.profiles.delete_user(app, user).await
@@ -725,6 +740,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 15);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 18);
     }
 }

@@ -62,6 +62,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::personalization::routes())
         .merge(routes::bloom::routes())
         .merge(routes::vectors::routes())
+        .merge(routes::recommend::routes())
         // Errors are Algolia's JSON, unknown routes and methods included.
         .fallback(error::unknown_route)
         .method_not_allowed_fallback(error::method_not_allowed)

@@ -427,6 +427,117 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
     })
 }
 
+#[derive(Debug, Subcommand)]
+pub enum RecommendCommand {
+    /// Build the app's co-interaction lists and every user's queues, with a progress bar.
+    Build {
+        #[arg(long)]
+        app: String,
+    },
+}
+
+/// `penchant recommend --app A --user u`: what the Recommend API answers for a user.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[arg(long)]
+    app: Option<String>,
+    /// The user token.
+    #[arg(long)]
+    user: Option<String>,
+    /// The index (default: the index of the app's `for-you` queue).
+    #[arg(long)]
+    index: Option<String>,
+    /// The model (recommended-for-you, trending-items, ...).
+    #[arg(long, default_value = "recommended-for-you")]
+    model: String,
+    /// The item, for bought-together, related-products and looking-similar.
+    #[arg(long)]
+    object_id: Option<String>,
+    #[arg(long, default_value_t = 10)]
+    max: usize,
+}
+
+pub fn recommend(
+    command: Option<RecommendCommand>,
+    show: ShowArgs,
+    target: &Target,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let client = Client::new(target, config)?;
+    block_on(async {
+        if let Some(RecommendCommand::Build { app }) = command {
+            client
+                .call(Method::POST, "/1/recommend/build", &app, None)
+                .await?;
+            let bar = indicatif::ProgressBar::new_spinner();
+            loop {
+                let status = client
+                    .call(Method::GET, "/1/recommend/build", &app, None)
+                    .await?;
+                bar.set_message(format!(
+                    "{}: {} events, {} lists, {} users' queues",
+                    status["phase"].as_str().unwrap_or("?"),
+                    status["events"],
+                    status["lists"],
+                    status["users"]
+                ));
+                bar.tick();
+                if status["state"] != "running" {
+                    bar.finish();
+                    return print(&status);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+        let (Some(app), Some(user)) = (&show.app, &show.user) else {
+            bail!("give --app and --user (or a subcommand: penchant recommend build --app A)");
+        };
+        let index = match &show.index {
+            Some(index) => index.clone(),
+            None => {
+                let queue = client
+                    .call(Method::GET, "/1/queues/for-you", app, None)
+                    .await
+                    .context("no --index, and no `for-you` queue to take it from")?;
+                queue["indexName"].as_str().unwrap_or_default().to_owned()
+            }
+        };
+        let mut request = json!({
+            "indexName": index, "model": show.model, "threshold": 0,
+            "maxRecommendations": show.max, "queryParameters": {"userToken": user},
+        });
+        if let Some(id) = &show.object_id {
+            request["objectID"] = json!(id);
+        }
+        let out = client
+            .call(
+                Method::POST,
+                "/1/indexes/*/recommendations",
+                app,
+                Some(json!({ "requests": [request] })),
+            )
+            .await?;
+        let result = &out["results"][0];
+        // The table for people on stderr; the JSON on stdout, as every command.
+        eprintln!(
+            "{} for {user} in {index}: answered by {} ({})",
+            show.model,
+            result["answeredBy"].as_str().unwrap_or("?"),
+            result["source"].as_str().unwrap_or("?")
+        );
+        for (rank, hit) in result["hits"].as_array().into_iter().flatten().enumerate() {
+            let id = hit["objectID"].as_str().or(hit["facetValue"].as_str());
+            eprintln!(
+                "{:>3}. {:<30} {:>7}",
+                rank + 1,
+                id.unwrap_or("?"),
+                hit["_score"]
+            );
+        }
+        print(result)
+    })
+}
+
 pub fn sets(command: SetsCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
     let client = Client::new(target, config)?;
     block_on(async {

@@ -37,6 +37,9 @@ enum Command {
     Sets(SetsArgs),
     /// Train an app's ALS vectors, follow the training, evaluate it (global admin key).
     Als(AlsArgs),
+    /// Show a user's recommendations, or build an app's lists and queues (global admin key).
+    #[command(args_conflicts_with_subcommands = true)]
+    Recommend(RecommendArgs),
     /// Run a benchmark and print its table (the `penchant-bench` executable next to this one).
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
@@ -56,6 +59,18 @@ struct JobsArgs {
 struct AlsArgs {
     #[command(subcommand)]
     command: crate::admin::AlsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct RecommendArgs {
+    #[command(subcommand)]
+    command: Option<crate::admin::RecommendCommand>,
+    #[command(flatten)]
+    show: crate::admin::ShowArgs,
     #[command(flatten)]
     target: crate::admin::Target,
     #[command(flatten)]
@@ -215,6 +230,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
         Command::Sets(args) => crate::admin::sets(args.command, &args.target, &args.config.load()?),
         Command::Als(args) => crate::admin::als(args.command, &args.target, &args.config.load()?),
+        Command::Recommend(args) => {
+            crate::admin::recommend(args.command, args.show, &args.target, &args.config.load()?)
+        }
         Command::Bench(args) => return bench(&args.args),
     };
     done.map(|()| ExitCode::SUCCESS)

@@ -479,3 +479,93 @@ fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) 
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+#[tokio::test]
+async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .stderr(Stdio::null());
+    });
+    let http = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: &str, app: &str, body: serde_json::Value| {
+        http.request(method, format!("{url}{path}"))
+            .header("X-Algolia-Application-Id", app)
+            .header("X-Algolia-API-Key", "root")
+            .json(&body)
+            .send()
+    };
+    use reqwest::Method;
+    let steps = [
+        (
+            Method::POST,
+            "/1/apps",
+            "",
+            serde_json::json!({"appID": "REC"}),
+        ),
+        (
+            Method::POST,
+            "/1/indexes/shop/batch",
+            "REC",
+            serde_json::json!({"requests": [
+                {"action": "addObject", "body": {"objectID": "a"}},
+                {"action": "addObject", "body": {"objectID": "b"}},
+                {"action": "addObject", "body": {"objectID": "c"}},
+            ]}),
+        ),
+        (
+            Method::PUT,
+            "/1/queues/for-you",
+            "REC",
+            serde_json::json!({"indexName": "shop", "sources": [{"source": "trending"}]}),
+        ),
+        (
+            Method::POST,
+            "/1/events",
+            "REC",
+            serde_json::json!({"events": [
+                {"eventType": "conversion", "eventName": "Bought", "index": "shop",
+                 "userToken": "u1", "objectIDs": ["a", "b"]},
+                {"eventType": "conversion", "eventName": "Bought", "index": "shop",
+                 "userToken": "u2", "objectIDs": ["a"]},
+            ]}),
+        ),
+    ];
+    for (method, path, app, body) in steps {
+        let resp = call(method, path, app, body).await.unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{path}: {}",
+            resp.text().await.unwrap()
+        );
+    }
+    let (ok, status, err) = admin_command(&url, &["recommend", "build", "--app", "REC"]);
+    assert!(ok, "{err}");
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["users"], 2, "{status}");
+    // u2 converted on "a": its queue holds the rest, best first; the index comes from the queue.
+    let (ok, result, err) = admin_command(&url, &["recommend", "--app", "REC", "--user", "u2"]);
+    assert!(ok, "{err}");
+    assert_eq!(result["source"], "queue", "{result}");
+    let ids: Vec<&str> = result["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["objectID"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["a", "b"],
+        "conversions do not mark items seen by default: {result}"
+    );
+    assert!(
+        err.contains("answered by recommended-for-you (queue)"),
+        "{err}"
+    );
+    let (ok, _, err) = admin_command(&url, &["recommend", "--app", "REC"]);
+    assert!(!ok && err.contains("give --app and --user"), "{err}");
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}

@@ -98,6 +98,13 @@ async fn python_clients_events_strategy_profiles_and_deletion() {
     run_python("personalization.py", &node, "E2E", &key);
 }
 
+#[tokio::test]
+async fn python_recommend_client_every_model() {
+    let node = Node::start();
+    let key = node.app("E2E").await;
+    run_python("recommend.py", &node, "E2E", &key);
+}
+
 /// A request to the node with an app's credentials.
 async fn call(node: &Node, method: reqwest::Method, path: &str, app: &str, key: &str, body: Value) {
     let resp = reqwest::Client::new()

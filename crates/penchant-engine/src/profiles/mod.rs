@@ -372,6 +372,7 @@ impl Profiles {
             AGGREGATES_TABLE,
             crate::seen::SEEN_TABLE,
             crate::vectors::USER_VECTORS_TABLE,
+            crate::recommend::queues::QUEUES_TABLE,
         ] {
             self.store.delete_prefix(table, prefix.clone()).await?;
         }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
 use penchant_vectors::als::{self, AlsConfig, Interactions};
 use penchant_vectors::{Metric, eval};
@@ -419,20 +419,11 @@ impl Trainings {
         if self.supervisor.stopping() {
             return Ok(0);
         }
-        let request = ReadRows::new(RowSet::all()).filter(RowFilter::column(FAMILY, COLUMN));
-        let mut rows = self.store.read_rows(JOBS_TABLE, request).await?;
+        let running =
+            crate::jobs::running::<TrainingStatus>(&self.store, COLUMN, |s| s.state).await?;
         let mut resumed = 0;
-        while let Some(row) = rows.next().await.transpose()? {
-            let Some(app) = keys::app_of(&row.key).map(str::to_owned) else {
-                continue;
-            };
-            let Some(status) = row
-                .latest(FAMILY, COLUMN)
-                .and_then(|c| serde_json::from_slice::<TrainingStatus>(&c.value).ok())
-            else {
-                continue;
-            };
-            if status.state == JobState::Running && self.claims.claim(&app).await? {
+        for (app, status) in running {
+            if self.claims.claim(&app).await? {
                 tracing::info!(%app, node = self.claims.node(), "starting an interrupted training again");
                 let status = self.begin(status.config);
                 self.save(&app, &status).await?;

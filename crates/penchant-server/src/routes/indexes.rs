@@ -33,6 +33,10 @@ use crate::json::JsonBody;
 pub fn add(router: Router<AppState>) -> Router<AppState> {
     router
         .route("/1/indexes/*/batch", post(batch_many))
+        .route(
+            "/1/indexes/*/recommendations",
+            post(super::recommend::recommendations),
+        )
         .route("/1/indexes/{index}/batch", post(batch_one))
         .route("/1/indexes/{index}/task/{task_id}", get(task))
         .route(

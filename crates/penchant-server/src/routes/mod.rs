@@ -7,6 +7,7 @@ pub mod health;
 pub mod indexes;
 pub mod keys;
 pub mod personalization;
+pub mod recommend;
 pub mod vectors;
 
 #[cfg(test)]
@@ -22,6 +23,7 @@ mod tests {
             ("indexes.rs", include_str!("indexes.rs")),
             ("keys.rs", include_str!("keys.rs")),
             ("personalization.rs", include_str!("personalization.rs")),
+            ("recommend.rs", include_str!("recommend.rs")),
             ("vectors.rs", include_str!("vectors.rs")),
             ("auth.rs", include_str!("../auth.rs")),
         ];

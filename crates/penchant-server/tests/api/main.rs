@@ -9,6 +9,7 @@ mod events;
 mod http;
 mod metrics;
 mod personalization;
+mod recommend;
 mod regressions;
 mod user_tokens;
 mod vectors;

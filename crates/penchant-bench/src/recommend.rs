@@ -1,0 +1,597 @@
+//! `penchant bench recommend`: the recommendation half, in three tables.
+//!
+//! 1. **Queue rebuild** (the seed: 3–4 s per user): one user's queue rebuilt from the user's
+//!    vector against `candidates` item vectors of `dimension` floats (cosine), minus the
+//!    user's seen items (a seen filter holding `seen` items), the survivors' existence checked
+//!    in the catalog, the queue of 1,000 written; p50/p99 over `rebuilds` users, beside the
+//!    same exact top-1000 scan alone (the floor: what the rebuild adds is the store's work).
+//! 2. **Recommend API over loopback** at fixed concurrency: `recommended-for-you` reading
+//!    users' queues and every other model (a shop of `candidates` items, its lists built by
+//!    the build job from synthetic conversions), beside Redis `ZRANGE` of a sorted set of the
+//!    same size as a queue (the seed's store), through the same number of blocking clients.
+//!    Penchant returns 10 catalog records with scores; Redis returns 10 ids with scores.
+//! 3. **Quality on MovieLens 100k**, time-ordered: the ratings before the 90% time quantile
+//!    are events (all "watched" conversions, their times compressed into the last 59 days so
+//!    that they lie in the retention window); ALS is trained on them; each user with ratings
+//!    on both sides gets `recommended-for-you` (10 items, never one seen) and the trending
+//!    items they have not seen, both scored against what they rated after the split.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+use penchant_engine::catalog::Write;
+use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::recommend::{QueueDefinition, RecommendHit, RecommendRequest, Source};
+use penchant_engine::vectors::training::TrainingConfig;
+use penchant_engine::vectors::{Kind, Metric, SpaceConfig};
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::Store;
+use penchant_store_rocksdb::{RocksOptions, RocksStore};
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use crate::redis::{Persistence, RedisServer, Reply, find_on_path};
+use crate::{InProcess, rate};
+
+#[derive(Debug, clap::Args)]
+pub struct RecommendBenchArgs {
+    /// Item vectors a rebuild scores (and the shop's catalog size).
+    #[arg(long, default_value_t = 10_000)]
+    candidates: usize,
+    /// Floats per vector.
+    #[arg(long, default_value_t = 100)]
+    dimension: usize,
+    /// Users whose queues are rebuilt (one at a time).
+    #[arg(long, default_value_t = 200)]
+    rebuilds: usize,
+    /// Items in each rebuilt user's seen filter.
+    #[arg(long, default_value_t = 1000)]
+    seen: usize,
+    /// Requests per API workload.
+    #[arg(long, default_value_t = 4000)]
+    requests: usize,
+    /// Concurrent blocking clients for the API workloads (Penchant and Redis alike).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// MovieLens 100k in RecBole's format (ml-100k.inter, ml-100k.item); `none` skips the
+    /// quality table.
+    #[arg(long, default_value = "../shared/data/ml-100k")]
+    movielens: PathBuf,
+    /// ALS factors, regularization and alpha for the quality table.
+    #[arg(long, default_value_t = 64)]
+    factors: usize,
+    #[arg(long, default_value_t = 0.01)]
+    regularization: f32,
+    #[arg(long, default_value_t = 1.0)]
+    alpha: f32,
+    /// The quality table's queue: the weight of trending beside ALS (1).
+    #[arg(long, default_value_t = 2.0)]
+    trending_weight: f32,
+    /// Acknowledge writes without fsync (the rebuild's queue write included).
+    #[arg(long)]
+    no_sync: bool,
+    /// `redis-server` for the reference (default: the one on PATH).
+    #[arg(long)]
+    redis_server: Option<PathBuf>,
+}
+
+const APP: &str = "BENCH";
+const INDEX: &str = "products";
+const QUEUE_SIZE: usize = 1000;
+/// MovieLens ratings before this share of time are events; the rest is what users did next.
+const SPLIT_PERCENT: usize = 80;
+
+pub fn run(args: RecommendBenchArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(rebuild_and_api(&args, dir.path()))?;
+    if args.movielens.as_os_str() != "none" {
+        runtime.block_on(quality(&args))?;
+    }
+    Ok(())
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is valid")
+}
+
+/// A quantile of a histogram of microseconds, in ms.
+fn ms(hist: &Histogram<u64>, q: f64) -> f64 {
+    hist.value_at_quantile(q) as f64 / 1e3
+}
+
+fn random_vector(rng: &mut impl Rng, dimension: usize) -> Vec<f32> {
+    (0..dimension)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect()
+}
+
+async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+    let options = RocksOptions {
+        sync_writes: !args.no_sync,
+        ..RocksOptions::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
+    let shop = Arc::new(InProcess::start(store, APP).await?);
+    let engine = shop.engine.clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let n = args.candidates;
+    eprintln!(
+        "recommend: a shop of {n} items with {}-d vectors",
+        args.dimension
+    );
+
+    // The catalog, the items' vectors, users' vectors.
+    let writes: Vec<(String, Write)> = (0..n)
+        .map(|i| {
+            let record = json!({"objectID": format!("i{i}"), "brand": format!("b{}", i % 20),
+                                "price": i % 100});
+            (
+                INDEX.to_owned(),
+                Write::Put(record.as_object().cloned().unwrap_or_default()),
+            )
+        })
+        .collect();
+    for chunk in writes.chunks(1000) {
+        engine.write_records(APP, chunk.to_vec()).await?;
+    }
+    let space = SpaceConfig {
+        dimension: args.dimension,
+        metric: Metric::Cosine,
+        index: Some(INDEX.into()),
+    };
+    engine.create_space(APP, "als", space).await?;
+    let items: Vec<(String, Vec<f32>)> = (0..n)
+        .map(|i| (format!("i{i}"), random_vector(&mut rng, args.dimension)))
+        .collect();
+    for chunk in items.chunks(10_000) {
+        engine.put_vectors(APP, "als", Kind::Item, chunk).await?;
+    }
+    let users: Vec<String> = (0..args.rebuilds).map(|u| format!("user{u}")).collect();
+    let vectors: Vec<(String, Vec<f32>)> = users
+        .iter()
+        .map(|u| (u.clone(), random_vector(&mut rng, args.dimension)))
+        .collect();
+    engine.put_vectors(APP, "als", Kind::User, &vectors).await?;
+    for user in &users {
+        let seen: Vec<String> = (0..args.seen)
+            .map(|_| format!("i{}", rng.random_range(0..n)))
+            .collect();
+        engine.mark_seen(APP, user, &seen).await?;
+    }
+    let def = QueueDefinition {
+        index_name: INDEX.into(),
+        size: QUEUE_SIZE,
+        sources: vec![Source::Als {
+            space: "als".into(),
+            weight: 1.0,
+        }],
+    };
+    engine.define_queue(APP, "for-you", &def).await?;
+
+    // 1. Rebuilds, one user at a time, beside the scan alone.
+    let options = penchant_engine::vectors::SearchOptions {
+        k: QUEUE_SIZE,
+        exact: true,
+        ..Default::default()
+    };
+    // Warm: the space is loaded once per node.
+    engine
+        .rebuild_queue(APP, "for-you", &users[0], None)
+        .await?;
+    let (mut rebuild, mut scan) = (histogram(), histogram());
+    let mut kept = 0;
+    for (user, vector) in users.iter().zip(&vectors) {
+        let started = Instant::now();
+        let query = penchant_engine::vectors::Query::Vector(vector.1.clone());
+        engine.search_vectors(APP, "als", query, &options).await?;
+        scan.record(started.elapsed().as_micros() as u64)?;
+        let started = Instant::now();
+        let rebuilt = engine.rebuild_queue(APP, "for-you", user, None).await?;
+        rebuild.record(started.elapsed().as_micros() as u64)?;
+        kept += rebuilt.items;
+    }
+    println!(
+        "\nqueue rebuild: {} users, {} candidates × {} floats (cosine), seen filter of {} items, \
+         queue of {QUEUE_SIZE} (mean {} kept after seen/catalog checks); the seed: 3-4 s",
+        users.len(),
+        rate(n as f64),
+        args.dimension,
+        rate(args.seen as f64),
+        kept / users.len().max(1),
+    );
+    println!("{:<52} | {:>8} | {:>8}", "work", "p50 ms", "p99 ms");
+    println!(
+        "{:<52} | {:>8.3} | {:>8.3}",
+        "exact top-1000 scan alone (the floor)",
+        ms(&scan, 0.5),
+        ms(&scan, 0.99)
+    );
+    println!(
+        "{:<52} | {:>8.3} | {:>8.3}",
+        "rebuild: scan + seen filter + queue write (fsynced)",
+        ms(&rebuild, 0.5),
+        ms(&rebuild, 0.99)
+    );
+
+    // 2. The API: lists from synthetic conversions (popular items convert more), then reads.
+    let mut events = Vec::new();
+    let now = engine.now_ms() - 3_600_000;
+    for u in 0..2000 {
+        let user = format!("shopper{u}");
+        for e in 0..5 {
+            // Squared uniform: low ids are popular.
+            let item = ((rng.random::<f64>().powi(2)) * n as f64) as usize;
+            events.push(event(&user, &format!("i{item}"), now + e));
+        }
+    }
+    for chunk in events.chunks(1000) {
+        engine.push_events(APP, chunk).await?;
+    }
+    engine.start_build(APP).await?;
+    loop {
+        let status = engine.build_status(APP).await?.context("no build status")?;
+        if status.state != penchant_engine::jobs::JobState::Running {
+            anyhow::ensure!(status.error.is_none(), "build failed: {:?}", status.error);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let popular = "i0";
+    let bodies: Vec<(&str, Value)> = vec![
+        (
+            "recommended-for-you (the user's queue)",
+            json!({"indexName": INDEX, "model": "recommended-for-you", "threshold": 0,
+                   "maxRecommendations": 10, "queryParameters": {"userToken": "user1"}}),
+        ),
+        (
+            "trending-items",
+            json!({"indexName": INDEX, "model": "trending-items", "threshold": 0,
+                   "maxRecommendations": 10}),
+        ),
+        (
+            "trending-items, filtered (brand:b3)",
+            json!({"indexName": INDEX, "model": "trending-items", "threshold": 0,
+                   "maxRecommendations": 10, "queryParameters": {"filters": "brand:b3"}}),
+        ),
+        (
+            "trending-facets (brand)",
+            json!({"indexName": INDEX, "model": "trending-facets", "threshold": 0,
+                   "maxRecommendations": 10, "facetName": "brand"}),
+        ),
+        (
+            "bought-together",
+            json!({"indexName": INDEX, "model": "bought-together", "threshold": 0,
+                   "maxRecommendations": 10, "objectID": popular}),
+        ),
+        (
+            "related-products (co-interaction + vectors)",
+            json!({"indexName": INDEX, "model": "related-products", "threshold": 0,
+                   "maxRecommendations": 10, "objectID": popular}),
+        ),
+        (
+            "looking-similar (vectors)",
+            json!({"indexName": INDEX, "model": "looking-similar", "threshold": 0,
+                   "maxRecommendations": 10, "objectID": popular}),
+        ),
+    ];
+    println!(
+        "\nRecommend API over loopback: {} requests per workload, {} blocking clients, 10 hits each",
+        rate(args.requests as f64),
+        args.concurrency
+    );
+    println!(
+        "{:<52} | {:>9} | {:>8} | {:>8}",
+        "workload", "req/s", "p50 ms", "p99 ms"
+    );
+    let mut queue_rps = None;
+    for (name, body) in &bodies {
+        let body = serde_json::to_vec(&json!({ "requests": [body] }))?;
+        let check: Value =
+            serde_json::from_slice(shop.raw()?.post("/1/indexes/*/recommendations", &body)?)?;
+        let hits = check["results"][0]["hits"].as_array().map_or(0, Vec::len);
+        anyhow::ensure!(hits > 0, "{name}: no hits: {check}");
+        let shop = shop.clone();
+        let (rps, hist) = concurrently(args.requests, args.concurrency, move || {
+            let mut conn = shop.raw()?;
+            let body = body.clone();
+            Ok(move || -> anyhow::Result<()> {
+                conn.post("/1/indexes/*/recommendations", &body)?;
+                Ok(())
+            })
+        })?;
+        if queue_rps.is_none() {
+            queue_rps = Some((rps, ms(&hist, 0.5)));
+        }
+        println!(
+            "{name:<52} | {:>9} | {:>8.3} | {:>8.3}",
+            rate(rps),
+            ms(&hist, 0.5),
+            ms(&hist, 0.99)
+        );
+    }
+    let redis_path = args
+        .redis_server
+        .clone()
+        .or_else(|| find_on_path("redis-server"));
+    let name = "Redis ZRANGE 0 9 WITHSCORES (1,000-member set)";
+    match redis_path {
+        None => println!(
+            "{name:<52} | skipped: no redis-server on PATH (scripts/redis-server.sh installs one)"
+        ),
+        Some(path) => {
+            let server = RedisServer::start(&path, Persistence::None, None)?;
+            let mut conn = server.connect()?;
+            for i in 0..QUEUE_SIZE {
+                let (score, member) = ((QUEUE_SIZE - i).to_string(), format!("i{i}"));
+                conn.command(&[b"ZADD", b"queue:user1", score.as_bytes(), member.as_bytes()])?;
+            }
+            let server = Arc::new(server);
+            let (rps, hist) = concurrently(args.requests, args.concurrency, move || {
+                let mut conn = server.connect()?;
+                Ok(move || -> anyhow::Result<()> {
+                    let reply =
+                        conn.command(&[b"ZRANGE", b"queue:user1", b"0", b"9", b"WITHSCORES"])?;
+                    match reply {
+                        Reply::Array(items) if items.len() == 20 => Ok(()),
+                        other => bail!("ZRANGE: {other:?}"),
+                    }
+                })
+            })?;
+            println!(
+                "{name:<52} | {:>9} | {:>8.3} | {:>8.3}",
+                rate(rps),
+                ms(&hist, 0.5),
+                ms(&hist, 0.99)
+            );
+            if let Some((queue, p50)) = queue_rps {
+                println!(
+                    "\nqueue read / Redis ZRANGE: {:.2}x the throughput, p50 {:.3} ms vs {:.3} ms \
+                     (the seed: 2-4 ms per queue read)",
+                    queue / rps,
+                    p50,
+                    ms(&hist, 0.5)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn event(user: &str, item: &str, timestamp: i64) -> Event {
+    Event {
+        event_type: EventType::Conversion,
+        event_subtype: None,
+        event_name: "Purchased".into(),
+        index: INDEX.into(),
+        user_token: user.into(),
+        authenticated_user_token: None,
+        timestamp,
+        target: Target::ObjectIds(vec![item.into()]),
+        query_id: None,
+        positions: None,
+        object_data: None,
+        value: None,
+        currency: None,
+    }
+}
+
+/// Run `requests` calls over `clients` threads, each with its own connection made by
+/// `connect`; returns requests/s and a histogram of µs.
+fn concurrently<F, C>(
+    requests: usize,
+    clients: usize,
+    connect: C,
+) -> anyhow::Result<(f64, Histogram<u64>)>
+where
+    C: Fn() -> anyhow::Result<F> + Send + Sync,
+    F: FnMut() -> anyhow::Result<()>,
+{
+    let per_client = requests.div_ceil(clients.max(1));
+    let started = Instant::now();
+    let hists = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..clients.max(1))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<Histogram<u64>> {
+                    let mut call = connect()?;
+                    let mut hist = histogram();
+                    for _ in 0..per_client {
+                        let t = Instant::now();
+                        call()?;
+                        hist.record(t.elapsed().as_micros() as u64)?;
+                    }
+                    Ok(hist)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("client thread panicked"))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut all = histogram();
+    for h in &hists {
+        all.add(h)?;
+    }
+    Ok(((per_client * hists.len()) as f64 / elapsed, all))
+}
+
+/// Hit rate and recall at 10 of one model over the test users.
+#[derive(Debug, Default)]
+struct Score {
+    users: usize,
+    hit: usize,
+    recall: f64,
+}
+
+impl Score {
+    fn add(&mut self, recommended: &[String], truth: &HashSet<String>) {
+        let found = recommended.iter().filter(|id| truth.contains(*id)).count();
+        self.users += 1;
+        self.hit += usize::from(found > 0);
+        self.recall += found as f64 / truth.len().min(10) as f64;
+    }
+}
+
+async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
+    let data = crate::personalization::load(&args.movielens)?;
+    let split_at = data.ratings[data.ratings.len() * SPLIT_PERCENT / 100].3;
+    let first = data.ratings[0].3;
+    let day_ms = 86_400_000i64;
+    let now = penchant_store::validate::now_micros() / 1000;
+    // Train events land in [now - 60 days, now - 1 day]; the engine's clock stands at the split.
+    let split_ms = now - day_ms;
+    let scale = (59 * day_ms) as f64 / ((split_at - first).max(1) * 1000) as f64;
+    let config = EngineConfig {
+        clock: penchant_engine::clock::Clock::manual(split_ms * 1000),
+        ..EngineConfig::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+    let engine = Engine::open(store, config).await?;
+    engine.tenancy().create_app(Some(APP), "quality").await?;
+    let seen = penchant_engine::seen::SeenSettings {
+        event_types: vec![EventType::Conversion],
+        ..serde_json::from_value(json!({}))?
+    };
+    engine.set_seen_settings(APP, seen).await?;
+    let records: Vec<(String, Write)> = data
+        .items
+        .iter()
+        .filter_map(|r| Some(("movies".to_owned(), Write::Put(r.as_object()?.clone()))))
+        .collect();
+    for chunk in records.chunks(1000) {
+        engine.write_records(APP, chunk.to_vec()).await?;
+    }
+    let (train, test): (Vec<_>, Vec<_>) = data.ratings.iter().partition(|r| r.3 < split_at);
+    let events: Vec<Event> = train
+        .iter()
+        .map(|(user, item, _, ts)| {
+            let at = split_ms - 59 * day_ms + ((ts - first) as f64 * 1000.0 * scale) as i64;
+            let mut e = event(user, item, at.min(split_ms - 1));
+            e.index = "movies".into();
+            e
+        })
+        .collect();
+    eprintln!(
+        "recommend quality: {} train events, {} test ratings",
+        events.len(),
+        test.len()
+    );
+    for chunk in events.chunks(1000) {
+        engine.push_events(APP, chunk).await?;
+    }
+    let training: TrainingConfig = serde_json::from_value(json!({
+        "index": "movies", "factors": args.factors, "regularization": args.regularization,
+        "alpha": args.alpha,
+    }))?;
+    engine.train(APP, training).await?;
+    loop {
+        let status = engine.training_status(APP).await?.context("no training")?;
+        if status.state != penchant_engine::jobs::JobState::Running {
+            anyhow::ensure!(
+                status.error.is_none(),
+                "training failed: {:?}",
+                status.error
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let trained: HashSet<&str> = train.iter().map(|r| r.0.as_str()).collect();
+    let mut truth: HashMap<&str, HashSet<String>> = HashMap::new();
+    for (user, item, _, _) in &test {
+        if trained.contains(user.as_str()) {
+            truth.entry(user).or_default().insert(item.clone());
+        }
+    }
+    let ids = |hits: &[RecommendHit]| -> Vec<String> {
+        hits.iter()
+            .filter_map(|h| match h {
+                RecommendHit::Item { record, .. } => {
+                    record.get("objectID")?.as_str().map(str::to_owned)
+                }
+                RecommendHit::Facet { .. } => None,
+            })
+            .collect()
+    };
+    let request = |model: &str, user: &str, max: i64| -> anyhow::Result<RecommendRequest> {
+        Ok(serde_json::from_value(json!({
+            "indexName": "movies", "model": model, "threshold": 0, "maxRecommendations": max,
+            "queryParameters": {"userToken": user},
+        }))?)
+    };
+    let def = QueueDefinition {
+        index_name: "movies".into(),
+        size: 100,
+        sources: vec![
+            Source::Als {
+                space: "als".into(),
+                weight: 1.0,
+            },
+            Source::Trending {
+                weight: args.trending_weight,
+            },
+        ],
+    };
+    engine.define_queue(APP, "blend", &def).await?;
+    let (mut for_you, mut vectors, mut trending) =
+        (Score::default(), Score::default(), Score::default());
+    let mut users: Vec<&&str> = truth.keys().collect();
+    users.sort();
+    for user in users {
+        let user: &str = user;
+        let truth = &truth[user];
+        engine.rebuild_queue(APP, "blend", user, None).await?;
+        let mut from_queue = request("recommended-for-you", user, 10)?;
+        from_queue.queue = Some("blend".into());
+        let answers = engine
+            .recommendations(
+                APP,
+                &[
+                    from_queue,
+                    request("recommended-for-you", user, 10)?,
+                    request("trending-items", user, 30)?,
+                ],
+            )
+            .await?;
+        anyhow::ensure!(answers[0].source == "queue", "{:?}", answers[0].source);
+        for_you.add(&ids(&answers[0].hits), truth);
+        vectors.add(&ids(&answers[1].hits), truth);
+        let popular = ids(&answers[2].hits);
+        let unseen = engine.unseen(APP, user, &popular).await?;
+        let unseen: Vec<String> = unseen.into_iter().take(10).cloned().collect();
+        trending.add(&unseen, truth);
+    }
+    println!(
+        "\nMovieLens 100k, time-ordered: train before the {SPLIT_PERCENT}% time quantile, test \
+         after; {} users on both sides; 10 items each, never one the user rated before the split",
+        rate(for_you.users as f64)
+    );
+    println!(
+        "{:<58} | {:>11} | {:>9}",
+        "model", "hit rate@10", "recall@10"
+    );
+    let blend = format!(
+        "recommended-for-you, queue: ALS ×1 + trending ×{}",
+        args.trending_weight
+    );
+    for (name, score) in [
+        (blend.as_str(), &for_you),
+        ("recommended-for-you, no queue (ALS vectors)", &vectors),
+        ("trending-items, unseen (the zero-day model)", &trending),
+    ] {
+        println!(
+            "{name:<58} | {:>11.4} | {:>9.4}",
+            score.hit as f64 / score.users.max(1) as f64,
+            score.recall / score.users.max(1) as f64
+        );
+    }
+    Ok(())
+}

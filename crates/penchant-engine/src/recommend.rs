@@ -1,1 +1,0 @@
-//! Recommendations: candidates from vectors and precomputed queues.

@@ -1,0 +1,267 @@
+//! The build job: an app's co-interaction lists ([`super::related`]), then every user's queues.
+//!
+//! One node at a time runs an app's build (the holder of its lease, like a training); its
+//! status (`j:recommend` in table `jobs`, row `app 0`) is saved every half second with its
+//! checkpoint: the phase and the last user whose queues are done. A node that stops or dies
+//! leaves it `running`; the node that takes it over ([`Engine::take_over_builds`]) resumes from
+//! the checkpoint, so users already done are not rebuilt (a user rebuilt twice is harmless).
+//! Users are those with events in the app's retention window (their per-day aggregate rows),
+//! in key order, [`USERS_AT_ONCE`] at a time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Workload};
+use serde::{Deserialize, Serialize};
+
+use super::QueueDefinition;
+use crate::jobs::{FAMILY, JOBS_TABLE, JobState};
+use crate::{Engine, EngineError, Result, internal, keys};
+
+pub(crate) const LEASE: &str = "recommend";
+const COLUMN: &[u8] = b"recommend";
+const SAVE_EVERY: Duration = Duration::from_millis(500);
+/// Users whose queues are rebuilt at once.
+const USERS_AT_ONCE: usize = 16;
+
+/// Where a build stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    /// Building the co-interaction lists.
+    Lists,
+    /// Rebuilding users' queues.
+    Queues,
+    Done,
+}
+
+/// A build's status, saved as it goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildStatus {
+    pub state: JobState,
+    pub phase: Phase,
+    /// The queues rebuilt (every queue of the app when the build started).
+    pub queues: Vec<String>,
+    /// Events the lists were built from, and lists written.
+    pub events: u64,
+    pub lists: u64,
+    /// Users whose queues are rebuilt, and the last of them (the checkpoint).
+    pub users: u64,
+    pub after: Option<String>,
+    /// Unix ms.
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub error: Option<String>,
+}
+
+impl Engine {
+    /// Start building the app's lists and every user's queues in the background; refused while
+    /// a build of the app runs.
+    pub async fn start_build(&self, app: &str) -> Result<BuildStatus> {
+        let queues = self.recommend.queues.definitions(app).await?;
+        if !self.recommend.builds.claim(app).await? {
+            return Err(EngineError::Refused(
+                "a build of this app is running: wait for it to end".into(),
+            ));
+        }
+        let status = BuildStatus {
+            state: JobState::Running,
+            phase: Phase::Lists,
+            queues: queues.into_iter().map(|(name, _)| name).collect(),
+            events: 0,
+            lists: 0,
+            users: 0,
+            after: None,
+            started_at: self.now_ms(),
+            finished_at: None,
+            error: None,
+        };
+        if let Err(e) = self.save_build(app, &status).await {
+            self.unclaim_build(app).await;
+            return Err(e);
+        }
+        self.launch_build(app.to_owned(), status.clone());
+        Ok(status)
+    }
+
+    /// The app's latest build, as last saved.
+    pub async fn build_status(&self, app: &str) -> Result<Option<BuildStatus>> {
+        let filter = RowFilter::column(FAMILY, COLUMN);
+        let row = self
+            .store
+            .read_row(JOBS_TABLE, keys::app(app), Some(filter))
+            .await?;
+        row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
+            .map(|v| serde_json::from_slice(&v))
+            .transpose()
+            .map_err(|e| internal("corrupt build status", e))
+    }
+
+    async fn save_build(&self, app: &str, status: &BuildStatus) -> Result<()> {
+        let json = serde_json::to_vec(status).map_err(|e| internal("serialization", e))?;
+        let cell = Mutation::set_now(FAMILY, COLUMN, json);
+        self.store
+            .mutate_row(JOBS_TABLE, keys::app(app), vec![cell])
+            .await?;
+        Ok(())
+    }
+
+    async fn unclaim_build(&self, app: &str) {
+        if let Err(e) = self.recommend.builds.release(app).await {
+            tracing::warn!(%app, error = %e, "cannot release the build's lease");
+        }
+    }
+
+    /// Resume every running build whose lease no node holds, from its checkpoint. Returns how
+    /// many.
+    pub(crate) async fn take_over_builds(&self) -> Result<usize> {
+        if self.supervisor.stopping() {
+            return Ok(0);
+        }
+        let running = crate::jobs::running::<BuildStatus>(&self.store, COLUMN, |s| s.state).await?;
+        let mut resumed = 0;
+        for (app, status) in running {
+            if self.recommend.builds.claim(&app).await? {
+                tracing::info!(%app, phase = ?status.phase, "resuming a recommendation build");
+                self.launch_build(app, status);
+                resumed += 1;
+            }
+        }
+        Ok(resumed)
+    }
+
+    fn launch_build(&self, app: String, status: BuildStatus) {
+        let engine = self.clone();
+        self.supervisor.spawn(async move {
+            engine.run_build(&app, status).await;
+            engine.unclaim_build(&app).await;
+        });
+    }
+
+    /// Run a claimed build to its end, saving its status as it goes; a node stopping (or
+    /// losing the lease) leaves it running for another node.
+    async fn run_build(&self, app: &str, status: BuildStatus) {
+        let shared = Arc::new(Mutex::new(status));
+        let events = Arc::new(AtomicU64::new(0));
+        let work = self.build_steps(app, shared.clone(), events.clone());
+        tokio::pin!(work);
+        let mut stopped = Box::pin(self.supervisor.stopped());
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                () = tokio::time::sleep(SAVE_EVERY) => {
+                    if !self.recommend.builds.renew(app).await.unwrap_or(false) {
+                        return;
+                    }
+                    let mut snapshot = shared.lock().clone();
+                    snapshot.events = snapshot.events.max(events.load(Ordering::Relaxed));
+                    if let Err(e) = self.save_build(app, &snapshot).await {
+                        tracing::warn!(%app, error = %e, "cannot save the build's status");
+                    }
+                }
+                // The last checkpoint was saved; another node resumes from it.
+                () = &mut stopped => return,
+            }
+        };
+        let mut status = shared.lock().clone();
+        if let Err(e) = outcome {
+            tracing::warn!(%app, error = %e, "recommendation build failed");
+            status.state = JobState::Failed;
+            status.error = Some(e.to_string());
+        } else {
+            status.state = JobState::Done;
+            status.phase = Phase::Done;
+        }
+        status.finished_at = Some(self.now_ms());
+        if let Err(e) = self.save_build(app, &status).await {
+            tracing::warn!(%app, error = %e, "cannot save the build's status");
+        }
+    }
+
+    async fn build_steps(
+        &self,
+        app: &str,
+        shared: Arc<Mutex<BuildStatus>>,
+        events: Arc<AtomicU64>,
+    ) -> Result<()> {
+        let window = self.tenancy.retention(app).await?;
+        let since = self.now_ms() - window.as_millis() as i64;
+        if shared.lock().phase == Phase::Lists {
+            let stamp = self.now_ms() * 1000;
+            let lists = super::related::build(&self.store, app, since, stamp, &events).await?;
+            let mut status = shared.lock();
+            status.lists = lists;
+            status.events = events.load(Ordering::Relaxed);
+            status.phase = Phase::Queues;
+        }
+        let (names, after) = {
+            let status = shared.lock();
+            (status.queues.clone(), status.after.clone())
+        };
+        let mut queues: Vec<(String, QueueDefinition)> = Vec::new();
+        for name in names {
+            match self.recommend.queues.definition(app, &name).await {
+                Ok(def) => queues.push((name, def)),
+                Err(EngineError::NotFound(_)) => {} // deleted since
+                Err(e) => return Err(e),
+            }
+        }
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let batch = penchant_store::for_workload(&self.store, Workload::Batch);
+        let keys_only = RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1));
+        let range = keys::users_between(app, None, after.as_deref(), None);
+        let request = ReadRows::new(RowSet::range(range)).filter(keys_only);
+        let rows = batch
+            .read_rows(crate::aggregates::AGGREGATES_TABLE, request)
+            .await?;
+        // A user's days are consecutive rows: one user per run of keys.
+        let mut users = rows
+            .map_ok(|row| keys::user_of(app, &row.key).map(str::to_owned))
+            .try_filter_map(|user| async move { Ok(user) })
+            .boxed();
+        let mut last: Option<String> = None;
+        let mut chunk: Vec<String> = Vec::with_capacity(USERS_AT_ONCE);
+        loop {
+            let next = users.try_next().await?;
+            if let Some(user) = next.as_ref() {
+                if last.as_ref() != Some(user) {
+                    last = Some(user.clone());
+                    chunk.push(user.clone());
+                }
+                if chunk.len() < USERS_AT_ONCE {
+                    continue;
+                }
+            }
+            if chunk.is_empty() && next.is_none() {
+                return Ok(());
+            }
+            let work: Vec<_> = chunk
+                .iter()
+                .flat_map(|user| {
+                    queues
+                        .iter()
+                        .map(move |(name, def)| self.rebuild_with(app, name, def, user, None))
+                })
+                .collect();
+            futures::stream::iter(work)
+                .buffer_unordered(USERS_AT_ONCE)
+                .try_for_each(|_| async { Ok(()) })
+                .await?;
+            {
+                let mut status = shared.lock();
+                status.users += chunk.len() as u64;
+                status.after = chunk.last().cloned();
+            }
+            chunk.clear();
+            if next.is_none() {
+                return Ok(());
+            }
+        }
+    }
+}

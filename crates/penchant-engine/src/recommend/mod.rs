@@ -1,0 +1,1154 @@
+//! Recommendations: Algolia's Recommend API over precomputed per-user queues, item-to-item
+//! lists, trending counters and vectors.
+//!
+//! | part | what | where |
+//! |---|---|---|
+//! | [`trending`] | conversions and clicks per item and day, decayed | counted on ingest |
+//! | [`related`] | co-interaction lists (`bought-together`, `related-products`) | built by the build job |
+//! | [`queues`] | ranked per-user queues (the seed's backlog), peeked or popped | built per user or by the build job |
+//! | [`filters`] | Algolia's `filters` / `facetFilters` / `numericFilters` over records | applied to every model's hits |
+//! | [`build`] | the job: lists first, then every user's queues, resumable | one node at a time |
+//!
+//! A model ranks candidates with scores in 0–100; [`Engine::recommendations`] walks them best
+//! first, keeps those whose record exists (a deleted item never comes back), passes the filters
+//! and the threshold, and returns the records. A model with nothing to say falls back to
+//! trending items under the same filters (the zero-day model), then to the request's
+//! `fallbackParameters`; each answer says which model answered.
+
+pub mod build;
+pub mod filters;
+pub mod queues;
+pub mod related;
+pub mod trending;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use penchant_store::GcRule;
+use penchant_vectors::{Aggregate, Metric};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use self::filters::Filter;
+pub use self::queues::{QueueDefinition, Source};
+use self::related::Links;
+use crate::cache::TtlCache;
+use crate::catalog::Record;
+use crate::events::EventType;
+use crate::vectors::{Query, SearchOptions};
+use crate::{Engine, EngineError, Result, internal, keys};
+
+/// Items with scores, best first.
+pub type Ranked = Vec<(String, f32)>;
+
+/// The tables of recommendations.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    queues::tables()
+        .into_iter()
+        .chain(related::tables())
+        .chain(trending::tables())
+        .collect()
+}
+
+/// A ranked list as a cell: per item, its objectID's length (u16 LE), the objectID and the
+/// score (f32 LE).
+pub fn encode_ranked(items: &[(String, f32)]) -> Bytes {
+    let mut out = Vec::with_capacity(items.iter().map(|(id, _)| id.len() + 6).sum());
+    for (id, score) in items {
+        out.extend_from_slice(&(id.len() as u16).to_le_bytes());
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(&score.to_le_bytes());
+    }
+    Bytes::from(out)
+}
+
+/// A ranked list from its cell.
+pub fn decode_ranked(mut bytes: &[u8]) -> Result<Ranked> {
+    let corrupt = || internal("corrupt ranked list", "cut short");
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let len = u16::from_le_bytes(
+            bytes
+                .get(..2)
+                .ok_or_else(corrupt)?
+                .try_into()
+                .unwrap_or_default(),
+        );
+        let rest = &bytes[2..];
+        let id = rest.get(..len as usize).ok_or_else(corrupt)?;
+        let score = rest
+            .get(len as usize..len as usize + 4)
+            .ok_or_else(corrupt)?;
+        let id = std::str::from_utf8(id).map_err(|e| internal("corrupt ranked list", e))?;
+        out.push((
+            id.to_owned(),
+            f32::from_le_bytes(score.try_into().unwrap_or_default()),
+        ));
+        bytes = &rest[len as usize + 4..];
+    }
+    Ok(out)
+}
+
+/// Algolia's Recommend models, and Penchant's `recommended-for-you`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Model {
+    TrendingItems,
+    TrendingFacets,
+    BoughtTogether,
+    RelatedProducts,
+    LookingSimilar,
+    RecommendedForYou,
+}
+
+impl Model {
+    pub const ALL: [Model; 6] = [
+        Model::TrendingItems,
+        Model::TrendingFacets,
+        Model::BoughtTogether,
+        Model::RelatedProducts,
+        Model::LookingSimilar,
+        Model::RecommendedForYou,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::TrendingItems => "trending-items",
+            Model::TrendingFacets => "trending-facets",
+            Model::BoughtTogether => "bought-together",
+            Model::RelatedProducts => "related-products",
+            Model::LookingSimilar => "looking-similar",
+            Model::RecommendedForYou => "recommended-for-you",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Self> {
+        Model::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Model::ALL.iter().map(|m| m.name()).collect();
+                EngineError::Invalid(format!(
+                    "model '{name}' is not one of: {}",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+/// The query parameters Recommend reads (others are accepted and ignored).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Params {
+    pub filters: Option<String>,
+    pub facet_filters: Option<Value>,
+    pub numeric_filters: Option<Value>,
+    pub user_token: Option<String>,
+    /// Attributes of each hit's record to return (all by default; `objectID` always).
+    pub attributes_to_retrieve: Option<Vec<String>>,
+}
+
+impl Params {
+    fn filter(&self, what: &str) -> Result<Option<Filter>> {
+        Filter::parse(
+            self.filters.as_deref(),
+            self.facet_filters.as_ref(),
+            self.numeric_filters.as_ref(),
+        )
+        .map_err(|e| EngineError::Invalid(format!("{what}: {e}")))
+    }
+}
+
+/// One request of a Recommend call.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendRequest {
+    pub index_name: String,
+    pub model: String,
+    /// The lowest `_score` returned, 0 to 100 (required).
+    pub threshold: Option<f64>,
+    /// Hits wanted, 1 to [`MAX_RECOMMENDATIONS`] (default: that many).
+    pub max_recommendations: Option<i64>,
+    #[serde(rename = "objectID")]
+    pub object_id: Option<String>,
+    pub facet_name: Option<String>,
+    pub facet_value: Option<String>,
+    #[serde(default)]
+    pub query_parameters: Params,
+    pub fallback_parameters: Option<Params>,
+    /// Penchant: the vector space `looking-similar`, `related-products` and
+    /// `recommended-for-you` read (default: `als`, or for `looking-similar` the space of the
+    /// index's uploaded vectors).
+    pub space: Option<String>,
+    /// Penchant: the queue `recommended-for-you` reads first (default `for-you`).
+    pub queue: Option<String>,
+}
+
+/// Most hits a request returns.
+pub const MAX_RECOMMENDATIONS: usize = 30;
+/// Candidates a request looks at before giving up on filling its hits.
+const MAX_WALK: usize = 3000;
+/// Items a trending-facets request sums over.
+const FACET_ITEMS: usize = 1000;
+/// Neighbours a vector model asks a space for.
+const VECTOR_K: usize = 200;
+/// Items a fallback reads from the catalog when no model has any.
+const FALLBACK_SCAN: usize = 1000;
+/// The queue `recommended-for-you` reads unless a request names one.
+pub const DEFAULT_QUEUE: &str = "for-you";
+/// The space ALS trains by default.
+const ALS_SPACE: &str = "als";
+
+/// A hit: a record (with its `_score`), or a facet value of `trending-facets`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecommendHit {
+    Item {
+        record: Record,
+        score: f64,
+    },
+    Facet {
+        name: String,
+        value: String,
+        score: f64,
+    },
+}
+
+/// The answer to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recommendations {
+    pub hits: Vec<RecommendHit>,
+    /// The model that answered: the one asked, `trending-items` (the zero-day fallback) or
+    /// `fallbackParameters`.
+    pub answered_by: &'static str,
+    /// What the model read: `queue`, `vectors`, `similar-to-liked`, `co-interaction`,
+    /// `co-interaction+vectors`, `trending`, `catalog`, or `none`.
+    pub source: &'static str,
+}
+
+/// What a queue rebuild wrote.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebuilt {
+    pub items: usize,
+    /// Candidates left out as seen by the user.
+    pub seen: usize,
+    /// Candidates left out as missing from the catalog.
+    pub missing: usize,
+}
+
+/// A request's constraints on candidates.
+struct Select<'a> {
+    index: &'a str,
+    filter: Option<&'a Filter>,
+    exclude: &'a HashSet<String>,
+    threshold: f64,
+    max: usize,
+}
+
+/// The recommendation state of a node.
+#[derive(Debug)]
+pub struct Recommend {
+    pub(crate) queues: queues::Queues,
+    trending: TtlCache<(String, String), Arc<Ranked>>,
+    /// Trending facet values, by (app, index, facet).
+    facets: TtlCache<(String, String, String), Arc<Ranked>>,
+    pub(crate) builds: crate::leases::Claims,
+}
+
+impl Recommend {
+    pub fn new(
+        store: Arc<dyn penchant_store::Store>,
+        ttl: Duration,
+        clock: crate::clock::Clock,
+        leases: crate::leases::Leases,
+    ) -> Self {
+        Self {
+            queues: queues::Queues::new(store),
+            trending: TtlCache::new(1024, ttl, clock.clone()),
+            facets: TtlCache::new(1024, ttl, clock),
+            builds: crate::leases::Claims::new(leases, build::LEASE),
+        }
+    }
+
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.trending.stats()
+    }
+}
+
+/// Scores as percents of the best one.
+fn percent_of_best(items: Ranked) -> Vec<(String, f64)> {
+    let best = items
+        .first()
+        .map_or(1.0, |(_, s)| f64::from(*s))
+        .max(f64::MIN_POSITIVE);
+    items
+        .into_iter()
+        .map(|(id, s)| (id, (f64::from(s) / best * 100.0).clamp(0.0, 100.0)))
+        .collect()
+}
+
+/// A vector hit's score as a percent: cosine similarity ×100; other metrics relative to the
+/// best hit.
+fn vector_percents(metric: Metric, hits: Vec<crate::vectors::Hit>) -> Vec<(String, f64)> {
+    match metric {
+        Metric::Cosine => hits
+            .into_iter()
+            .map(|h| (h.object_id, (f64::from(h.score) * 100.0).clamp(0.0, 100.0)))
+            .collect(),
+        Metric::Euclidean => hits
+            .into_iter()
+            .map(|h| {
+                (
+                    h.object_id,
+                    100.0 / (1.0 + f64::from(-h.score).max(0.0).sqrt()),
+                )
+            })
+            .collect(),
+        _ => percent_of_best(hits.into_iter().map(|h| (h.object_id, h.score)).collect()),
+    }
+}
+
+/// Round a score to two decimals, as Algolia prints them.
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Queues, and the Recommend API.
+impl Engine {
+    /// Create or replace a queue's definition.
+    pub async fn define_queue(&self, app: &str, name: &str, def: &QueueDefinition) -> Result<()> {
+        self.recommend.queues.define(app, name, def).await
+    }
+
+    pub async fn queue_definition(&self, app: &str, name: &str) -> Result<QueueDefinition> {
+        self.recommend.queues.definition(app, name).await
+    }
+
+    pub async fn queue_definitions(&self, app: &str) -> Result<Vec<(String, QueueDefinition)>> {
+        self.recommend.queues.definitions(app).await
+    }
+
+    /// Delete a queue's definition and every user's queue of that name.
+    pub async fn delete_queue(&self, app: &str, name: &str) -> Result<()> {
+        self.recommend.queues.undefine(app, name).await
+    }
+
+    /// A user's queue as stored (all entries, popped ones included, and the cursor).
+    pub async fn stored_queue(&self, app: &str, name: &str, user: &str) -> Result<queues::Stored> {
+        keys::check_user_token(user)?;
+        self.recommend.queues.definition(app, name).await?;
+        self.recommend.queues.read(app, user, name).await
+    }
+
+    /// Rebuild one user's queue from its definition's sources, plus `given` items (a list the
+    /// caller ranks, weighing 1): minus what the user has seen and what the catalog lacks,
+    /// best first, cut to the definition's size.
+    pub async fn rebuild_queue(
+        &self,
+        app: &str,
+        name: &str,
+        user: &str,
+        given: Option<Ranked>,
+    ) -> Result<Rebuilt> {
+        keys::check_user_token(user)?;
+        let def = self.recommend.queues.definition(app, name).await?;
+        self.rebuild_with(app, name, &def, user, given).await
+    }
+
+    pub(crate) async fn rebuild_with(
+        &self,
+        app: &str,
+        name: &str,
+        def: &QueueDefinition,
+        user: &str,
+        given: Option<Ranked>,
+    ) -> Result<Rebuilt> {
+        let mut scores: HashMap<String, f32> = HashMap::new();
+        let mut add = |items: &Ranked, weight: f32| {
+            let best = items.first().map_or(0.0, |(_, s)| *s);
+            if best <= 0.0 {
+                return;
+            }
+            for (id, s) in items.iter().filter(|(_, s)| *s > 0.0) {
+                *scores.entry(id.clone()).or_default() += weight * s / best;
+            }
+        };
+        if let Some(mut given) = given {
+            given.sort_by(|a, b| b.1.total_cmp(&a.1));
+            add(&given, 1.0);
+        }
+        // Items found in a space of the queue's index have a record: deleting a record deletes
+        // its vectors. The others are checked in the catalog.
+        let mut vouched: HashSet<String> = HashSet::new();
+        for source in &def.sources {
+            let (items, of_index) = self.source_items(app, def, user, source).await?;
+            add(&items, source.weight());
+            if of_index {
+                vouched.extend(items.into_iter().map(|(id, _)| id));
+            }
+        }
+        let mut ranked: Ranked = scores.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ranked.truncate(crate::seen::MAX_IDS_PER_CALL);
+        let ids: Vec<&str> = ranked.iter().map(|(id, _)| id.as_str()).collect();
+        let unseen: HashSet<String> = self
+            .seen
+            .unseen(app, user, &ids)
+            .await?
+            .into_iter()
+            .map(|id| (*id).to_owned())
+            .collect();
+        let seen = ranked.len() - unseen.len();
+        ranked.retain(|(id, _)| unseen.contains(id.as_str()));
+        // Candidates come best first until the queue is full of items the catalog has.
+        let mut queue = Vec::with_capacity(def.size.min(ranked.len()));
+        let mut missing = 0;
+        for chunk in ranked.chunks(def.size.max(64)) {
+            let unsure: Vec<String> = chunk
+                .iter()
+                .filter(|(id, _)| !vouched.contains(id))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let present = self.catalog.present(app, &def.index_name, &unsure).await?;
+            for (id, score) in chunk {
+                if queue.len() == def.size {
+                    break;
+                }
+                if vouched.contains(id) || present.contains(id) {
+                    queue.push((id.clone(), *score));
+                } else {
+                    missing += 1;
+                }
+            }
+            if queue.len() == def.size {
+                break;
+            }
+        }
+        self.recommend.queues.write(app, user, name, &queue).await?;
+        Ok(Rebuilt {
+            items: queue.len(),
+            seen,
+            missing,
+        })
+    }
+
+    /// One source's candidates for a user, best first, and whether they are items of a space
+    /// of the queue's index.
+    async fn source_items(
+        &self,
+        app: &str,
+        def: &QueueDefinition,
+        user: &str,
+        source: &Source,
+    ) -> Result<(Ranked, bool)> {
+        let k = def.size.min(crate::vectors::MAX_K);
+        let options = SearchOptions {
+            k,
+            ..SearchOptions::default()
+        };
+        let of_index =
+            |space: &crate::vectors::Space| space.index.as_deref() == Some(def.index_name.as_str());
+        Ok(match source {
+            Source::Als { space, .. } => {
+                let Some(described) = self.optional_space(app, space).await? else {
+                    return Ok((Vec::new(), false));
+                };
+                let items = match self
+                    .vector(app, space, crate::vectors::Kind::User, user)
+                    .await?
+                {
+                    Some(v) => hits_ranked(
+                        self.vectors
+                            .search(app, space, Query::Vector(v), &options)
+                            .await?,
+                    ),
+                    None => Vec::new(),
+                };
+                (items, of_index(&described))
+            }
+            Source::SimilarToLiked { space, last, .. } => {
+                let Some(described) = self.optional_space(app, space).await? else {
+                    return Ok((Vec::new(), false));
+                };
+                let (_, hits) = self
+                    .similar_to_liked(app, space, user, *last, Aggregate::Mean, &options)
+                    .await?;
+                (hits_ranked(hits), of_index(&described))
+            }
+            Source::Related { last, .. } => {
+                let liked = self.liked(app, user, &def.index_name, *last).await?;
+                let mut scores: HashMap<String, f32> = HashMap::new();
+                for item in &liked {
+                    let list =
+                        related::list(&self.store, app, &def.index_name, Links::Related, item)
+                            .await?;
+                    for (id, s) in list {
+                        *scores.entry(id).or_default() += s;
+                    }
+                }
+                for item in &liked {
+                    scores.remove(item);
+                }
+                let mut ranked: Ranked = scores.into_iter().collect();
+                ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                (ranked, false)
+            }
+            Source::Trending { .. } => {
+                let mut all = (*self.trending(app, &def.index_name).await?).clone();
+                all.truncate(def.size);
+                (all, false)
+            }
+        })
+    }
+
+    /// The last `last` items of `index` the user clicked or converted on, newest first.
+    async fn liked(&self, app: &str, user: &str, index: &str, last: usize) -> Result<Vec<String>> {
+        let window = self.tenancy.retention(app).await?;
+        let since = self.now_ms() - window.as_millis() as i64;
+        let liked = [EventType::Click, EventType::Conversion];
+        crate::vectors::recent_items(
+            &self.store,
+            app,
+            user,
+            since,
+            last,
+            |e| liked.contains(&e.event_type) && e.index == index,
+            |_| true,
+        )
+        .await
+    }
+
+    /// A space, or `None` when the app has none of that name.
+    async fn optional_space(
+        &self,
+        app: &str,
+        name: &str,
+    ) -> Result<Option<Arc<crate::vectors::Space>>> {
+        match self.vectors.space(app, name).await {
+            Ok(space) => Ok(Some(space)),
+            Err(EngineError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// An index's trending items now (cached for the node's strategy TTL).
+    async fn trending(&self, app: &str, index: &str) -> Result<Arc<Ranked>> {
+        let key = (app.to_owned(), index.to_owned());
+        if let Some(cached) = self.recommend.trending.get(&key) {
+            return Ok(cached);
+        }
+        let ranked = Arc::new(trending::scores(&self.store, app, index, self.now_ms()).await?);
+        self.recommend.trending.insert(key, ranked.clone());
+        Ok(ranked)
+    }
+
+    /// Peek at (or pop) the next `n` items of a user's queue that the user has not seen and
+    /// the catalog still has, with their records. Popped items are marked seen.
+    pub async fn queue_items(
+        &self,
+        app: &str,
+        name: &str,
+        user: &str,
+        n: usize,
+        pop: bool,
+    ) -> Result<Vec<(Record, f32)>> {
+        keys::check_user_token(user)?;
+        if !(1..=1000).contains(&n) {
+            return Err(EngineError::Invalid("n must be between 1 and 1000".into()));
+        }
+        let def = self.recommend.queues.definition(app, name).await?;
+        let mut out = Vec::new();
+        if !pop {
+            let stored = self.recommend.queues.read(app, user, name).await?;
+            for chunk in stored.pending().chunks(n.max(32)) {
+                self.servable(app, &def.index_name, user, chunk, n, &mut out)
+                    .await?;
+                if out.len() >= n {
+                    break;
+                }
+            }
+            return Ok(out);
+        }
+        // Pop until `n` servable items came out or the queue ends.
+        loop {
+            let want = n - out.len();
+            let taken = self.recommend.queues.advance(app, user, name, want).await?;
+            if taken.is_empty() {
+                break;
+            }
+            let before = out.len();
+            self.servable(app, &def.index_name, user, &taken, n, &mut out)
+                .await?;
+            let ids: Vec<&str> = out[before..]
+                .iter()
+                .filter_map(|(r, _)| r.get("objectID").and_then(Value::as_str))
+                .collect();
+            self.seen.add(app, user, &ids).await?;
+            if out.len() >= n {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entries of `chunk` the user has not seen and the catalog has, with their records,
+    /// appended to `out` up to `n`.
+    async fn servable(
+        &self,
+        app: &str,
+        index: &str,
+        user: &str,
+        chunk: &[(String, f32)],
+        n: usize,
+        out: &mut Vec<(Record, f32)>,
+    ) -> Result<()> {
+        let ids: Vec<&String> = chunk.iter().map(|(id, _)| id).collect();
+        let unseen: HashSet<&String> = self
+            .seen
+            .unseen(app, user, &ids)
+            .await?
+            .into_iter()
+            .copied()
+            .collect();
+        let wanted: Vec<String> = chunk
+            .iter()
+            .filter(|(id, _)| unseen.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut records = self.catalog.get_many(app, index, &wanted).await?;
+        for (id, score) in chunk {
+            if out.len() >= n {
+                break;
+            }
+            if let Some(record) = records.remove(id) {
+                out.push((record, *score));
+            }
+        }
+        Ok(())
+    }
+
+    /// Answer a Recommend call: each request in order.
+    pub async fn recommendations(
+        &self,
+        app: &str,
+        requests: &[RecommendRequest],
+    ) -> Result<Vec<Recommendations>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for (i, request) in requests.iter().enumerate() {
+            let answer = self
+                .recommend_one(app, request)
+                .await
+                .map_err(|e| match e {
+                    EngineError::Invalid(m) => EngineError::Invalid(format!("requests[{i}]: {m}")),
+                    other => other,
+                })?;
+            out.push(answer);
+        }
+        Ok(out)
+    }
+
+    async fn recommend_one(&self, app: &str, req: &RecommendRequest) -> Result<Recommendations> {
+        crate::catalog::check_index_name(&req.index_name)?;
+        let model = Model::parse(&req.model)?;
+        let threshold = match req.threshold {
+            Some(t) if (0.0..=100.0).contains(&t) => t,
+            Some(_) => {
+                return Err(EngineError::Invalid(
+                    "threshold must be between 0 and 100".into(),
+                ));
+            }
+            None => {
+                return Err(EngineError::Invalid(
+                    "threshold is required (0 to 100)".into(),
+                ));
+            }
+        };
+        let max = match req.max_recommendations {
+            None => MAX_RECOMMENDATIONS,
+            Some(n) if (1..=MAX_RECOMMENDATIONS as i64).contains(&n) => n as usize,
+            Some(_) => {
+                return Err(EngineError::Invalid(format!(
+                    "maxRecommendations must be between 1 and {MAX_RECOMMENDATIONS}"
+                )));
+            }
+        };
+        let object_id = match model {
+            Model::BoughtTogether | Model::RelatedProducts | Model::LookingSimilar => {
+                let id = req.object_id.as_deref().ok_or_else(|| {
+                    EngineError::Invalid(format!("objectID is required by model {}", model.name()))
+                })?;
+                crate::catalog::check_object_id(id)?;
+                Some(id)
+            }
+            _ => None,
+        };
+        if model == Model::TrendingFacets {
+            let facet = req.facet_name.as_deref().ok_or_else(|| {
+                EngineError::Invalid("facetName is required by model trending-facets".into())
+            })?;
+            let hits = self
+                .trending_facets(app, &req.index_name, facet, threshold, max)
+                .await?;
+            let source = if hits.is_empty() { "none" } else { "trending" };
+            return Ok(Recommendations {
+                hits,
+                answered_by: model.name(),
+                source,
+            });
+        }
+        let mut filter = req.query_parameters.filter("queryParameters")?;
+        if model == Model::TrendingItems {
+            match (&req.facet_name, &req.facet_value) {
+                (Some(name), Some(value)) => {
+                    let facet = Filter::facet(name, value);
+                    filter = Some(match filter {
+                        Some(f) => f.and(facet),
+                        None => facet,
+                    });
+                }
+                (None, None) => {}
+                _ => {
+                    return Err(EngineError::Invalid(
+                        "facetName and facetValue go together".into(),
+                    ));
+                }
+            }
+        }
+        let fallback_filter = match &req.fallback_parameters {
+            Some(p) => Some(p.filter("fallbackParameters")?),
+            None => None,
+        };
+        let user = match model {
+            Model::RecommendedForYou => {
+                let user = req.query_parameters.user_token.as_deref().ok_or_else(|| {
+                    EngineError::Invalid(
+                        "queryParameters.userToken is required by model recommended-for-you".into(),
+                    )
+                })?;
+                keys::check_user_token(user)?;
+                Some(user)
+            }
+            _ => None,
+        };
+        // Never the item itself, never what the user has seen (checked per candidate list).
+        let exclude: HashSet<String> = object_id.map(str::to_owned).into_iter().collect();
+        let select = Select {
+            index: &req.index_name,
+            filter: filter.as_ref(),
+            exclude: &exclude,
+            threshold,
+            max,
+        };
+        let (candidates, source) = match model {
+            Model::TrendingItems | Model::TrendingFacets => (Vec::new(), "trending"),
+            Model::BoughtTogether => {
+                let list = related::list(
+                    &self.store,
+                    app,
+                    &req.index_name,
+                    Links::BoughtTogether,
+                    object_id.unwrap_or_default(),
+                )
+                .await?;
+                (
+                    list.into_iter()
+                        .map(|(id, s)| (id, f64::from(s) * 100.0))
+                        .collect(),
+                    "co-interaction",
+                )
+            }
+            Model::RelatedProducts => {
+                self.related_products(app, req, object_id.unwrap_or_default())
+                    .await?
+            }
+            Model::LookingSimilar => {
+                self.looking_similar(app, req, object_id.unwrap_or_default())
+                    .await?
+            }
+            Model::RecommendedForYou => {
+                self.for_you_candidates(app, req, user.unwrap_or_default())
+                    .await?
+            }
+        };
+        let candidates = match user {
+            Some(user) => self.unseen_of(app, user, candidates).await?,
+            None => candidates,
+        };
+        if model != Model::TrendingItems {
+            let hits = self.select(app, &select, &candidates).await?;
+            if !hits.is_empty() {
+                return Ok(Recommendations {
+                    hits,
+                    answered_by: model.name(),
+                    source,
+                });
+            }
+        }
+        // The zero-day model: trending items under the same filters.
+        let trending = percent_of_best((*self.trending(app, &req.index_name).await?).clone());
+        let trending = match user {
+            Some(user) => self.unseen_of(app, user, trending).await?,
+            None => trending,
+        };
+        let hits = self.select(app, &select, &trending).await?;
+        if !hits.is_empty() {
+            return Ok(Recommendations {
+                hits,
+                answered_by: Model::TrendingItems.name(),
+                source: "trending",
+            });
+        }
+        let Some(fallback) = fallback_filter else {
+            return Ok(Recommendations {
+                hits,
+                answered_by: model.name(),
+                source: "none",
+            });
+        };
+        // Then `fallbackParameters`: trending under its filters, else the catalog's records
+        // that pass them (score 0, no threshold: a fallback is what the caller asked for).
+        let loose = Select {
+            filter: fallback.as_ref(),
+            ..select
+        };
+        let hits = self.select(app, &loose, &trending).await?;
+        if !hits.is_empty() {
+            return Ok(Recommendations {
+                hits,
+                answered_by: "fallbackParameters",
+                source: "trending",
+            });
+        }
+        let any = Select {
+            threshold: 0.0,
+            ..loose
+        };
+        let ids = self
+            .catalog
+            .first_ids(app, &req.index_name, FALLBACK_SCAN)
+            .await?;
+        let scanned: Vec<(String, f64)> = ids.into_iter().map(|id| (id, 0.0)).collect();
+        let scanned = match user {
+            Some(user) => self.unseen_of(app, user, scanned).await?,
+            None => scanned,
+        };
+        let hits = self.select(app, &any, &scanned).await?;
+        let source = if hits.is_empty() { "none" } else { "catalog" };
+        Ok(Recommendations {
+            hits,
+            answered_by: "fallbackParameters",
+            source,
+        })
+    }
+
+    /// The candidates a user has not seen.
+    async fn unseen_of(
+        &self,
+        app: &str,
+        user: &str,
+        candidates: Vec<(String, f64)>,
+    ) -> Result<Vec<(String, f64)>> {
+        let mut candidates = candidates;
+        candidates.truncate(MAX_WALK);
+        let ids: Vec<&str> = candidates.iter().map(|(id, _)| id.as_str()).collect();
+        let unseen: HashSet<String> = self
+            .seen
+            .unseen(app, user, &ids)
+            .await?
+            .into_iter()
+            .map(|id| (*id).to_owned())
+            .collect();
+        Ok(candidates
+            .into_iter()
+            .filter(|(id, _)| unseen.contains(id))
+            .collect())
+    }
+
+    /// Walk candidates (best first, scores 0–100) and return the records that exist and pass
+    /// the request's constraints.
+    async fn select(
+        &self,
+        app: &str,
+        select: &Select<'_>,
+        candidates: &[(String, f64)],
+    ) -> Result<Vec<RecommendHit>> {
+        let mut hits = Vec::new();
+        let eligible: Vec<&(String, f64)> = candidates
+            .iter()
+            .take(MAX_WALK)
+            .filter(|(id, s)| *s >= select.threshold && !select.exclude.contains(id))
+            .collect();
+        for chunk in eligible.chunks((select.max * 4).max(32)) {
+            let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
+            let mut records = self.catalog.get_many(app, select.index, &ids).await?;
+            for (id, score) in chunk {
+                let Some(record) = records.remove(id) else {
+                    continue;
+                };
+                if select.filter.is_none_or(|f| f.matches(&record)) {
+                    hits.push(RecommendHit::Item {
+                        record,
+                        score: round2(*score),
+                    });
+                    if hits.len() == select.max {
+                        return Ok(hits);
+                    }
+                }
+            }
+        }
+        Ok(hits)
+    }
+
+    async fn trending_facets(
+        &self,
+        app: &str,
+        index: &str,
+        facet: &str,
+        threshold: f64,
+        max: usize,
+    ) -> Result<Vec<RecommendHit>> {
+        let ranked = self.facet_values(app, index, facet).await?;
+        Ok(percent_of_best((*ranked).clone())
+            .into_iter()
+            .filter(|(_, s)| *s >= threshold)
+            .take(max)
+            .map(|(value, score)| RecommendHit::Facet {
+                name: facet.to_owned(),
+                value,
+                score: round2(score),
+            })
+            .collect())
+    }
+
+    /// A facet's values, ranked by the trending scores of the top items holding them (cached
+    /// like trending items).
+    async fn facet_values(&self, app: &str, index: &str, facet: &str) -> Result<Arc<Ranked>> {
+        let key = (app.to_owned(), index.to_owned(), facet.to_owned());
+        if let Some(cached) = self.recommend.facets.get(&key) {
+            return Ok(cached);
+        }
+        let trending = self.trending(app, index).await?;
+        let top: Vec<String> = trending
+            .iter()
+            .take(FACET_ITEMS)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let records = self.catalog.get_many(app, index, &top).await?;
+        let mut values: HashMap<String, f32> = HashMap::new();
+        for (id, score) in trending.iter().take(FACET_ITEMS) {
+            let Some(record) = records.get(id) else {
+                continue;
+            };
+            let mut counted = HashSet::new();
+            for (attribute, value) in crate::catalog::facet_values(record) {
+                if attribute == facet && counted.insert(value.clone()) {
+                    *values.entry(value).or_default() += score;
+                }
+            }
+        }
+        let mut ranked: Ranked = values.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let ranked = Arc::new(ranked);
+        self.recommend.facets.insert(key, ranked.clone());
+        Ok(ranked)
+    }
+
+    /// Co-interaction, blended half and half with the item's vector neighbours when the app
+    /// has a space holding the item.
+    async fn related_products(
+        &self,
+        app: &str,
+        req: &RecommendRequest,
+        object_id: &str,
+    ) -> Result<(Vec<(String, f64)>, &'static str)> {
+        let list =
+            related::list(&self.store, app, &req.index_name, Links::Related, object_id).await?;
+        let space = req.space.as_deref().unwrap_or(ALS_SPACE);
+        let neighbours = self.item_neighbours(app, space, object_id).await?;
+        let Some((metric, hits)) = neighbours.filter(|(_, h)| !h.is_empty()) else {
+            let co = list
+                .into_iter()
+                .map(|(id, s)| (id, f64::from(s) * 100.0))
+                .collect();
+            return Ok((co, "co-interaction"));
+        };
+        let vectors = vector_percents(metric, hits);
+        if list.is_empty() {
+            return Ok((vectors, "vectors"));
+        }
+        let mut blend: HashMap<String, f64> = HashMap::new();
+        for (id, s) in list {
+            *blend.entry(id).or_default() += f64::from(s) * 50.0;
+        }
+        for (id, s) in vectors {
+            *blend.entry(id).or_default() += s / 2.0;
+        }
+        let mut ranked: Vec<(String, f64)> = blend.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Ok((ranked, "co-interaction+vectors"))
+    }
+
+    /// The item's neighbours in a space, `None` when the space or the item's vector is missing.
+    async fn item_neighbours(
+        &self,
+        app: &str,
+        space: &str,
+        object_id: &str,
+    ) -> Result<Option<(Metric, Vec<crate::vectors::Hit>)>> {
+        let Some(described) = self.optional_space(app, space).await? else {
+            return Ok(None);
+        };
+        let options = SearchOptions {
+            k: VECTOR_K,
+            ..SearchOptions::default()
+        };
+        match self
+            .vectors
+            .search(app, space, Query::Item(object_id.to_owned()), &options)
+            .await
+        {
+            Ok(hits) => Ok(Some((described.metric, hits))),
+            Err(EngineError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `looking-similar`: the item's neighbours in the space the request names, else the space
+    /// of the index's uploaded (untrained) vectors.
+    async fn looking_similar(
+        &self,
+        app: &str,
+        req: &RecommendRequest,
+        object_id: &str,
+    ) -> Result<(Vec<(String, f64)>, &'static str)> {
+        let space = match &req.space {
+            Some(space) => {
+                self.vectors.space(app, space).await?;
+                space.clone()
+            }
+            None => {
+                let spaces = self.vectors.list(app).await?;
+                let of_index = |s: &&crate::vectors::Space| {
+                    s.index.as_deref() == Some(req.index_name.as_str())
+                };
+                let chosen = spaces
+                    .iter()
+                    .filter(of_index)
+                    .find(|s| s.training.is_none())
+                    .or_else(|| spaces.iter().find(of_index));
+                match chosen {
+                    Some(space) => space.name.clone(),
+                    None => {
+                        return Err(EngineError::Invalid(format!(
+                            "looking-similar reads item vectors: create a space for index '{}' \
+                             (POST /1/vectors with \"index\") and upload its items' vectors, or \
+                             name a space with \"space\"",
+                            req.index_name
+                        )));
+                    }
+                }
+            }
+        };
+        Ok(match self.item_neighbours(app, &space, object_id).await? {
+            Some((metric, hits)) => (vector_percents(metric, hits), "vectors"),
+            None => (Vec::new(), "vectors"),
+        })
+    }
+
+    /// `recommended-for-you`: the user's queue, else the user's vector, else the items closest
+    /// to what the user liked.
+    async fn for_you_candidates(
+        &self,
+        app: &str,
+        req: &RecommendRequest,
+        user: &str,
+    ) -> Result<(Vec<(String, f64)>, &'static str)> {
+        let queue = req.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+        queues::check_name(queue)?;
+        let defined = match self.recommend.queues.definition(app, queue).await {
+            Ok(def) => def.index_name == req.index_name,
+            Err(EngineError::NotFound(_)) if req.queue.is_none() => false,
+            Err(e) => return Err(e),
+        };
+        if defined {
+            let stored = self.recommend.queues.read(app, user, queue).await?;
+            let pending = stored.pending();
+            if !pending.is_empty() {
+                let best = f64::from(pending[0].1).max(f64::MIN_POSITIVE);
+                let items = pending
+                    .iter()
+                    .take(MAX_WALK)
+                    .map(|(id, s)| (id.clone(), (f64::from(*s) / best * 100.0).clamp(0.0, 100.0)))
+                    .collect();
+                return Ok((items, "queue"));
+            }
+        }
+        let space = req.space.as_deref().unwrap_or(ALS_SPACE);
+        let Some(described) = self.optional_space(app, space).await? else {
+            return Ok((Vec::new(), "none"));
+        };
+        let options = SearchOptions {
+            k: VECTOR_K,
+            ..SearchOptions::default()
+        };
+        if let Some(vector) = self
+            .vector(app, space, crate::vectors::Kind::User, user)
+            .await?
+        {
+            let hits = self
+                .vectors
+                .search(app, space, Query::Vector(vector), &options)
+                .await?;
+            if !hits.is_empty() {
+                return Ok((vector_percents(described.metric, hits), "vectors"));
+            }
+        }
+        let (_, hits) = self
+            .similar_to_liked(app, space, user, 10, Aggregate::Mean, &options)
+            .await?;
+        Ok((vector_percents(described.metric, hits), "similar-to-liked"))
+    }
+}
+
+fn hits_ranked(hits: Vec<crate::vectors::Hit>) -> Ranked {
+    hits.into_iter().map(|h| (h.object_id, h.score)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranked_lists_round_trip_and_cut_ones_fail() {
+        let items: Ranked = vec![
+            ("a".into(), 1.5),
+            ("bé".into(), -0.25),
+            (String::new(), 0.0),
+        ];
+        let bytes = encode_ranked(&items);
+        assert_eq!(decode_ranked(&bytes).unwrap(), items);
+        assert!(decode_ranked(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode_ranked(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn models_parse_by_their_algolia_names() {
+        for model in Model::ALL {
+            assert_eq!(Model::parse(model.name()).unwrap(), model);
+        }
+        let err = Model::parse("nope").unwrap_err().to_string();
+        assert!(
+            err.contains("trending-items") && err.contains("recommended-for-you"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn percents_are_of_the_best() {
+        let p = percent_of_best(vec![("a".into(), 4.0), ("b".into(), 1.0)]);
+        assert_eq!(p, vec![("a".into(), 100.0), ("b".into(), 25.0)]);
+        assert!(percent_of_best(Vec::new()).is_empty());
+    }
+}

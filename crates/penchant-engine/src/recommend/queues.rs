@@ -1,0 +1,382 @@
+//! Ranked per-user queues (Coffee Meets Bagel's precomputed backlog): for each user and queue
+//! name, up to [`QueueDefinition::size`] items with their scores, best first, read at request
+//! time in one row read.
+//!
+//! Table `queues`, family `q`:
+//!
+//! | row | cells |
+//! |---|---|
+//! | [`keys::queue`] `app 0 · user 0 · name` | `q:items` the ranked items ([`super::encode_ranked`]); `q:cursor` how many were popped (i64 BE) |
+//! | [`keys::queue_definition`] `app 0 · 0xFF · name` | `q:def` the definition (JSON) |
+//!
+//! A rebuild writes the items and a zero cursor in one row write. A pop moves the cursor with
+//! one atomic increment and takes the entries it moved over, so two pops never return the same
+//! entry. The row is under the user's prefix: deleting a user token deletes its queues with the
+//! rest. Items deleted from the catalog leave every queue at once because reads return only
+//! items whose record exists (their records are read anyway, to be returned); the next rebuild
+//! drops them for good, and an item added again before it is served again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use penchant_store::{
+    GcRule, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{Ranked, decode_ranked, encode_ranked};
+use crate::{EngineError, Result, internal, keys};
+
+pub const QUEUES_TABLE: &str = "queues";
+const FAMILY: &str = "q";
+const ITEMS: &[u8] = b"items";
+const CURSOR: &[u8] = b"cursor";
+const DEFINITION: &[u8] = b"def";
+/// A queue's default length (the seed's backlog).
+pub const DEFAULT_SIZE: usize = 1000;
+/// The longest queue.
+pub const MAX_SIZE: usize = 10_000;
+/// The longest queue name, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+/// Queues an app may define.
+pub const MAX_QUEUES: usize = 32;
+
+/// The tables this module needs.
+pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    vec![(
+        QUEUES_TABLE,
+        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+    )]
+}
+
+/// Where a queue's candidates come from. Each source's scores are divided by its best one, and
+/// an item's score is the weighted sum over the sources that propose it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Source {
+    /// The items closest to the user's vector in a space (ALS's by default; folded in for a
+    /// user the training did not see).
+    Als {
+        #[serde(default = "als")]
+        space: String,
+        #[serde(default = "one")]
+        weight: f32,
+    },
+    /// The items closest to the last `last` items the user clicked or converted on.
+    SimilarToLiked {
+        #[serde(default = "als")]
+        space: String,
+        #[serde(default = "ten")]
+        last: usize,
+        #[serde(default = "one")]
+        weight: f32,
+    },
+    /// The co-interaction lists (`related-products`) of the last `last` items the user clicked
+    /// or converted on.
+    Related {
+        #[serde(default = "ten")]
+        last: usize,
+        #[serde(default = "one")]
+        weight: f32,
+    },
+    /// The index's trending items.
+    Trending {
+        #[serde(default = "one")]
+        weight: f32,
+    },
+}
+
+fn als() -> String {
+    "als".into()
+}
+fn one() -> f32 {
+    1.0
+}
+fn ten() -> usize {
+    10
+}
+fn default_size() -> usize {
+    DEFAULT_SIZE
+}
+
+impl Source {
+    pub fn weight(&self) -> f32 {
+        match self {
+            Source::Als { weight, .. }
+            | Source::SimilarToLiked { weight, .. }
+            | Source::Related { weight, .. }
+            | Source::Trending { weight } => *weight,
+        }
+    }
+}
+
+/// What a queue holds and how it is built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueDefinition {
+    /// The catalog index its items are records of.
+    pub index_name: String,
+    /// Items kept per user (1 to [`MAX_SIZE`], default [`DEFAULT_SIZE`]).
+    #[serde(default = "default_size")]
+    pub size: usize,
+    /// Where candidates come from; none: only the lists callers give when they rebuild.
+    #[serde(default)]
+    pub sources: Vec<Source>,
+}
+
+impl QueueDefinition {
+    pub fn check(&self) -> Result<()> {
+        crate::catalog::check_index_name(&self.index_name)?;
+        if !(1..=MAX_SIZE).contains(&self.size) {
+            return Err(EngineError::Invalid(format!(
+                "size must be between 1 and {MAX_SIZE}"
+            )));
+        }
+        for source in &self.sources {
+            let weight = source.weight();
+            if !(weight.is_finite() && weight > 0.0) {
+                return Err(EngineError::Invalid(
+                    "a source's weight must be a positive number".into(),
+                ));
+            }
+            match source {
+                Source::Als { space, .. } | Source::SimilarToLiked { space, .. } => {
+                    crate::vectors::check_space_name(space)?;
+                }
+                Source::Related { .. } | Source::Trending { .. } => {}
+            }
+            if let Source::SimilarToLiked { last, .. } | Source::Related { last, .. } = source
+                && !(1..=crate::vectors::MAX_LIKED).contains(last)
+            {
+                return Err(EngineError::Invalid(format!(
+                    "last must be between 1 and {}",
+                    crate::vectors::MAX_LIKED
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Queue names: 1 to 64 bytes of letters, digits, `-`, `_` and `.`.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = (1..=MAX_NAME_BYTES).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "a queue name must be 1 to {MAX_NAME_BYTES} letters, digits, '-', '_' or '.'"
+        )))
+    }
+}
+
+/// A user's queue as stored: its entries and how many were popped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stored {
+    pub items: Ranked,
+    pub cursor: usize,
+    /// When it was built (ms), if it was.
+    pub built_at: Option<i64>,
+}
+
+impl Stored {
+    /// The entries not popped yet.
+    pub fn pending(&self) -> &[(String, f32)] {
+        &self.items[self.cursor.min(self.items.len())..]
+    }
+}
+
+/// Queue storage of every app.
+#[derive(Debug, Clone)]
+pub struct Queues {
+    store: Arc<dyn Store>,
+}
+
+impl Queues {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+
+    /// Save a queue's definition; refused past [`MAX_QUEUES`] queues.
+    pub async fn define(&self, app: &str, name: &str, definition: &QueueDefinition) -> Result<()> {
+        check_name(name)?;
+        definition.check()?;
+        let defined = self.definitions(app).await?;
+        if defined.len() >= MAX_QUEUES && !defined.iter().any(|(n, _)| n == name) {
+            return Err(EngineError::Refused(format!(
+                "an app may define {MAX_QUEUES} queues: delete one first"
+            )));
+        }
+        let json = serde_json::to_vec(definition).map_err(|e| internal("serialization", e))?;
+        self.store
+            .mutate_row(
+                QUEUES_TABLE,
+                keys::queue_definition(app, name),
+                vec![Mutation::set_now(FAMILY, DEFINITION, json)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A queue's definition; `NotFound` names it.
+    pub async fn definition(&self, app: &str, name: &str) -> Result<QueueDefinition> {
+        check_name(name)?;
+        let row = self
+            .store
+            .read_row(QUEUES_TABLE, keys::queue_definition(app, name), None)
+            .await?;
+        match row.as_ref().and_then(|r| r.latest(FAMILY, DEFINITION)) {
+            Some(cell) => {
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt queue", e))
+            }
+            None => Err(EngineError::NotFound(format!(
+                "queue '{name}' does not exist"
+            ))),
+        }
+    }
+
+    /// Every queue of the app, by name.
+    pub async fn definitions(&self, app: &str) -> Result<Vec<(String, QueueDefinition)>> {
+        let prefix = keys::queue_definitions(app);
+        let request = ReadRows::new(RowSet::prefix(prefix.clone()));
+        let mut out = Vec::new();
+        for row in self.store.read_all(QUEUES_TABLE, request).await? {
+            let (Some(name), Some(cell)) = (
+                row.key
+                    .strip_prefix(&prefix[..])
+                    .and_then(|n| std::str::from_utf8(n).ok()),
+                row.latest(FAMILY, DEFINITION),
+            ) else {
+                continue;
+            };
+            let definition =
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt queue", e))?;
+            out.push((name.to_owned(), definition));
+        }
+        Ok(out)
+    }
+
+    /// Delete a queue's definition and every user's copy of it.
+    pub async fn undefine(&self, app: &str, name: &str) -> Result<()> {
+        self.definition(app, name).await?;
+        self.store
+            .mutate_row(
+                QUEUES_TABLE,
+                keys::queue_definition(app, name),
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
+        let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
+        let keys_only = RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1));
+        let request = ReadRows::new(RowSet::prefix(keys::app(app))).filter(keys_only);
+        let deletes: Vec<RowMutation> = store
+            .read_all(QUEUES_TABLE, request)
+            .await?
+            .into_iter()
+            .filter(|row| {
+                keys::user_of(app, &row.key)
+                    .is_some_and(|user| row.key == keys::queue(app, user, name))
+            })
+            .map(|row| RowMutation::new(row.key, vec![Mutation::DeleteFromRow]))
+            .collect();
+        store.mutate_all(QUEUES_TABLE, deletes).await?;
+        Ok(())
+    }
+
+    /// Replace a user's queue (cursor back to 0).
+    pub async fn write(&self, app: &str, user: &str, name: &str, items: &Ranked) -> Result<()> {
+        self.store
+            .mutate_row(
+                QUEUES_TABLE,
+                keys::queue(app, user, name),
+                vec![
+                    Mutation::set_now(FAMILY, ITEMS, encode_ranked(items)),
+                    Mutation::set_now(FAMILY, CURSOR, Bytes::from(0i64.to_be_bytes().to_vec())),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A user's queue as stored (empty if never built).
+    pub async fn read(&self, app: &str, user: &str, name: &str) -> Result<Stored> {
+        let row = self
+            .store
+            .read_row(QUEUES_TABLE, keys::queue(app, user, name), None)
+            .await?;
+        let Some(row) = row else {
+            return Ok(Stored::default());
+        };
+        let items = match row.latest(FAMILY, ITEMS) {
+            Some(cell) => decode_ranked(&cell.value)?,
+            None => Vec::new(),
+        };
+        Ok(Stored {
+            items,
+            cursor: row.latest(FAMILY, CURSOR).map_or(0, |c| counter(&c.value)),
+            built_at: row.latest(FAMILY, ITEMS).map(|c| c.timestamp / 1000),
+        })
+    }
+
+    /// Move a user's cursor `n` entries on, atomically; returns the entries moved over (fewer
+    /// at the queue's end).
+    pub async fn advance(&self, app: &str, user: &str, name: &str, n: usize) -> Result<Ranked> {
+        let key = keys::queue(app, user, name);
+        let stored = self.read(app, user, name).await?;
+        if stored.built_at.is_none() || stored.pending().is_empty() {
+            return Ok(Vec::new());
+        }
+        let rule = ReadModifyWriteRule::increment(FAMILY, CURSOR, n as i64);
+        let row = self
+            .store
+            .read_modify_write_row(QUEUES_TABLE, key, vec![rule])
+            .await?;
+        let end = row.latest(FAMILY, CURSOR).map_or(0, |c| counter(&c.value));
+        let start = end.saturating_sub(n).min(stored.items.len());
+        Ok(stored.items[start..end.min(stored.items.len())].to_vec())
+    }
+}
+
+fn counter(value: &[u8]) -> usize {
+    <[u8; 8]>::try_from(value).map_or(0, |b| i64::from_be_bytes(b).max(0) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_parse_with_defaults_and_reject_unknown_fields() {
+        let def: QueueDefinition = serde_json::from_str(
+            r#"{"indexName": "products", "sources": [{"source": "als"},
+                {"source": "similar-to-liked", "last": 5, "weight": 0.5},
+                {"source": "related"}, {"source": "trending", "weight": 0.1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(def.size, DEFAULT_SIZE);
+        assert_eq!(
+            def.sources[0],
+            Source::Als {
+                space: "als".into(),
+                weight: 1.0
+            }
+        );
+        assert!(def.check().is_ok());
+        let typo = r#"{"indexName": "p", "sources": [{"source": "als", "wieght": 2}]}"#;
+        assert!(serde_json::from_str::<QueueDefinition>(typo).is_err());
+        let unknown = r#"{"indexName": "p", "sources": [{"source": "magic"}]}"#;
+        assert!(serde_json::from_str::<QueueDefinition>(unknown).is_err());
+        let mut bad = def.clone();
+        bad.size = 0;
+        assert!(bad.check().is_err());
+        bad.size = 10;
+        bad.sources = vec![Source::Trending { weight: -1.0 }];
+        assert!(bad.check().is_err());
+        assert!(check_name("for-you").is_ok());
+        assert!(check_name("for you").is_err());
+    }
+}

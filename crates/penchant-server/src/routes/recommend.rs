@@ -1,0 +1,302 @@
+//! Algolia's Recommend API and Penchant's per-user queues.
+//!
+//! Recommend (`search`): `POST /1/indexes/*/recommendations` `{requests: [{indexName, model,
+//! threshold, maxRecommendations?, objectID?, facetName?, facetValue?, queryParameters?,
+//! fallbackParameters?, space?, queue?}]}` → `{results: [{hits, nbHits, ..., answeredBy,
+//! source}]}`, one result per request, in order.
+//!
+//! Queues:
+//! - `GET /1/queues` (`search`): every queue's definition; `PUT /1/queues/{name}`
+//!   (`editSettings`) `{indexName, size?, sources?}`; `GET /1/queues/{name}` (`search`);
+//!   `DELETE /1/queues/{name}` (`editSettings`): the definition and every user's queue;
+//! - `GET /1/queues/{name}/users/{user}?n=` (`search`): peek at the next `n` items (10 by
+//!   default) the user has not seen; `POST /1/queues/{name}/users/{user}/pop` `{n?}`
+//!   (`search`): take them (they are marked seen);
+//! - `POST /1/queues/{name}/users/{user}/rebuild` `{items?: [{objectID, score}]}`
+//!   (`editSettings`): rebuild one user's queue now;
+//! - `POST /1/recommend/build` (`editSettings`) → 202, the build job (co-interaction lists,
+//!   then every user's queues); `GET /1/recommend/build` (`search`): its status.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use penchant_engine::recommend::{
+    QueueDefinition, RecommendHit, RecommendRequest, Recommendations,
+};
+use penchant_engine::tenancy::Acl;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::AppState;
+use crate::auth::Auth;
+use crate::error::{ApiError, to_json};
+use crate::json::JsonBody;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/1/queues", get(list_queues))
+        .route(
+            "/1/queues/{name}",
+            get(queue).put(define_queue).delete(delete_queue),
+        )
+        .route("/1/queues/{name}/users/{user}", get(peek))
+        .route("/1/queues/{name}/users/{user}/pop", post(pop))
+        .route("/1/queues/{name}/users/{user}/rebuild", post(rebuild))
+        .route("/1/recommend/build", get(build_status).post(build))
+}
+
+/// `POST /1/indexes/*/recommendations`, added by the indexes' router (its `*` routes).
+pub async fn recommendations(
+    auth: Auth,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let started = Instant::now();
+    let app = &auth.require(Acl::Search)?.app_id;
+    let Some(requests) = body.get("requests") else {
+        return Err(ApiError::bad_request("requests is required"));
+    };
+    let Some(requests) = requests.as_array() else {
+        return Err(ApiError::bad_request("requests must be an array"));
+    };
+    let parsed = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            serde_json::from_value::<RecommendRequest>(r.clone())
+                .map_err(|e| ApiError::bad_request(format!("requests[{i}]: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let answers = state.engine.recommendations(app, &parsed).await?;
+    let ms = started.elapsed().as_millis() as u64;
+    let results: Vec<Value> = parsed
+        .iter()
+        .zip(answers)
+        .map(|(request, answer)| result(request, answer, ms))
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+/// One request's result, shaped like Algolia's (a search response's fields around the hits).
+fn result(request: &RecommendRequest, answer: Recommendations, ms: u64) -> Value {
+    let retrieve = request.query_parameters.attributes_to_retrieve.as_deref();
+    let hits: Vec<Value> = answer
+        .hits
+        .into_iter()
+        .map(|hit| match hit {
+            RecommendHit::Item { record, score } => {
+                let mut out = retrieved(record, retrieve);
+                out.insert("_score".into(), json!(score));
+                Value::Object(out)
+            }
+            RecommendHit::Facet { name, value, score } => {
+                json!({"facetName": name, "facetValue": value, "_score": score})
+            }
+        })
+        .collect();
+    let per_page = request.max_recommendations.unwrap_or(30);
+    json!({
+        "hits": hits,
+        "nbHits": hits.len(),
+        "page": 0,
+        "nbPages": 1,
+        "hitsPerPage": per_page,
+        "exhaustiveNbHits": true,
+        "exhaustive": {"nbHits": true},
+        "query": "",
+        "params": "",
+        "index": request.index_name,
+        "processingTimeMS": ms,
+        "answeredBy": answer.answered_by,
+        "source": answer.source,
+    })
+}
+
+/// The attributes of a record a request asked for (`objectID` always; all for none or `*`).
+fn retrieved(record: Map<String, Value>, retrieve: Option<&[String]>) -> Map<String, Value> {
+    match retrieve {
+        Some(wanted) if !wanted.iter().any(|a| a == "*") => record
+            .into_iter()
+            .filter(|(k, _)| k == "objectID" || wanted.contains(k))
+            .collect(),
+        _ => record,
+    }
+}
+
+async fn list_queues(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let queues: Vec<Value> = state
+        .engine
+        .queue_definitions(app)
+        .await?
+        .into_iter()
+        .map(|(name, def)| definition_json(&name, &def))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(json!({ "queues": queues })))
+}
+
+fn definition_json(name: &str, def: &QueueDefinition) -> Result<Value, ApiError> {
+    let mut out = serde_json::to_value(def).map_err(ApiError::internal)?;
+    out["name"] = json!(name);
+    Ok(out)
+}
+
+async fn queue(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let def = state.engine.queue_definition(app, &name).await?;
+    Ok(Json(definition_json(&name, &def)?))
+}
+
+async fn define_queue(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    let def: QueueDefinition = serde_json::from_value(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid queue: {e}")))?;
+    state.engine.define_queue(app, &name, &def).await?;
+    Ok(Json(json!({ "updatedAt": crate::iso_now(), "name": name })))
+}
+
+async fn delete_queue(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    state.engine.delete_queue(app, &name).await?;
+    Ok(Json(json!({ "deletedAt": crate::iso_now() })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Count {
+    #[serde(default = "ten")]
+    n: usize,
+}
+
+fn ten() -> usize {
+    10
+}
+
+impl Default for Count {
+    fn default() -> Self {
+        Self { n: ten() }
+    }
+}
+
+/// A JSON object body that may be left out (an empty body reads as the default).
+fn optional_body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}")))
+}
+
+fn items_json(items: Vec<(Map<String, Value>, f32)>) -> Value {
+    let hits: Vec<Value> = items
+        .into_iter()
+        .map(|(mut record, score)| {
+            record.insert(
+                "_score".into(),
+                json!(penchant_engine::vectors::json_f32(score)),
+            );
+            Value::Object(record)
+        })
+        .collect();
+    json!({ "hits": hits })
+}
+
+async fn peek(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path((name, user)): Path<(String, String)>,
+    Query(count): Query<Count>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let items = state
+        .engine
+        .queue_items(app, &name, &user, count.n, false)
+        .await?;
+    Ok(Json(items_json(items)))
+}
+
+async fn pop(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path((name, user)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let count: Count = optional_body(&body)?;
+    let items = state
+        .engine
+        .queue_items(app, &name, &user, count.n, true)
+        .await?;
+    Ok(Json(items_json(items)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Given {
+    #[serde(rename = "objectID")]
+    object_id: String,
+    score: f32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rebuild {
+    items: Option<Vec<Given>>,
+}
+
+async fn rebuild(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path((name, user)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    let body: Rebuild = optional_body(&body)?;
+    let given = body.items.map(|items| {
+        items
+            .into_iter()
+            .map(|g| (g.object_id, g.score))
+            .collect::<Vec<_>>()
+    });
+    if let Some(bad) = given.iter().flatten().find(|(_, score)| !score.is_finite()) {
+        return Err(ApiError::bad_request(format!(
+            "item '{}' has a score that is not a finite number",
+            bad.0
+        )));
+    }
+    let rebuilt = state.engine.rebuild_queue(app, &name, &user, given).await?;
+    to_json(&rebuilt)
+}
+
+async fn build(
+    auth: Auth,
+    State(state): State<AppState>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    let status = state.engine.start_build(app).await?;
+    Ok((StatusCode::ACCEPTED, to_json(&status)?))
+}
+
+async fn build_status(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    match state.engine.build_status(app).await? {
+        Some(status) => to_json(&status),
+        None => Err(ApiError::not_found("this app has never been built")),
+    }
+}

@@ -1,0 +1,541 @@
+//! The Recommend API and per-user queues over HTTP: every model, filters, thresholds, the
+//! zero-day fallback, queues under seen items, item deletion and user deletion.
+
+use std::time::Duration;
+
+use crate::common::Server;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+type Creds<'a> = Option<(&'a str, &'a str)>;
+
+fn now_ms() -> i64 {
+    penchant_store::validate::now_micros() / 1000
+}
+
+#[track_caller]
+fn assert_error(got: (StatusCode, Value), status: StatusCode, needle: &str) {
+    let (code, body) = got;
+    assert_eq!(code, status, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(needle),
+        "«{message}» should say «{needle}»"
+    );
+}
+
+fn event(kind: &str, user: &str, ids: &[&str], timestamp: i64) -> Value {
+    json!({
+        "eventType": kind, "eventName": format!("Item {kind}"), "index": "products",
+        "userToken": user, "objectIDs": ids, "timestamp": timestamp,
+    })
+}
+
+async fn ok(
+    s: &Server,
+    creds: Creds<'_>,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let (status, body) = s.call(method, path, creds, body).await;
+    assert!(status.is_success(), "{path}: {status} {body}");
+    body
+}
+
+/// One Recommend request; the first result.
+async fn recommend(s: &Server, creds: Creds<'_>, request: Value) -> Value {
+    let body = ok(
+        s,
+        creds,
+        Method::POST,
+        "/1/indexes/*/recommendations",
+        Some(json!({ "requests": [request] })),
+    )
+    .await;
+    body["results"][0].clone()
+}
+
+fn ids(result: &Value) -> Vec<String> {
+    result["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["objectID"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A shop: ten products; "p0" converted most, then "p1", ... (by buyers of one item each);
+/// u1 and u2 bought p0 and p1 on one day, u3 p2 and p3; u4 clicked p5 and p6; u5 only viewed.
+async fn shop(s: &Server, creds: Creds<'_>) {
+    let products: Vec<Value> = (0..10)
+        .map(|i| {
+            json!({"action": "addObject", "body": {
+                "objectID": format!("p{i}"),
+                "brand": if i % 2 == 0 { "Apple" } else { "Samsung" },
+                "price": i * 10,
+                "color": if i % 2 == 0 { "red" } else { "blue" },
+            }})
+        })
+        .collect();
+    ok(
+        s,
+        creds,
+        Method::POST,
+        "/1/indexes/products/batch",
+        Some(json!({ "requests": products })),
+    )
+    .await;
+    let t = now_ms() - 60_000;
+    let mut events = Vec::new();
+    // Conversions: p0 ×5, p1 ×4, p2 ×3, p3 ×2, p4 ×1 (by several users).
+    for (i, n) in [5, 4, 3, 2, 1].into_iter().enumerate() {
+        for k in 0..n {
+            let user = format!("buyer{i}-{k}");
+            events.push(event(
+                "conversion",
+                &user,
+                &[&format!("p{i}")],
+                t + i as i64,
+            ));
+        }
+    }
+    events.push(event("conversion", "u1", &["p0", "p1"], t));
+    events.push(event("conversion", "u2", &["p0"], t));
+    events.push(event("conversion", "u2", &["p1"], t + 5));
+    events.push(event("conversion", "u3", &["p2", "p3"], t));
+    events.push(event("click", "u4", &["p5", "p6"], t));
+    events.push(event("view", "u5", &["p7"], t));
+    ok(
+        s,
+        creds,
+        Method::POST,
+        "/1/events",
+        Some(json!({ "events": events })),
+    )
+    .await;
+}
+
+async fn build(s: &Server, creds: Creds<'_>) -> Value {
+    let (status, body) = s
+        .call(Method::POST, "/1/recommend/build", creds, None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    for _ in 0..500 {
+        let status = ok(s, creds, Method::GET, "/1/recommend/build", None).await;
+        if status["state"] != "running" {
+            assert_eq!(status["state"], "done", "{status}");
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the build did not end");
+}
+
+#[tokio::test]
+async fn trending_models_rank_conversions_and_honour_filters_and_thresholds() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let (a, k) = (
+        Some(("SHOP", admin.as_str())),
+        Some(("SHOP", search.as_str())),
+    );
+    shop(&s, a).await;
+
+    let r = recommend(
+        &s,
+        k,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0}),
+    )
+    .await;
+    let got = ids(&r);
+    assert_eq!(&got[..5], ["p0", "p1", "p2", "p3", "p4"], "{r}");
+    assert_eq!(r["hits"][0]["_score"], 100.0);
+    assert_eq!(
+        r["hits"][0]["brand"], "Apple",
+        "hits are the catalog records"
+    );
+    assert_eq!(r["answeredBy"], "trending-items");
+    assert_eq!(r["nbHits"], got.len());
+    assert!(!got.contains(&"p7".to_owned()), "views do not trend");
+
+    // facetName / facetValue, filters, threshold, maxRecommendations.
+    let r = recommend(
+        &s,
+        k,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "facetName": "brand", "facetValue": "Samsung"}),
+    )
+    .await;
+    assert_eq!(&ids(&r)[..2], ["p1", "p3"], "{r}");
+    let r = recommend(
+        &s,
+        k,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "queryParameters": {"filters": "price >= 20 AND NOT objectID:p3"}}),
+    )
+    .await;
+    assert_eq!(&ids(&r)[..2], ["p2", "p4"], "{r}");
+    let r = recommend(
+        &s,
+        k,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 50,
+               "queryParameters": {"facetFilters": [["color:red", "color:blue"], "brand:-Samsung"]}}),
+    )
+    .await;
+    // p0 scores 100, p2 about 60 (3 of 5 conversions, a little decayed), p4 20.
+    assert_eq!(ids(&r), ["p0", "p2"], "{r}");
+    let r = recommend(
+        &s,
+        k,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "maxRecommendations": 2, "queryParameters": {"attributesToRetrieve": ["price"]}}),
+    )
+    .await;
+    assert_eq!(ids(&r), ["p0", "p1"]);
+    assert_eq!(r["hits"][1]["price"], 10);
+    assert!(r["hits"][1].get("brand").is_none(), "{r}");
+
+    let r = recommend(
+        &s,
+        k,
+        json!({"indexName": "products", "model": "trending-facets", "threshold": 0,
+               "facetName": "brand"}),
+    )
+    .await;
+    assert_eq!(r["hits"][0]["facetName"], "brand");
+    assert_eq!(r["hits"][0]["facetValue"], "Apple", "{r}");
+    assert_eq!(r["hits"][0]["_score"], 100.0);
+    assert_eq!(r["hits"][1]["facetValue"], "Samsung");
+
+    // Requests are answered in order, each its own model.
+    let body = ok(
+        &s,
+        k,
+        Method::POST,
+        "/1/indexes/*/recommendations",
+        Some(json!({"requests": [
+            {"indexName": "products", "model": "trending-facets", "threshold": 0, "facetName": "color"},
+            {"indexName": "products", "model": "trending-items", "threshold": 0, "maxRecommendations": 1},
+        ]})),
+    )
+    .await;
+    assert_eq!(body["results"][0]["hits"][0]["facetName"], "color");
+    assert_eq!(ids(&body["results"][1]), ["p0"]);
+}
+
+#[tokio::test]
+async fn bad_requests_say_what_is_wrong() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    let call = |body: Value| {
+        s.call(
+            Method::POST,
+            "/1/indexes/*/recommendations",
+            a,
+            Some(json!({ "requests": [body] })),
+        )
+    };
+    let bad = StatusCode::BAD_REQUEST;
+    assert_error(
+        call(json!({"indexName": "products", "model": "trending-items"})).await,
+        bad,
+        "requests[0]: threshold is required",
+    );
+    assert_error(
+        call(json!({"indexName": "products", "model": "nope", "threshold": 0})).await,
+        bad,
+        "model 'nope' is not one of",
+    );
+    assert_error(
+        call(json!({"indexName": "products", "model": "bought-together", "threshold": 0})).await,
+        bad,
+        "objectID is required by model bought-together",
+    );
+    assert_error(
+        call(json!({"indexName": "products", "model": "trending-items", "threshold": 101})).await,
+        bad,
+        "threshold must be between 0 and 100",
+    );
+    assert_error(
+        call(
+            json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+                    "maxRecommendations": 31}),
+        )
+        .await,
+        bad,
+        "maxRecommendations must be between 1 and 30",
+    );
+    assert_error(
+        call(json!({"indexName": "products", "model": "recommended-for-you", "threshold": 0}))
+            .await,
+        bad,
+        "userToken is required",
+    );
+    assert_error(
+        call(
+            json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+                    "queryParameters": {"filters": "brand:Apple AND"}}),
+        )
+        .await,
+        bad,
+        "col",
+    );
+    assert_error(
+        call(
+            json!({"indexName": "products", "model": "looking-similar", "threshold": 0,
+                    "objectID": "p1"}),
+        )
+        .await,
+        bad,
+        "looking-similar reads item vectors",
+    );
+    assert_error(
+        s.call(
+            Method::POST,
+            "/1/indexes/*/recommendations",
+            a,
+            Some(json!({})),
+        )
+        .await,
+        bad,
+        "requests is required",
+    );
+}
+
+#[tokio::test]
+async fn co_interaction_and_vector_models_answer_and_fall_back_to_trending() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    shop(&s, a).await;
+    let built = build(&s, a).await;
+    assert!(built["lists"].as_u64().unwrap() >= 4, "{built}");
+
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "bought-together", "threshold": 0, "objectID": "p0"}),
+    )
+    .await;
+    assert_eq!(ids(&r), ["p1"], "{r}");
+    assert_eq!(r["answeredBy"], "bought-together");
+    assert_eq!(r["source"], "co-interaction");
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "related-products", "threshold": 0, "objectID": "p5"}),
+    )
+    .await;
+    assert_eq!(ids(&r), ["p6"], "clicks count for related products: {r}");
+
+    // No history for p9: the zero-day model answers, never with p9 itself, within the filters.
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "bought-together", "threshold": 0, "objectID": "p9",
+               "queryParameters": {"filters": "brand:Samsung"}}),
+    )
+    .await;
+    assert_eq!(r["answeredBy"], "trending-items", "{r}");
+    assert_eq!(&ids(&r)[..2], ["p1", "p3"]);
+    // Nothing passes: fallbackParameters answer, from the catalog if nothing trends there.
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "bought-together", "threshold": 0, "objectID": "p9",
+               "queryParameters": {"filters": "price > 1000"},
+               "fallbackParameters": {"filters": "color:blue AND price >= 70"}}),
+    )
+    .await;
+    assert_eq!(r["answeredBy"], "fallbackParameters", "{r}");
+    assert_eq!(ids(&r), ["p7"], "p9 is the item itself: {r}");
+    assert_eq!(r["source"], "catalog");
+
+    // looking-similar: the index's uploaded vectors.
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/vectors",
+        Some(json!({"name": "images", "dimension": 2, "index": "products"})),
+    )
+    .await;
+    let vectors: Vec<Value> = (0..10)
+        .map(|i| {
+            let t = f64::from(i) / 10.0;
+            json!({"id": format!("p{i}"), "vector": [t.cos(), t.sin()]})
+        })
+        .collect();
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/vectors/images/items",
+        Some(json!({ "vectors": vectors })),
+    )
+    .await;
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "looking-similar", "threshold": 0,
+               "objectID": "p5", "maxRecommendations": 2}),
+    )
+    .await;
+    let got = ids(&r);
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|id| id == "p4" || id == "p6"), "{r}");
+    assert_eq!(r["source"], "vectors");
+    assert!(r["hits"][0]["_score"].as_f64().unwrap() > 99.0);
+    // related-products blends co-interaction with the named space's neighbours.
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "related-products", "threshold": 0,
+               "objectID": "p5", "space": "images"}),
+    )
+    .await;
+    assert_eq!(r["source"], "co-interaction+vectors", "{r}");
+    assert_eq!(ids(&r)[0], "p6");
+}
+
+#[tokio::test]
+async fn queues_serve_unseen_items_and_forget_deleted_items_and_users() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    shop(&s, a).await;
+    let (status, _) = s
+        .call(
+            Method::PUT,
+            "/1/queues/for-you",
+            a,
+            Some(json!({"indexName": "products", "size": 5, "sources": [{"source": "trending"}]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_error(
+        s.call(
+            Method::PUT,
+            "/1/queues/bad",
+            a,
+            Some(json!({"indexName": "products", "sources": [{"source": "magic"}]})),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "Invalid queue",
+    );
+    let listed = ok(&s, a, Method::GET, "/1/queues", None).await;
+    assert_eq!(listed["queues"][0]["name"], "for-you");
+
+    // A new user: no queue yet, recommended-for-you answers with trending (zero day).
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "recommended-for-you", "threshold": 0,
+               "queryParameters": {"userToken": "newbie"}}),
+    )
+    .await;
+    assert_eq!(r["answeredBy"], "trending-items", "{r}");
+
+    // The queue, built with a given list on top; seen items are left out.
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/events",
+        Some(json!({"events": [event("view", "newbie", &["p1"], now_ms() - 1000)]})),
+    )
+    .await;
+    let rebuilt = ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/queues/for-you/users/newbie/rebuild",
+        Some(json!({"items": [{"objectID": "p9", "score": 9.0}, {"objectID": "gone", "score": 5.0}]})),
+    )
+    .await;
+    assert_eq!(rebuilt, json!({"items": 5, "seen": 1, "missing": 1}));
+    let peek = ok(
+        &s,
+        a,
+        Method::GET,
+        "/1/queues/for-you/users/newbie?n=3",
+        None,
+    )
+    .await;
+    let peeked = ids(&peek);
+    assert_eq!(peeked, ["p0", "p9", "p2"], "{peek}");
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "recommended-for-you", "threshold": 0,
+               "queryParameters": {"userToken": "newbie"}}),
+    )
+    .await;
+    assert_eq!(r["source"], "queue", "{r}");
+    assert_eq!(&ids(&r)[..3], peeked.as_slice());
+
+    // Popped items are seen: never served again.
+    let popped = ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/queues/for-you/users/newbie/pop",
+        Some(json!({"n": 2})),
+    )
+    .await;
+    assert_eq!(ids(&popped), ["p0", "p9"]);
+    let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/newbie", None).await;
+    assert_eq!(ids(&peek), ["p2", "p3", "p4"]);
+    let seen = ok(&s, a, Method::GET, "/1/seen/users/newbie", None).await;
+    assert!(seen["keys"].as_u64().unwrap_or_default() >= 3, "{seen}");
+
+    // An item deleted from the catalog leaves every queue at once; added again, it is back.
+    let (status, _) = s
+        .call(Method::DELETE, "/1/indexes/products/p3", a, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/newbie", None).await;
+    assert_eq!(ids(&peek), ["p2", "p4"]);
+    let r = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0}),
+    )
+    .await;
+    assert!(!ids(&r).contains(&"p3".to_owned()), "{r}");
+    ok(
+        &s,
+        a,
+        Method::PUT,
+        "/1/indexes/products/p3",
+        Some(json!({"brand": "Samsung", "price": 30})),
+    )
+    .await;
+    let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/newbie", None).await;
+    assert_eq!(ids(&peek), ["p2", "p3", "p4"]);
+
+    // Deleting the user token deletes the queue with the rest.
+    let (status, _) = s
+        .call(Method::DELETE, "/1/usertokens/newbie", a, None)
+        .await;
+    assert!(status.is_success());
+    let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/newbie", None).await;
+    assert_eq!(peek["hits"], json!([]));
+
+    // The build job rebuilds every user with events; the queue's definition goes with DELETE.
+    let built = build(&s, a).await;
+    assert!(built["users"].as_u64().unwrap() >= 5, "{built}");
+    let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/u5?n=2", None).await;
+    assert_eq!(ids(&peek), ["p0", "p1"]);
+    ok(&s, a, Method::DELETE, "/1/queues/for-you", None).await;
+    assert_error(
+        s.call(Method::GET, "/1/queues/for-you/users/u5", a, None)
+            .await,
+        StatusCode::NOT_FOUND,
+        "queue 'for-you' does not exist",
+    );
+}
