@@ -68,8 +68,10 @@ impl Supervisor {
     /// Stop every task where it stands, without letting it save or release anything: what a
     /// killed node does (for tests of another node taking over).
     pub fn abort(&self) {
-        self.stop.send_replace(true);
+        // Aborted first: a task woken by the stop signal before its abort would save and
+        // release what a killed node never does.
         self.tasks.lock().abort_all();
+        self.stop.send_replace(true);
     }
 }
 

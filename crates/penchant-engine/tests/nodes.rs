@@ -241,3 +241,90 @@ async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
     assert!(profile.scores["brand"].contains_key("early"));
     assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 0, "nothing left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
+    use penchant_engine::catalog::Write;
+    use penchant_engine::recommend::{QueueDefinition, Source};
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    let hooked = Arc::new(Hooked {
+        inner: penchant_store::MemStore::new(),
+        hook: Stall::new("queues", Op::Write, 40),
+    });
+    let store: Arc<dyn Store> = hooked.clone();
+    let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
+    let b = Engine::open(store, config(&clock)).await.unwrap();
+    let records: Vec<(String, Write)> = (0..5)
+        .map(|i| {
+            let record = serde_json::json!({"objectID": format!("i{i}")});
+            (
+                "items".to_owned(),
+                Write::Put(record.as_object().unwrap().clone()),
+            )
+        })
+        .collect();
+    a.write_records(APP, records).await.unwrap();
+    let now = clock.now_ms();
+    let events: Vec<Event> = (0..USERS)
+        .map(|i| Event {
+            event_type: EventType::Conversion,
+            target: Target::ObjectIds(vec![format!("i{}", i % 5)]),
+            ..view(user(i), String::new(), now - 1000)
+        })
+        .collect();
+    a.push_events(APP, &events).await.unwrap();
+    let def = QueueDefinition {
+        index_name: "items".into(),
+        size: 3,
+        sources: vec![Source::Trending { weight: 1.0 }],
+    };
+    a.define_queue(APP, "for-you", &def).await.unwrap();
+
+    // A writes 40 users' queues, saves its checkpoint, then stalls.
+    hooked.hook.closed.store(true, Ordering::SeqCst);
+    a.start_build(APP).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let checkpoint = loop {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint saved");
+        let status = b.build_status(APP).await.unwrap().unwrap();
+        if let Some(after) = status.after.clone() {
+            break (after, status.users);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        checkpoint.1 > 0 && checkpoint.1 < USERS as u64,
+        "{checkpoint:?}"
+    );
+    let status = b.build_status(APP).await.unwrap().unwrap();
+    assert_eq!(status.state, JobState::Running, "{status:?}");
+    a.kill_background();
+    hooked.hook.closed.store(false, Ordering::SeqCst);
+    assert_eq!(b.take_over_jobs().await.unwrap(), 0, "A's lease holds");
+    clock.advance(Duration::from_secs(11));
+    assert_eq!(
+        b.take_over_jobs().await.unwrap(),
+        1,
+        "expired: B takes over"
+    );
+    let done = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the build did not end"
+        );
+        let status = b.build_status(APP).await.unwrap().unwrap();
+        if status.state != JobState::Running {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    // Users up to the checkpoint counted once, by A; B went on after it.
+    assert_eq!(done.users, USERS as u64, "{done:?}");
+    for i in 0..USERS {
+        let queue = b.stored_queue(APP, "for-you", &user(i)).await.unwrap();
+        assert_eq!(queue.items.len(), 3, "{}", user(i));
+        assert_eq!(queue.items[0].0, "i0", "the most converted first");
+    }
+    b.shutdown().await.unwrap();
+}

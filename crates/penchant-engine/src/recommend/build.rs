@@ -163,8 +163,14 @@ impl Engine {
                         tracing::warn!(%app, error = %e, "cannot save the build's status");
                     }
                 }
-                // The last checkpoint was saved; another node resumes from it.
-                () = &mut stopped => return,
+                // Shutdown: save the checkpoint; another node resumes from it.
+                () = &mut stopped => {
+                    let snapshot = shared.lock().clone();
+                    if let Err(e) = self.save_build(app, &snapshot).await {
+                        tracing::warn!(%app, error = %e, "cannot save the build's status");
+                    }
+                    return;
+                }
             }
         };
         let mut status = shared.lock().clone();

@@ -241,6 +241,8 @@ pub struct Rebuilt {
 /// A request's constraints on candidates.
 struct Select<'a> {
     index: &'a str,
+    /// Whose seen items are left out.
+    user: Option<&'a str>,
     filter: Option<&'a Filter>,
     exclude: &'a HashSet<String>,
     threshold: f64,
@@ -275,6 +277,24 @@ impl Recommend {
     pub fn cache_stats(&self) -> crate::cache::CacheStats {
         self.trending.stats()
     }
+}
+
+/// The first [`MAX_WALK`] of a ranked list, scores as percents of the best one, borrowed.
+fn percents(items: &Ranked) -> Vec<(&str, f64)> {
+    let best = items
+        .first()
+        .map_or(1.0, |(_, s)| f64::from(*s))
+        .max(f64::MIN_POSITIVE);
+    items
+        .iter()
+        .take(MAX_WALK)
+        .map(|(id, s)| {
+            (
+                id.as_str(),
+                (f64::from(*s) / best * 100.0).clamp(0.0, 100.0),
+            )
+        })
+        .collect()
 }
 
 /// Scores as percents of the best one.
@@ -736,6 +756,7 @@ impl Engine {
         let exclude: HashSet<String> = object_id.map(str::to_owned).into_iter().collect();
         let select = Select {
             index: &req.index_name,
+            user,
             filter: filter.as_ref(),
             exclude: &exclude,
             threshold,
@@ -772,11 +793,12 @@ impl Engine {
                     .await?
             }
         };
-        let candidates = match user {
-            Some(user) => self.unseen_of(app, user, candidates).await?,
-            None => candidates,
-        };
         if model != Model::TrendingItems {
+            let candidates: Vec<(&str, f64)> = candidates
+                .iter()
+                .take(MAX_WALK)
+                .map(|(id, s)| (id.as_str(), *s))
+                .collect();
             let hits = self.select(app, &select, &candidates).await?;
             if !hits.is_empty() {
                 return Ok(Recommendations {
@@ -787,11 +809,8 @@ impl Engine {
             }
         }
         // The zero-day model: trending items under the same filters.
-        let trending = percent_of_best((*self.trending(app, &req.index_name).await?).clone());
-        let trending = match user {
-            Some(user) => self.unseen_of(app, user, trending).await?,
-            None => trending,
-        };
+        let ranked = self.trending(app, &req.index_name).await?;
+        let trending = percents(&ranked);
         let hits = self.select(app, &select, &trending).await?;
         if !hits.is_empty() {
             return Ok(Recommendations {
@@ -829,11 +848,7 @@ impl Engine {
             .catalog
             .first_ids(app, &req.index_name, FALLBACK_SCAN)
             .await?;
-        let scanned: Vec<(String, f64)> = ids.into_iter().map(|id| (id, 0.0)).collect();
-        let scanned = match user {
-            Some(user) => self.unseen_of(app, user, scanned).await?,
-            None => scanned,
-        };
+        let scanned: Vec<(&str, f64)> = ids.iter().map(|id| (id.as_str(), 0.0)).collect();
         let hits = self.select(app, &any, &scanned).await?;
         let source = if hits.is_empty() { "none" } else { "catalog" };
         Ok(Recommendations {
@@ -843,54 +858,44 @@ impl Engine {
         })
     }
 
-    /// The candidates a user has not seen.
-    async fn unseen_of(
-        &self,
-        app: &str,
-        user: &str,
-        candidates: Vec<(String, f64)>,
-    ) -> Result<Vec<(String, f64)>> {
-        let mut candidates = candidates;
-        candidates.truncate(MAX_WALK);
-        let ids: Vec<&str> = candidates.iter().map(|(id, _)| id.as_str()).collect();
-        let unseen: HashSet<String> = self
-            .seen
-            .unseen(app, user, &ids)
-            .await?
-            .into_iter()
-            .map(|id| (*id).to_owned())
-            .collect();
-        Ok(candidates
-            .into_iter()
-            .filter(|(id, _)| unseen.contains(id))
-            .collect())
-    }
-
-    /// Walk candidates (best first, scores 0–100) and return the records that exist and pass
-    /// the request's constraints.
+    /// Walk candidates (best first, scores 0–100) and return the records that exist, the user
+    /// has not seen, and pass the request's constraints. Candidates are looked at a chunk at a
+    /// time (one seen check and one catalog read each), at most [`MAX_WALK`] of them.
     async fn select(
         &self,
         app: &str,
         select: &Select<'_>,
-        candidates: &[(String, f64)],
+        candidates: &[(&str, f64)],
     ) -> Result<Vec<RecommendHit>> {
         let mut hits = Vec::new();
-        let eligible: Vec<&(String, f64)> = candidates
-            .iter()
-            .take(MAX_WALK)
-            .filter(|(id, s)| *s >= select.threshold && !select.exclude.contains(id))
-            .collect();
-        for chunk in eligible.chunks((select.max * 4).max(32)) {
-            let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
+        let mut eligible: Vec<(&str, f64)> = Vec::with_capacity(candidates.len().min(MAX_WALK));
+        for &(id, score) in candidates.iter().take(MAX_WALK) {
+            if score >= select.threshold && !select.exclude.contains(id) {
+                eligible.push((id, score));
+            }
+        }
+        // A first chunk just over what is wanted (most candidates pass), then larger ones.
+        let mut rest = eligible.as_slice();
+        let mut size = select.max + 2;
+        while !rest.is_empty() {
+            let (chunk, after) = rest.split_at(size.min(rest.len()));
+            rest = after;
+            size = (select.max * 4).max(32);
+            let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
+            let unseen = match select.user {
+                Some(user) => self.seen.unseen(app, user, &ids).await?,
+                None => ids.iter().collect(),
+            };
+            let ids: Vec<String> = unseen.into_iter().map(|id| (*id).to_owned()).collect();
             let mut records = self.catalog.get_many(app, select.index, &ids).await?;
-            for (id, score) in chunk {
+            for &(id, score) in chunk {
                 let Some(record) = records.remove(id) else {
                     continue;
                 };
                 if select.filter.is_none_or(|f| f.matches(&record)) {
                     hits.push(RecommendHit::Item {
                         record,
-                        score: round2(*score),
+                        score: round2(score),
                     });
                     if hits.len() == select.max {
                         return Ok(hits);
