@@ -187,11 +187,14 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "keys",
             "leases",
             "profiles",
+            "queues",
+            "related",
             "seen",
             "set_partitions",
             "sets",
             "spaces",
             "strategies",
+            "trending",
             "user_vectors"
         ]
     );
