@@ -476,16 +476,7 @@ impl Catalog {
     pub async fn object_ids(&self, app: &str, index: &str) -> Result<Vec<String>> {
         check_index_name(index)?;
         let prefix = index_prefix(app, index);
-        let keys_only = penchant_store::RowFilter::StripValue
-            .and(penchant_store::RowFilter::CellsPerRowLimit(1));
-        let request =
-            penchant_store::ReadRows::new(RowSet::prefix(prefix.clone())).filter(keys_only);
-        let rows = self.store.read_all(CATALOG_TABLE, request).await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| std::str::from_utf8(r.key.strip_prefix(&prefix[..])?).ok())
-            .map(str::to_owned)
-            .collect())
+        self.ids(app, index, RowSet::prefix(prefix), None).await
     }
 
     /// Which of these objectIDs have a record in the index (keys only, one read).
@@ -504,27 +495,33 @@ impl Catalog {
         if keys.is_empty() {
             return Ok(Default::default());
         }
-        let keys_only = penchant_store::RowFilter::StripValue
-            .and(penchant_store::RowFilter::CellsPerRowLimit(1));
-        let request = penchant_store::ReadRows::new(RowSet::keys(keys)).filter(keys_only);
-        let prefix = index_prefix(app, index);
-        let rows = self.store.read_all(CATALOG_TABLE, request).await?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| std::str::from_utf8(r.key.strip_prefix(&prefix[..])?).ok())
-            .map(str::to_owned)
-            .collect())
+        let ids = self.ids(app, index, RowSet::keys(keys), None).await?;
+        Ok(ids.into_iter().collect())
     }
 
     /// The objectIDs of an index's first `n` records, in key order (keys only).
     pub async fn first_ids(&self, app: &str, index: &str, n: usize) -> Result<Vec<String>> {
         check_index_name(index)?;
         let prefix = index_prefix(app, index);
+        self.ids(app, index, RowSet::prefix(prefix), Some(n as u64))
+            .await
+    }
+
+    /// The objectIDs of the records of `index` among `rows`, reading keys only.
+    async fn ids(
+        &self,
+        app: &str,
+        index: &str,
+        rows: RowSet,
+        limit: Option<u64>,
+    ) -> Result<Vec<String>> {
         let keys_only = penchant_store::RowFilter::StripValue
             .and(penchant_store::RowFilter::CellsPerRowLimit(1));
-        let request = penchant_store::ReadRows::new(RowSet::prefix(prefix.clone()))
-            .filter(keys_only)
-            .limit(n as u64);
+        let mut request = penchant_store::ReadRows::new(rows).filter(keys_only);
+        if let Some(limit) = limit {
+            request = request.limit(limit);
+        }
+        let prefix = index_prefix(app, index);
         let rows = self.store.read_all(CATALOG_TABLE, request).await?;
         Ok(rows
             .iter()

@@ -65,6 +65,22 @@ pub fn check_user_token(token: &str) -> Result<()> {
     }
 }
 
+/// Check a name that is a key part (a space, a queue): 1 to `max` bytes of letters, digits,
+/// `-`, `_` and `.`; the error says what `what` names must be.
+pub fn check_name(what: &str, name: &str, max: usize) -> Result<()> {
+    let ok = (1..=max).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::Invalid(format!(
+            "a {what} name must be 1 to {max} letters, digits, '-', '_' or '.'"
+        )))
+    }
+}
+
 /// Whether a key part may go between separators: no 0 byte.
 fn part_ok(part: &str) -> bool {
     !part.as_bytes().contains(&0)

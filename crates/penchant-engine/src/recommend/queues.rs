@@ -161,17 +161,7 @@ impl QueueDefinition {
 
 /// Queue names: 1 to 64 bytes of letters, digits, `-`, `_` and `.`.
 pub fn check_name(name: &str) -> Result<()> {
-    let ok = (1..=MAX_NAME_BYTES).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(EngineError::Invalid(format!(
-            "a queue name must be 1 to {MAX_NAME_BYTES} letters, digits, '-', '_' or '.'"
-        )))
-    }
+    keys::check_name("queue", name, MAX_NAME_BYTES)
 }
 
 /// A user's queue as stored: its entries and how many were popped.

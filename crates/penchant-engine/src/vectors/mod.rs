@@ -201,17 +201,7 @@ impl Space {
 
 /// Space names: 1 to 64 bytes of letters, digits, `-`, `_` and `.`.
 pub fn check_space_name(name: &str) -> Result<()> {
-    let ok = (1..=MAX_SPACE_NAME_BYTES).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(EngineError::Invalid(format!(
-            "a space name must be 1 to {MAX_SPACE_NAME_BYTES} letters, digits, '-', '_' or '.'"
-        )))
-    }
+    keys::check_name("space", name, MAX_SPACE_NAME_BYTES)
 }
 
 /// Check the id of a user (a user token) or an item (an objectID).

@@ -4,27 +4,9 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::common::Server;
+use crate::common::{Creds, Server, assert_error, now_ms};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-
-type Creds<'a> = Option<(&'a str, &'a str)>;
-
-fn now_ms() -> i64 {
-    penchant_store::validate::now_micros() / 1000
-}
-
-/// A status and a message the caller should see.
-#[track_caller]
-fn assert_error(got: (StatusCode, Value), status: StatusCode, needle: &str) {
-    let (code, body) = got;
-    assert_eq!(code, status, "{body}");
-    let message = body["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains(needle),
-        "«{message}» should say «{needle}»"
-    );
-}
 
 async fn create(s: &Server, creds: Creds<'_>, body: Value) -> (StatusCode, Value) {
     s.call(Method::POST, "/1/vectors", creds, Some(body)).await

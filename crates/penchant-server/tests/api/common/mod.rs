@@ -96,3 +96,23 @@ impl Server {
         body["key"].as_str().unwrap().to_owned()
     }
 }
+
+/// An app's credentials, or none.
+pub type Creds<'a> = Option<(&'a str, &'a str)>;
+
+/// Now, in ms since the epoch.
+pub fn now_ms() -> i64 {
+    penchant_store::validate::now_micros() / 1000
+}
+
+/// A status and a message the caller should see.
+#[track_caller]
+pub fn assert_error(got: (StatusCode, Value), status: StatusCode, needle: &str) {
+    let (code, body) = got;
+    assert_eq!(code, status, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(needle),
+        "«{message}» should say «{needle}»"
+    );
+}
