@@ -23,9 +23,13 @@ def hosts(host, port):
     return HostsCollection([Host(url=host, scheme="http", port=port)])
 
 
-def search_client(host, port, app_id, api_key):
+def search_client(host, port, app_id, api_key, compression=None, max_rate_limit_retries=3):
+    """compression="gzip": request bodies of 750 bytes or more are sent gzip-compressed.
+    max_rate_limit_retries: how many times a 429 is waited out (Retry-After) and retried."""
     config = SearchConfig(app_id, api_key)
     config.hosts = hosts(host, port)
+    config.compression_type = compression
+    config.max_rate_limit_retries = max_rate_limit_retries
     return SearchClientSync.create_with_config(config)
 
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::Stream;
 
-use crate::catalog::{Record, Write};
+use crate::catalog::{IndexInfo, Page, Record, Scope, Settings, Write};
+use crate::recommend::Filter;
 use crate::seen::{SeenInfo, SeenSettings};
 use crate::sets::{Rebuild, SetConfig, SetDescription, SetInfo};
 use crate::tenancy::{Acl, App, KeyInfo, Principal};
@@ -62,14 +63,18 @@ impl Engine {
         self.tenancy.delete_app(app_id).await
     }
 
-    /// Create an API key; returns the key (shown only now) and its info.
+    /// Create an API key (with a rate limit per client and hour, 0 for none); returns the key
+    /// (shown only now) and its info.
     pub async fn create_key(
         &self,
         app_id: &str,
         acl: BTreeSet<Acl>,
         description: &str,
+        max_queries_per_ip_per_hour: u32,
     ) -> Result<(String, KeyInfo)> {
-        self.tenancy.create_key(app_id, acl, description).await
+        self.tenancy
+            .create_key(app_id, acl, description, max_queries_per_ip_per_hour)
+            .await
     }
 
     /// One key's info.
@@ -118,6 +123,120 @@ impl Engine {
             self.vectors.forget_items(app, &index, &ids).await?;
         }
         Ok(ids)
+    }
+}
+
+/// Indexes as wholes: settings, listing, browsing, copying, moving, deleting.
+impl Engine {
+    /// Whether an index exists (something was written to it, and it was not deleted since).
+    pub async fn index_exists(&self, app: &str, index: &str) -> Result<bool> {
+        self.catalog.exists(app, index).await
+    }
+
+    /// An index's settings as set; `None` if the index does not exist.
+    pub async fn index_settings(&self, app: &str, index: &str) -> Result<Option<Settings>> {
+        self.catalog.settings(app, index).await
+    }
+
+    /// Change some settings of an index (creating it): `null` removes a setting.
+    pub async fn set_index_settings(
+        &self,
+        app: &str,
+        index: &str,
+        changes: Settings,
+    ) -> Result<()> {
+        self.catalog.set_settings(app, index, changes).await
+    }
+
+    /// Every index of an app.
+    pub async fn list_indexes(&self, app: &str) -> Result<Vec<IndexInfo>> {
+        self.catalog.list_indexes(app).await
+    }
+
+    /// Records of an index in objectID order, after `after`, that pass `filter`.
+    pub async fn browse(
+        &self,
+        app: &str,
+        index: &str,
+        after: Option<&str>,
+        limit: usize,
+        filter: Option<&Filter>,
+    ) -> Result<Page> {
+        self.catalog.browse(app, index, after, limit, filter).await
+    }
+
+    /// Several records, each of its own index (`None` where there is none), in request order.
+    pub async fn records(
+        &self,
+        app: &str,
+        wanted: &[(String, String)],
+    ) -> Result<Vec<Option<Record>>> {
+        let mut by_index: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (index, id) in wanted {
+            by_index.entry(index).or_default().push(id.clone());
+        }
+        let mut found: BTreeMap<(&str, String), Record> = BTreeMap::new();
+        for (index, ids) in by_index {
+            for (id, record) in self.catalog.get_many(app, index, &ids).await? {
+                found.insert((index, id), record);
+            }
+        }
+        Ok(wanted
+            .iter()
+            .map(|(index, id)| found.remove(&(index.as_str(), id.clone())))
+            .collect())
+    }
+
+    /// Delete the records of an index that pass `filter`; returns how many.
+    pub async fn delete_by(&self, app: &str, index: &str, filter: &Filter) -> Result<usize> {
+        if !self.catalog.exists(app, index).await? {
+            return Err(EngineError::NotFound("Index does not exist".into()));
+        }
+        let ids = self.catalog.delete_by(app, index, filter).await?;
+        self.vectors.forget_items(app, index, &ids).await?;
+        Ok(ids.len())
+    }
+
+    /// Delete an index: its records (and their vectors), its settings, and the recommendation
+    /// lists and trending counters made from its events.
+    pub async fn delete_index(&self, app: &str, index: &str) -> Result<()> {
+        self.delete_index_keeping(app, index, false).await
+    }
+
+    /// `delete_index`; a move (`moved`) keeps the vectors of spaces not bound to the index,
+    /// whose items now live on in the destination.
+    async fn delete_index_keeping(&self, app: &str, index: &str, moved: bool) -> Result<()> {
+        let prefix = crate::keys::index(app, index);
+        for table in [
+            crate::recommend::trending::TRENDING_TABLE,
+            crate::recommend::related::RELATED_TABLE,
+        ] {
+            self.store.delete_prefix(table, prefix.clone()).await?;
+        }
+        let ids = self.catalog.delete_index(app, index).await?;
+        if moved {
+            self.vectors.forget_bound_items(app, index, &ids).await
+        } else {
+            self.vectors.forget_items(app, index, &ids).await
+        }
+    }
+
+    /// Copy an index onto another (Algolia's `copy`, `scope` as given).
+    pub async fn copy_index(&self, app: &str, from: &str, to: &str, scope: Scope) -> Result<()> {
+        let removed = self.catalog.copy_index(app, from, to, scope).await?;
+        self.vectors.forget_items(app, to, &removed).await
+    }
+
+    /// Move an index onto another (Algolia's `move`: the destination is replaced, the source
+    /// deleted); when the source does not exist, the destination is left as it is (and what a
+    /// move that stopped halfway left of the source's records is deleted).
+    pub async fn move_index(&self, app: &str, from: &str, to: &str) -> Result<()> {
+        if !self.catalog.exists(app, from).await? {
+            let ids = self.catalog.delete_index(app, from).await?;
+            return self.vectors.forget_bound_items(app, from, &ids).await;
+        }
+        self.copy_index(app, from, to, Scope::ALL).await?;
+        self.delete_index_keeping(app, from, true).await
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `apps`, `strategies`, `jobs`, `seen` (settings) | `app 0` |
 //! | `keys` | `app 0 · SHA-256 of the key (32 bytes)` |
 //! | `catalog` | `app 0 · index 0 · objectID` |
+//! | `indexes` | `app 0 · index 0` |
 //! | `events` | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)`; a batch's ingestion intent: `app 0 · 0xFF · batch (u64 BE)` |
 //! | `aggregates` | `app 0 · user 0 · day since the epoch (u32 BE)` |
 //! | `seen` (a user's filter) | `app 0 · user 0` |
@@ -149,6 +150,11 @@ pub fn api_key(app_id: &str, digest: &[u8; 32]) -> Bytes {
 pub fn index(app_id: &str, index: &str) -> Bytes {
     debug_assert!(part_ok(index));
     Bytes::from(app_and(app_id, &[index.as_bytes(), b"\0"]))
+}
+
+/// The index of an `indexes` row (`app 0 · index 0`).
+pub fn index_of<'k>(app_id: &str, key: &'k [u8]) -> Option<&'k str> {
+    user_of(app_id, key)
 }
 
 /// A catalog record's row.

@@ -740,6 +740,6 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 18);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 19);
     }
 }

@@ -29,7 +29,11 @@ const FAMILY: &str = "m";
 const APP_COLUMN: &[u8] = b"app";
 const KEY_COLUMN: &[u8] = b"key";
 
-/// Algolia's access-control lists.
+/// Algolia's access-control lists, and Penchant's `admin` (what an app's admin key holds).
+///
+/// Every ACL Algolia defines is accepted on a key; routes check the ones Penchant serves
+/// (`analytics`, `usage`, `logs`, `seeUnretrievableAttributes`, `inference` and `personalization`
+/// guard nothing here yet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Acl {
@@ -43,6 +47,40 @@ pub enum Acl {
     EditSettings,
     /// Everything, keys included.
     Admin,
+    /// Export an index's records (`browse`).
+    Browse,
+    ListIndexes,
+    DeleteIndex,
+    /// Read an index's settings.
+    Settings,
+    Analytics,
+    Usage,
+    Logs,
+    SeeUnretrievableAttributes,
+    Inference,
+    Personalization,
+}
+
+impl Acl {
+    /// Every ACL of Algolia's (all but [`Acl::Admin`]): what an admin key grants, in Algolia's
+    /// terms.
+    pub const ALGOLIA: [Acl; 15] = [
+        Acl::Search,
+        Acl::Browse,
+        Acl::AddObject,
+        Acl::DeleteObject,
+        Acl::ListIndexes,
+        Acl::DeleteIndex,
+        Acl::Settings,
+        Acl::EditSettings,
+        Acl::Analytics,
+        Acl::Recommendation,
+        Acl::Usage,
+        Acl::Logs,
+        Acl::SeeUnretrievableAttributes,
+        Acl::Inference,
+        Acl::Personalization,
+    ];
 }
 
 /// An app: a tenant.
@@ -86,6 +124,9 @@ pub struct KeyInfo {
     pub created_at: i64,
     /// The key's first characters, to tell keys apart in a list.
     pub prefix: String,
+    /// Algolia's `maxQueriesPerIPPerHour`: requests per client and hour (0: no limit).
+    #[serde(default)]
+    pub max_queries_per_ip_per_hour: u32,
 }
 
 /// Who a request acts as: an app, with some ACLs.
@@ -93,6 +134,16 @@ pub struct KeyInfo {
 pub struct Principal {
     pub app_id: String,
     pub acl: BTreeSet<Acl>,
+    /// The key's rate limit, if it has one.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A key's `maxQueriesPerIPPerHour`, and an id of the key to count its requests by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// The first 8 bytes of the key's hash.
+    pub key: u64,
+    pub per_hour: u32,
 }
 
 impl Principal {
@@ -186,6 +237,7 @@ impl Tenancy {
             return Ok(self.app(app_id).await?.map(|_| Principal {
                 app_id: app_id.to_owned(),
                 acl: BTreeSet::from([Acl::Admin]),
+                rate_limit: None,
             }));
         }
         let hash = digest(key);
@@ -201,6 +253,10 @@ impl Tenancy {
         Ok(info.map(|i| Principal {
             app_id: app_id.to_owned(),
             acl: i.acl,
+            rate_limit: (i.max_queries_per_ip_per_hour > 0).then(|| RateLimit {
+                key: u64::from_be_bytes(hash[..8].try_into().expect("8 bytes")),
+                per_hour: i.max_queries_per_ip_per_hour,
+            }),
         }))
     }
 
@@ -255,7 +311,7 @@ impl Tenancy {
             )));
         }
         let (key, _) = self
-            .create_key(&app_id, BTreeSet::from([Acl::Admin]), "admin key")
+            .create_key(&app_id, BTreeSet::from([Acl::Admin]), "admin key", 0)
             .await?;
         Ok((app, key))
     }
@@ -352,6 +408,7 @@ impl Tenancy {
         app_id: &str,
         acl: BTreeSet<Acl>,
         description: &str,
+        max_queries_per_ip_per_hour: u32,
     ) -> Result<(String, KeyInfo)> {
         if acl.is_empty() {
             return Err(EngineError::Invalid(
@@ -364,6 +421,7 @@ impl Tenancy {
             description: description.to_owned(),
             created_at: self.clock.now_micros() / 1_000_000,
             prefix: key[..6].to_owned(),
+            max_queries_per_ip_per_hour,
         };
         let hash = digest(&key);
         let value = Bytes::from(serde_json::to_vec(&info).map_err(internal)?);
@@ -466,7 +524,7 @@ mod tests {
         let p = t.authenticate("APP1", &admin).await.unwrap().unwrap();
         assert!(p.allows(Acl::Recommendation));
         let (search, info) = t
-            .create_key("APP1", BTreeSet::from([Acl::Search]), "front end")
+            .create_key("APP1", BTreeSet::from([Acl::Search]), "front end", 0)
             .await
             .unwrap();
         assert_eq!(info.prefix, search[..6]);

@@ -5,8 +5,8 @@ use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
 use penchant_engine::tenancy::{Acl, Principal};
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorKind};
+use crate::{AppState, ratelimit};
 
 const APP_HEADER: &str = "x-algolia-application-id";
 const KEY_HEADER: &str = "x-algolia-api-key";
@@ -66,10 +66,29 @@ impl FromRequestParts<AppState> for Auth {
         let (Some(app), Some(key)) = credentials(parts) else {
             return Err(invalid_credentials());
         };
-        match state.engine.authenticate(&app, &key).await? {
-            Some(principal) => Ok(Auth(principal)),
-            None => Err(invalid_credentials()),
+        let Some(principal) = state.engine.authenticate(&app, &key).await? else {
+            return Err(invalid_credentials());
+        };
+        if let Some(limit) = principal.rate_limit {
+            let now = penchant_store::validate::now_micros() as u64 / 1_000_000;
+            let verdict = state
+                .rate_limiter
+                .hit(limit.key, limit.per_hour, parts, now);
+            if let Some(slot) = parts.extensions.get::<ratelimit::Slot>() {
+                slot.set(verdict);
+            }
+            if !verdict.allowed {
+                return Err(ApiError::kind(
+                    ErrorKind::TooManyRequests,
+                    format!(
+                        "Too many requests: this API key allows {} requests per IP address (or \
+                         X-Algolia-UserToken) per hour; retry after the time in Retry-After",
+                        limit.per_hour
+                    ),
+                ));
+            }
         }
+        Ok(Auth(principal))
     }
 }
 

@@ -32,8 +32,12 @@ pub enum ErrorKind {
     Conflict,
     /// The body is over the route's limit.
     PayloadTooLarge,
+    /// The body's media type or encoding is not one Penchant reads.
+    UnsupportedMediaType,
     /// A well-formed body that breaks a rule (Algolia's Insights answers these with 422).
     Unprocessable,
+    /// The key's rate limit is reached for this hour.
+    TooManyRequests,
     /// The store cannot serve now: retry later.
     Unavailable,
     /// Penchant failed.
@@ -51,7 +55,9 @@ impl ErrorKind {
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -66,7 +72,9 @@ impl ErrorKind {
             StatusCode::METHOD_NOT_ALLOWED => ErrorKind::MethodNotAllowed,
             StatusCode::CONFLICT => ErrorKind::Conflict,
             StatusCode::PAYLOAD_TOO_LARGE => ErrorKind::PayloadTooLarge,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorKind::UnsupportedMediaType,
             StatusCode::UNPROCESSABLE_ENTITY => ErrorKind::Unprocessable,
+            StatusCode::TOO_MANY_REQUESTS => ErrorKind::TooManyRequests,
             StatusCode::SERVICE_UNAVAILABLE => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
@@ -179,21 +187,99 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An Algolia route Penchant knows and does not serve: a 400 whose message says what to use
+/// instead. Not a 501: the official clients take any 5xx for an unreachable host, retry, and
+/// never show the message (Python's then marks the host down for minutes).
+pub fn unsupported_route(message: impl Into<String>) -> ApiError {
+    ApiError::kind(ErrorKind::BadRequest, message)
+}
+
+/// What Penchant says to a search request: what it does instead.
+pub const DOES_NOT_SEARCH: &str = "Penchant does not search; re-rank your engine's hits with \
+    POST /1/indexes/{index}/rerank, or search with your engine using the user's profile as \
+    optionalFilters (GET /1/profiles/personalization/{userToken}/optionalFilters)";
+
+/// The answer to an Algolia route Penchant does not serve, saying what to do instead; `None`
+/// for a path no Algolia API has.
+fn unsupported(method: &Method, path: &str) -> Option<ApiError> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let message = match parts.as_slice() {
+        ["1", "indexes", _] if method == Method::GET => DOES_NOT_SEARCH,
+        ["1", "indexes", "*", "queries"]
+        | ["1", "indexes", _, "query"]
+        | ["1", "indexes", _, "facets", _, "query"] => DOES_NOT_SEARCH,
+        ["1", "indexes", _, _, "recommend", "rules", ..] => {
+            "Penchant has no Recommend rules; narrow recommendations with filters, facetFilters \
+             or numericFilters in queryParameters, or with a queue's sources (PUT /1/queues/{name})"
+        }
+        ["1", "indexes", _, "rules", ..] => {
+            "Penchant has no query rules: they act on search, which Penchant does not do; \
+             boosting by user affinity is POST /1/indexes/{index}/rerank"
+        }
+        ["1", "indexes", _, "synonyms", ..] => {
+            "Penchant has no synonyms: they act on search, which Penchant does not do"
+        }
+        ["1", "indexes", _, "keys", ..] => {
+            "Penchant has no index-level API keys; manage the app's keys with /1/keys"
+        }
+        ["1", "dictionaries", ..] => {
+            "Penchant has no dictionaries: they act on search, which Penchant does not do"
+        }
+        ["1", "task", _] => {
+            "Penchant has no app-level tasks (they are dictionaries' tasks); an index's task is \
+             GET /1/indexes/{index}/task/{taskID}"
+        }
+        ["1", "keys", _] if method == Method::PUT => {
+            "Penchant does not update API keys; create one with the new ACLs (POST /1/keys) \
+             and delete the old one (DELETE /1/keys/{key})"
+        }
+        ["1", "keys", _, "restore"] => {
+            "Penchant does not restore deleted API keys; create a new one with POST /1/keys"
+        }
+        ["1", "logs"] => {
+            "Penchant has no logs API: it logs to stderr (log.format = \"json\" for JSON), and \
+             its counters and latencies are at GET /metrics"
+        }
+        ["1", "clusters", ..] | ["1", "security", ..] => {
+            "Penchant has no multi-cluster or IP-source API; see the README's Bigtable section \
+             for placing an app's data"
+        }
+        ["2", ..] => {
+            "Penchant has no Analytics, A/B testing or Usage API; its counters are at GET /metrics"
+        }
+        _ => return None,
+    };
+    Some(unsupported_route(message))
+}
+
 /// The router's fallback: no route has this path.
 pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::kind(
-        ErrorKind::NotFound,
-        format!("no route for {method} {}", uri.path()),
-    )
+    unsupported(&method, uri.path()).unwrap_or_else(|| {
+        ApiError::kind(
+            ErrorKind::NotFound,
+            format!(
+                "no route for {method} {}: Penchant serves Algolia's Insights, Personalization \
+                 and Recommend APIs, the indexing routes, and its own (the README's API section \
+                 lists them)",
+                crate::loggable_path(uri.path())
+            ),
+        )
+    })
 }
 
 /// The router's fallback for a route without this method (the `Allow` header lists those it
-/// has).
+/// has): an Algolia route Penchant does not serve on this path (search on an index's path)
+/// says so.
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError::kind(
-        ErrorKind::MethodNotAllowed,
-        format!("method {method} is not allowed on {}", uri.path()),
-    )
+    unsupported(&method, uri.path()).unwrap_or_else(|| {
+        ApiError::kind(
+            ErrorKind::MethodNotAllowed,
+            format!(
+                "method {method} is not allowed on {}",
+                crate::loggable_path(uri.path())
+            ),
+        )
+    })
 }
 
 /// The longest text of a plain-text error that becomes a JSON message.

@@ -26,12 +26,15 @@ pub struct JsonBody<T>(pub T);
 #[derive(Debug)]
 pub struct AnyJsonBody<T>(pub T);
 
+/// A body as bytes: one over the route's limit is a 413, one that cannot be read (a gzip
+/// body that does not inflate) a 400.
 async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
     Bytes::from_request(req, state).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("Request body rejected: {e}"),
-        )
+        let status = match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        ApiError::new(status, format!("Request body rejected: {}", e.body_text()))
     })
 }
 
@@ -40,19 +43,23 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("Invalid JSON: {e}")))
 }
 
+/// A JSON object read as `T` (what [`JsonBody`] reads a body with).
+pub fn object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        // Malformed JSON keeps serde's message (line and column); well-formed JSON of another
+        // kind gets this one.
+        parse::<IgnoredAny>(bytes)?;
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, NOT_AN_OBJECT));
+    }
+    parse(bytes)
+}
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = body_bytes(req, state).await?;
-        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-        if first != Some(&b'{') {
-            // Malformed JSON keeps serde's message (line and column); well-formed JSON of
-            // another kind gets this one.
-            parse::<IgnoredAny>(&bytes)?;
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, NOT_AN_OBJECT));
-        }
-        parse(&bytes).map(JsonBody)
+        object(&body_bytes(req, state).await?).map(JsonBody)
     }
 }
 

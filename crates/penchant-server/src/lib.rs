@@ -10,6 +10,7 @@ pub mod json;
 pub mod metered;
 pub mod metrics;
 pub mod protocol;
+pub mod ratelimit;
 pub mod routes;
 
 use std::future::Future;
@@ -17,9 +18,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderValue, Request};
 use penchant_engine::Engine;
 use tokio::net::TcpListener;
 use tower_http::cors::CorsLayer;
+use tower_http::decompression::RequestDecompressionLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::TraceLayer;
 
 /// What every handler can reach.
@@ -31,6 +38,8 @@ pub struct AppState {
     pub started: Instant,
     /// What `/metrics` reports.
     pub metrics: Arc<metrics::Metrics>,
+    /// Keys' requests per client and hour.
+    pub rate_limiter: Arc<ratelimit::RateLimiter>,
 }
 
 impl AppState {
@@ -45,6 +54,7 @@ impl AppState {
             backend: backend.into(),
             started: Instant::now(),
             metrics,
+            rate_limiter: Arc::default(),
         }
     }
 }
@@ -66,15 +76,76 @@ pub fn router(state: AppState) -> Router {
         // Errors are Algolia's JSON, unknown routes and methods included.
         .fallback(error::unknown_route)
         .method_not_allowed_fallback(error::method_not_allowed)
+        // The clients' `compression` option: gzip request bodies.
+        .layer(RequestDecompressionLayer::new())
         .layer(axum::middleware::from_fn(error::json_errors))
+        .layer(axum::middleware::from_fn(ratelimit::headers))
         .route_layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),
             metrics::track,
         ))
         // Browsers call the Insights API from any origin (search-insights).
-        .layer(CorsLayer::permissive())
-        .layer(TraceLayer::new_for_http())
+        .layer(CorsLayer::permissive().expose_headers([
+            REQUEST_ID,
+            axum::http::HeaderName::from_static("x-ratelimit-limit"),
+            axum::http::HeaderName::from_static("x-ratelimit-remaining"),
+            axum::http::HeaderName::from_static("x-ratelimit-reset"),
+            axum::http::header::RETRY_AFTER,
+        ]))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // A correlation id per request (the caller's `x-request-id`, else a new one): in the
+        // response and in every log line of the request.
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, NewRequestId))
         .with_state(state)
+}
+
+const REQUEST_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("x-request-id");
+
+/// Request ids of requests without `x-request-id`: the `request-id` the Algolia clients send
+/// (one per helper call, so a whole `replaceAllObjects` shares it), else 16 random hex digits.
+#[derive(Debug, Clone, Copy)]
+struct NewRequestId;
+
+impl MakeRequestId for NewRequestId {
+    fn make_request_id<B>(&mut self, request: &Request<B>) -> Option<RequestId> {
+        let given = request
+            .headers()
+            .get("request-id")
+            .filter(|v| (1..=128).contains(&v.len()));
+        let id = match given {
+            Some(v) => v.clone(),
+            None => HeaderValue::from_str(&format!("{:016x}", rand::random::<u64>())).ok()?,
+        };
+        Some(RequestId::new(id))
+    }
+}
+
+/// The span of a request: method, path and request id — never the query string (where
+/// `search-insights` puts the API key) nor a key in a path.
+fn request_span(request: &Request<Body>) -> tracing::Span {
+    let id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %loggable_path(request.uri().path()),
+        request_id = %id,
+    )
+}
+
+/// A path as it may be logged or echoed: an API key in it (`/1/keys/{key}`) is replaced.
+pub(crate) fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/1/keys/") {
+        Some(rest) if !rest.is_empty() => {
+            let after = rest.find('/').map_or("", |i| &rest[i..]);
+            format!("/1/keys/{{key}}{after}").into()
+        }
+        _ => path.into(),
+    }
 }
 
 /// Now, as ISO 8601 (Algolia's `createdAt`/`deletedAt` strings).
@@ -89,12 +160,14 @@ pub(crate) fn iso(ms: i64) -> String {
 }
 
 /// Serve `app` (usually [`router`]) until `shutdown` resolves, then stop accepting connections
-/// and let in-flight requests finish. The caller flushes the engine afterwards.
+/// and let in-flight requests finish. The caller flushes the engine afterwards. Handlers see
+/// each connection's peer address (rate limits count per client IP).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -11,8 +11,10 @@ pub fn init(log: &LogConfig) -> anyhow::Result<()> {
         _ => EnvFilter::try_new(&log.level)
             .map_err(|e| anyhow::anyhow!("invalid log.level `{}`: {e}", log.level))?,
     };
+    // Colours only on a terminal: a file or a pipe gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let result = match log.format {
         LogFormat::Text => builder.try_init(),

@@ -92,6 +92,63 @@ async fn serve_answers_health_and_stops_cleanly_on_sigterm_and_ctrl_c() {
     assert!(line["fields"]["message"].is_string(), "{line}");
 }
 
+/// Credentials never reach the log, at any level: not in a query string (search-insights puts
+/// them there), not in a path (`/1/keys/{key}`). Each request's log lines carry its request id.
+#[tokio::test]
+async fn credentials_stay_out_of_the_logs_and_request_ids_go_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root-secret-key")
+            .env("RUST_LOG", "trace")
+            .stderr(Stdio::piped());
+    });
+    let http = reqwest::Client::new();
+    let created: serde_json::Value = http
+        .post(format!("{url}/1/apps"))
+        .header("X-Algolia-API-Key", "root-secret-key")
+        .json(&serde_json::json!({"appID": "LOGS"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let admin = created["adminAPIKey"].as_str().unwrap().to_owned();
+    // The key in the query string, in a path, and in headers; a request id of ours.
+    let resp = http
+        .get(format!(
+            "{url}/1/keys/{admin}?X-Algolia-Application-Id=LOGS&X-Algolia-API-Key={admin}"
+        ))
+        .header("x-request-id", "corr-1234")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "corr-1234");
+    let resp = http
+        .post(format!("{url}/1/indexes/products/query"))
+        .header("X-Algolia-Application-Id", "LOGS")
+        .header("X-Algolia-API-Key", &admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    signal(&child, "-TERM");
+    let (status, stderr) = wait(child);
+    assert!(status.success(), "{stderr}");
+    for secret in [admin.as_str(), "root-secret-key"] {
+        assert!(!stderr.contains(secret), "a key is in the log:\n{stderr}");
+    }
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("request_id=corr-1234") && l.contains("/1/keys/{key}")),
+        "no log line with the request id:\n{stderr}"
+    );
+}
+
 #[test]
 fn unknown_config_keys_are_errors_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,6 +239,7 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "apps",
             "catalog",
             "events",
+            "indexes",
             "item_vectors",
             "jobs",
             "keys",

@@ -1,7 +1,7 @@
 //! End to end with Algolia's official clients, unchanged but for the host, against a real
 //! `penchant serve` process. `scripts/test.sh` provides them (`E2E_PYTHON`: a Python with
-//! `algoliasearch` v4; `e2e/node/node_modules`: `search-insights`); without them these tests
-//! fail, they are never skipped.
+//! `algoliasearch` v4; `e2e/node/node_modules`: `search-insights` and `algoliasearch` v5);
+//! without them these tests fail, they are never skipped.
 
 mod common;
 
@@ -105,6 +105,15 @@ async fn python_recommend_client_every_model() {
     run_python("recommend.py", &node, "E2E", &key);
 }
 
+/// Every search-client call Penchant answers or refuses (with a 4xx naming the alternative),
+/// gzip-compressed writes and `x-request-id`, then insights, personalization and recommend.
+#[tokio::test]
+async fn python_client_surface() {
+    let node = Node::start();
+    let key = node.app("E2E").await;
+    run_python("surface.py", &node, "E2E", &key);
+}
+
 /// A request to the node with an app's credentials.
 async fn call(node: &Node, method: reqwest::Method, path: &str, app: &str, key: &str, body: Value) {
     let resp = reqwest::Client::new()
@@ -177,6 +186,36 @@ async fn search_insights_events() {
     assert!(
         out.status.success(),
         "events.mjs failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The same surface through Algolia's JavaScript client v5 (`algoliasearch`): its search client
+/// and its insights, personalization and recommend clients, each given the node as its host.
+#[tokio::test]
+async fn javascript_client_surface() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/node");
+    assert!(
+        dir.join("node_modules/algoliasearch").is_dir(),
+        "algoliasearch is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"
+    );
+    let node = Node::start();
+    let key = node.app("E2E").await;
+    let out = Command::new("node")
+        .args([
+            "clients.mjs",
+            "127.0.0.1",
+            &node.port.to_string(),
+            "E2E",
+            &key,
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clients.mjs failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

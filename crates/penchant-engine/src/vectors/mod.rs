@@ -764,11 +764,25 @@ impl Vectors {
     /// Delete the vectors of items deleted from `index`, in every space whose items are its
     /// records (or any index's).
     pub async fn forget_items(&self, app: &str, index: &str, ids: &[String]) -> Result<()> {
+        self.forget_in(app, index, ids, true).await
+    }
+
+    /// Delete the vectors of items deleted from `index` in the spaces whose items are its
+    /// records only (an index moved away: its items live on under another name).
+    pub async fn forget_bound_items(&self, app: &str, index: &str, ids: &[String]) -> Result<()> {
+        self.forget_in(app, index, ids, false).await
+    }
+
+    async fn forget_in(&self, app: &str, index: &str, ids: &[String], any: bool) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
         for space in self.list(app).await? {
-            if space.index.as_deref().is_some_and(|i| i != index) {
+            let bound = match space.index.as_deref() {
+                Some(i) => i == index,
+                None => any,
+            };
+            if !bound {
                 continue;
             }
             let deletes = ids

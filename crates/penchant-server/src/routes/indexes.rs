@@ -3,16 +3,22 @@
 //! - `POST /1/indexes/{index}/batch` and `POST /1/indexes/*/batch` (actions `addObject`,
 //!   `updateObject`, `partialUpdateObject`, `partialUpdateObjectNoCreate`, `deleteObject`,
 //!   `delete`, `clear`),
-//! - `PUT`/`GET`/`DELETE /1/indexes/{index}/{objectID}`,
+//! - `POST /1/indexes/{index}` (a record, its objectID generated when it has none),
+//! - `PUT`/`GET`/`DELETE /1/indexes/{index}/{objectID}`, `POST /1/indexes/*/objects` (several),
 //! - `POST /1/indexes/{index}/{objectID}/partial` (`?createIfNotExists=false` to not create;
 //!   Algolia's `_operation`s, [`penchant_engine::catalog::OPERATIONS`]),
 //! - `GET /1/indexes/{index}/task/{taskID}`.
 //!
+//! Whole indexes (settings, listing, browsing, copies, moves, deletion) are in
+//! [`super::manage`]; [`add`] registers both, so that the literal routes (`*/objects`,
+//! `{index}/settings`, ...) are matched before `{index}/{objectID}`.
+//!
 //! Writes are applied before the response is sent, so every task is `published`; a request's
-//! writes are all or nothing (all checked before the first is written). Task IDs are unique per
-//! request (the node's clock in microseconds).
+//! writes are all or nothing (all checked before the first is written). Task IDs need no table:
+//! see [`task_id`].
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -23,6 +29,7 @@ use penchant_engine::tenancy::Acl;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::manage;
 use crate::AppState;
 use crate::auth::Auth;
 use crate::error::ApiError;
@@ -32,12 +39,29 @@ use crate::json::JsonBody;
 /// index"): built with `without_v07_checks` (a merged router would be checked again).
 pub fn add(router: Router<AppState>) -> Router<AppState> {
     router
+        .route("/1/indexes", get(manage::list))
         .route("/1/indexes/*/batch", post(batch_many))
+        .route("/1/indexes/*/objects", post(get_objects))
         .route(
             "/1/indexes/*/recommendations",
             post(super::recommend::recommendations),
         )
+        .route(
+            "/1/indexes/{index}",
+            post(save_object).delete(manage::delete_index),
+        )
         .route("/1/indexes/{index}/batch", post(batch_one))
+        .route("/1/indexes/{index}/clear", post(manage::clear))
+        .route(
+            "/1/indexes/{index}/browse",
+            get(manage::browse_get).post(manage::browse_post),
+        )
+        .route("/1/indexes/{index}/deleteByQuery", post(manage::delete_by))
+        .route("/1/indexes/{index}/operation", post(manage::operation))
+        .route(
+            "/1/indexes/{index}/settings",
+            get(manage::settings).put(manage::set_settings),
+        )
         .route("/1/indexes/{index}/task/{task_id}", get(task))
         .route(
             "/1/indexes/{index}/{object_id}",
@@ -46,15 +70,41 @@ pub fn add(router: Router<AppState>) -> Router<AppState> {
         .route("/1/indexes/{index}/{object_id}/partial", post(partial))
 }
 
-fn task_id() -> i64 {
-    penchant_store::validate::now_micros() + i64::from(rand_suffix())
+/// Seconds since 2024-01-01, the time part of a task ID.
+const TASK_EPOCH_SECS: i64 = 1_704_067_200;
+/// Task IDs stay below 2^53: JavaScript reads JSON numbers as doubles.
+const TASK_SECS_BITS: u32 = 30;
+
+fn task_check(app: &str, high: i64) -> i64 {
+    let mut bytes = Vec::with_capacity(app.len() + 8);
+    bytes.extend_from_slice(app.as_bytes());
+    bytes.extend_from_slice(&high.to_be_bytes());
+    (xxhash_rust::xxh3::xxh3_64(&bytes) & 0xFFFF) as i64
 }
 
-/// Sub-millisecond uniqueness for task IDs issued in the same millisecond.
-fn rand_suffix() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed) % 1000
+fn task_secs() -> i64 {
+    let secs = penchant_store::validate::now_micros() / 1_000_000 - TASK_EPOCH_SECS;
+    secs.clamp(0, (1 << TASK_SECS_BITS) - 1)
+}
+
+/// A new task ID of an app, below 2^53 (JavaScript's exact integers): the seconds since 2024
+/// (30 bits), a counter (7 bits), and 16 bits of a hash of the app and both — so that any node
+/// tells a task it issued (published: the write was applied before the answer) from one it did
+/// not (a typo, another app's), with no table of tasks. Copies and moves are waited on under
+/// either index's name, so the check names the app only.
+pub(crate) fn task_id(app: &str) -> i64 {
+    static NEXT: AtomicU8 = AtomicU8::new(0);
+    let counter = i64::from(NEXT.fetch_add(1, Ordering::Relaxed) & 0x7F);
+    let high = (task_secs() << 7) | counter;
+    (high << 16) | task_check(app, high)
+}
+
+/// Whether `id` is a task issued for `app` (and not from the future).
+fn task_issued(app: &str, id: i64) -> bool {
+    let high = id >> 16;
+    (0..1 << 53).contains(&id)
+        && (id & 0xFFFF) == task_check(app, high)
+        && (high >> 7) <= task_secs() + 60
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,7 +200,9 @@ async fn batch_one(
         .collect();
     let ids = apply(&auth, &state, requests).await?;
     let ids: Vec<String> = ids.into_iter().filter(|id| !id.is_empty()).collect();
-    Ok(Json(json!({ "taskID": task_id(), "objectIDs": ids })))
+    Ok(Json(
+        json!({ "taskID": task_id(&auth.0.app_id), "objectIDs": ids }),
+    ))
 }
 
 async fn batch_many(
@@ -168,7 +220,7 @@ async fn batch_many(
     }
     let indexes: Vec<String> = requests.iter().map(|(i, _)| i.clone()).collect();
     let ids = apply(&auth, &state, requests).await?;
-    let task = task_id();
+    let task = task_id(&auth.0.app_id);
     let tasks: BTreeMap<String, i64> = indexes.into_iter().map(|i| (i, task)).collect();
     let ids: Vec<String> = ids.into_iter().filter(|id| !id.is_empty()).collect();
     Ok(Json(json!({ "taskID": tasks, "objectIDs": ids })))
@@ -178,11 +230,16 @@ async fn task(
     auth: Auth,
     Path((_index, task_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    auth.require(Acl::Search)
-        .or_else(|_| auth.require(Acl::AddObject))?;
-    task_id
+    let app = &auth
+        .require(Acl::AddObject)
+        .or_else(|_| auth.require(Acl::Search))?
+        .app_id;
+    let id = task_id
         .parse::<i64>()
         .map_err(|_| bad(format!("Invalid taskID: {task_id}")))?;
+    if !task_issued(app, id) {
+        return Err(ApiError::not_found("Task does not exist"));
+    }
     Ok(Json(json!({ "status": "published", "pendingTask": false })))
 }
 
@@ -204,21 +261,83 @@ async fn get_object(
         .record(app, &index, &object_id)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "ObjectID does not exist"))?;
-    let record = match params.attributes_to_retrieve {
-        None => record,
-        Some(list) => {
-            let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
-            if wanted.contains(&"*") {
-                record
-            } else {
-                record
-                    .into_iter()
-                    .filter(|(k, _)| k == "objectID" || wanted.contains(&k.as_str()))
-                    .collect()
-            }
-        }
-    };
-    Ok(Json(Value::Object(record)))
+    let wanted: Option<Vec<String>> = params
+        .attributes_to_retrieve
+        .map(|list| list.split(',').map(|a| a.trim().to_owned()).collect());
+    Ok(Json(Value::Object(retrieve(record, wanted.as_deref()))))
+}
+
+/// A record with only the attributes asked for (`objectID` always; `*` or `None`: all).
+pub(crate) fn retrieve(record: Record, wanted: Option<&[String]>) -> Record {
+    match wanted {
+        Some(wanted) if !wanted.iter().any(|a| a == "*") => record
+            .into_iter()
+            .filter(|(k, _)| k == "objectID" || wanted.contains(k))
+            .collect(),
+        _ => record,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObjectsBody {
+    requests: Vec<ObjectRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ObjectRequest {
+    index_name: String,
+    #[serde(rename = "objectID")]
+    object_id: String,
+    attributes_to_retrieve: Option<Vec<String>>,
+}
+
+/// `POST /1/indexes/*/objects`: records of any indexes, `null` where there is none, in request
+/// order.
+async fn get_objects(
+    auth: Auth,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ObjectsBody>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let wanted: Vec<(String, String)> = body
+        .requests
+        .iter()
+        .map(|r| (r.index_name.clone(), r.object_id.clone()))
+        .collect();
+    let records = state.engine.records(app, &wanted).await?;
+    let results: Vec<Value> = records
+        .into_iter()
+        .zip(&body.requests)
+        .map(|(record, request)| match record {
+            Some(r) => Value::Object(retrieve(r, request.attributes_to_retrieve.as_deref())),
+            None => Value::Null,
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+/// `POST /1/indexes/{index}`: add a record (its objectID generated when it has none).
+async fn save_object(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+    JsonBody(record): JsonBody<Record>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let app = &auth.require(Acl::AddObject)?.app_id;
+    let ids = state
+        .engine
+        .write_records(app, vec![(index, Write::Put(record))])
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "objectID": ids.first(),
+            "taskID": task_id(app),
+            "createdAt": crate::iso_now(),
+        })),
+    ))
 }
 
 async fn put_object(
@@ -235,7 +354,7 @@ async fn put_object(
         .await?;
     Ok(Json(json!({
         "objectID": object_id,
-        "taskID": task_id(),
+        "taskID": task_id(app),
         "updatedAt": crate::iso_now(),
     })))
 }
@@ -251,7 +370,7 @@ async fn delete_object(
         .write_records(app, vec![(index, Write::Delete(object_id))])
         .await?;
     Ok(Json(
-        json!({ "taskID": task_id(), "deletedAt": crate::iso_now() }),
+        json!({ "taskID": task_id(app), "deletedAt": crate::iso_now() }),
     ))
 }
 
@@ -280,7 +399,7 @@ async fn partial(
         .await?;
     Ok(Json(json!({
         "objectID": object_id,
-        "taskID": task_id(),
+        "taskID": task_id(app),
         "updatedAt": crate::iso_now(),
     })))
 }

@@ -2,7 +2,10 @@
 //! `GET /1/keys/{key}`, `DELETE /1/keys/{key}` (ACL `admin`).
 //!
 //! Keys are stored hashed, so a list shows each key's first characters (`value: "3f9a1c…"`),
-//! not the key; `GET /1/keys/{key}` echoes the key it was given.
+//! not the key; `GET /1/keys/{key}` echoes the key it was given. Admin keys (an app's first key,
+//! and keys made with ACL `admin`) are Penchant's form of Algolia's Admin API key, which Algolia
+//! never lists: the list leaves them out, and `GET /1/keys/{key}` shows one with every ACL of
+//! Algolia's it grants (clients know no ACL `admin`).
 
 use std::collections::BTreeSet;
 
@@ -27,19 +30,33 @@ pub fn routes() -> Router<AppState> {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct NewKey {
     acl: BTreeSet<Acl>,
     #[serde(default)]
     description: String,
+    /// Requests per client (IP address, or `X-Algolia-UserToken`) and hour; 0: no limit.
+    #[serde(default, rename = "maxQueriesPerIPPerHour")]
+    max_queries_per_ip_per_hour: u32,
+}
+
+fn is_admin(info: &KeyInfo) -> bool {
+    info.acl.contains(&Acl::Admin)
 }
 
 fn describe(value: &str, info: &KeyInfo) -> Value {
+    let acl: Vec<Acl> = if is_admin(info) {
+        Acl::ALGOLIA.to_vec()
+    } else {
+        info.acl.iter().copied().collect()
+    };
     json!({
         "value": value,
-        "acl": info.acl,
+        "acl": acl,
         "description": info.description,
         "createdAt": info.created_at,
         "validity": 0,
+        "maxQueriesPerIPPerHour": info.max_queries_per_ip_per_hour,
     })
 }
 
@@ -51,7 +68,12 @@ async fn create(
     let app = &auth.require(Acl::Admin)?.app_id;
     let (key, _) = state
         .engine
-        .create_key(app, body.acl, &body.description)
+        .create_key(
+            app,
+            body.acl,
+            &body.description,
+            body.max_queries_per_ip_per_hour,
+        )
         .await?;
     Ok(Json(json!({ "key": key, "createdAt": crate::iso_now() })))
 }
@@ -61,6 +83,7 @@ async fn list(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, 
     let keys = state.engine.list_keys(app).await?;
     let keys: Vec<Value> = keys
         .iter()
+        .filter(|k| !is_admin(k))
         .map(|k| describe(&format!("{}…", k.prefix), k))
         .collect();
     Ok(Json(json!({ "keys": keys })))

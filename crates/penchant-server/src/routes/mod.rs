@@ -6,6 +6,7 @@ pub mod events;
 pub mod health;
 pub mod indexes;
 pub mod keys;
+pub mod manage;
 pub mod personalization;
 pub mod recommend;
 pub mod vectors;
@@ -22,6 +23,7 @@ mod tests {
             ("health.rs", include_str!("health.rs")),
             ("indexes.rs", include_str!("indexes.rs")),
             ("keys.rs", include_str!("keys.rs")),
+            ("manage.rs", include_str!("manage.rs")),
             ("personalization.rs", include_str!("personalization.rs")),
             ("recommend.rs", include_str!("recommend.rs")),
             ("vectors.rs", include_str!("vectors.rs")),

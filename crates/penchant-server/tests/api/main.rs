@@ -7,6 +7,7 @@ mod bloom;
 mod catalog;
 mod events;
 mod http;
+mod indexes;
 mod metrics;
 mod personalization;
 mod recommend;

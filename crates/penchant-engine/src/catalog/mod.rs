@@ -21,6 +21,13 @@ use serde_json::{Map, Value};
 use crate::keys;
 use crate::{EngineError, Result};
 
+mod indexes;
+
+pub use self::indexes::{
+    INDEXES_TABLE, IndexInfo, MAX_BROWSE_HITS, Page, Scope, Settings, check_settings,
+    facet_attribute,
+};
+
 pub const CATALOG_TABLE: &str = "catalog";
 const FAMILY: &str = "r";
 const COLUMN: &[u8] = b"o";
@@ -34,10 +41,16 @@ pub type Record = Map<String, Value>;
 
 /// The tables this module needs.
 pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        CATALOG_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
+    vec![
+        (
+            CATALOG_TABLE,
+            BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+        ),
+        (
+            INDEXES_TABLE,
+            BTreeMap::from([(indexes::INDEX_FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+        ),
+    ]
 }
 
 fn invalid(msg: impl Into<String>) -> EngineError {
@@ -620,6 +633,8 @@ impl Catalog {
         let mut state: BTreeMap<(String, String), Option<(Record, Bytes)>> = BTreeMap::new();
         let mut cleared: Vec<String> = Vec::new();
         let mut ids = Vec::with_capacity(planned.len());
+        let written: std::collections::BTreeSet<String> =
+            planned.iter().map(|(index, _, _)| index.clone()).collect();
         for (index, id, plan) in planned {
             let key = (index, id);
             match plan {
@@ -656,7 +671,11 @@ impl Catalog {
             }
             ids.push(key.1);
         }
-        // Write it: the cleared indexes first, then each record's final state.
+        // Write it: the indexes' rows (they exist from now on), the cleared indexes, then each
+        // record's final state.
+        let touched: std::collections::BTreeSet<&str> =
+            written.iter().map(String::as_str).collect();
+        self.touch(app, &touched).await?;
         for index in &cleared {
             self.store
                 .delete_prefix(CATALOG_TABLE, index_prefix(app, index))
