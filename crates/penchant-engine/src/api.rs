@@ -133,6 +133,12 @@ impl Engine {
         self.catalog.exists(app, index).await
     }
 
+    /// An index's settings as this node last read them (a change through another node shows
+    /// within the strategy cache's TTL): what serving its records reads.
+    pub async fn serving_settings(&self, app: &str, index: &str) -> Result<Option<Arc<Settings>>> {
+        self.catalog.cached_settings(app, index).await
+    }
+
     /// An index's settings as set; `None` if the index does not exist.
     pub async fn index_settings(&self, app: &str, index: &str) -> Result<Option<Settings>> {
         self.catalog.settings(app, index).await

@@ -217,7 +217,7 @@ impl Engine {
         }
         let clock = config.clock.clone();
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy, clock.clone()));
-        let catalog = Catalog::new(store.clone());
+        let catalog = Catalog::new(store.clone(), config.strategy_cache_ttl, clock.clone());
         let events = Events::new(store.clone(), catalog.clone());
         let strategies = Arc::new(Strategies::new(
             store.clone(),

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, RowMutation, RowRange, RowSet, prefix_successor};
@@ -229,6 +230,21 @@ impl Catalog {
         self.write_settings(app, index, &settings).await
     }
 
+    /// An index's settings, read through this node's cache: what serving records reads.
+    pub async fn cached_settings(&self, app: &str, index: &str) -> Result<Option<Arc<Settings>>> {
+        let key = (app.to_owned(), index.to_owned());
+        if let Some(settings) = self.settings.get(&key) {
+            return Ok(settings);
+        }
+        let settings = self.settings(app, index).await?.map(Arc::new);
+        self.settings.insert(key, settings.clone());
+        Ok(settings)
+    }
+
+    fn forget_settings(&self, app: &str, index: &str) {
+        self.settings.remove(&(app.to_owned(), index.to_owned()));
+    }
+
     async fn write_settings(&self, app: &str, index: &str, settings: &Settings) -> Result<()> {
         self.touch(app, &BTreeSet::from([index])).await?;
         let value = serde_json::to_vec(settings)
@@ -240,6 +256,7 @@ impl Catalog {
                 vec![Mutation::set_now(INDEX_FAMILY, SETTINGS, value)],
             )
             .await?;
+        self.forget_settings(app, index);
         Ok(())
     }
 
@@ -374,6 +391,7 @@ impl Catalog {
     /// Delete an index: its row (settings), then its records. Returns the objectIDs it had.
     pub async fn delete_index(&self, app: &str, index: &str) -> Result<Vec<String>> {
         check_index_name(index)?;
+        self.forget_settings(app, index);
         let ids = self.object_ids(app, index).await?;
         self.store
             .mutate_row(

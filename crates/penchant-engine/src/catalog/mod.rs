@@ -103,6 +103,8 @@ pub enum Write {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     store: Arc<dyn Store>,
+    /// Indexes' settings as this node last read them (for serving records).
+    settings: Arc<crate::cache::TtlCache<(String, String), Option<Arc<Settings>>>>,
 }
 
 fn object_id_of(record: &Record) -> Result<Option<String>> {
@@ -466,8 +468,17 @@ pub fn apply_partial(record: &mut Record, changes: &Record) -> Result<bool> {
 }
 
 impl Catalog {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+    /// The catalog over `store`; settings read to serve records are trusted for `settings_ttl`
+    /// (a change through another node shows within it).
+    pub fn new(
+        store: Arc<dyn Store>,
+        settings_ttl: std::time::Duration,
+        clock: crate::clock::Clock,
+    ) -> Self {
+        Self {
+            store,
+            settings: Arc::new(crate::cache::TtlCache::new(10_000, settings_ttl, clock)),
+        }
     }
 
     /// One record.
@@ -913,7 +924,11 @@ mod tests {
         for (t, f) in tables() {
             store.create_table(t, f).await.unwrap();
         }
-        let c = Catalog::new(store);
+        let c = Catalog::new(
+            store,
+            std::time::Duration::ZERO,
+            crate::clock::Clock::default(),
+        );
         let put = |v: Value| Write::Put(record(v));
         let partial = |v: Value| Write::Partial {
             record: record(v),
@@ -997,7 +1012,11 @@ mod tests {
         for (t, f) in tables() {
             store.create_table(t, f).await.unwrap();
         }
-        let c = Catalog::new(store);
+        let c = Catalog::new(
+            store,
+            std::time::Duration::ZERO,
+            crate::clock::Clock::default(),
+        );
         let ids = c
             .apply(
                 "APP",

@@ -25,7 +25,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use penchant_engine::catalog::{Record, Write};
-use penchant_engine::tenancy::Acl;
+use penchant_engine::tenancy::{Acl, Principal};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -255,26 +255,84 @@ async fn get_object(
     Path((index, object_id)): Path<(String, String)>,
     Query(params): Query<GetParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
+    let caller = auth.require(Acl::Search)?;
     let record = state
         .engine
-        .record(app, &index, &object_id)
+        .record(&caller.app_id, &index, &object_id)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "ObjectID does not exist"))?;
-    let wanted: Option<Vec<String>> = params
+    let asked: Option<Vec<String>> = params
         .attributes_to_retrieve
         .map(|list| list.split(',').map(|a| a.trim().to_owned()).collect());
-    Ok(Json(Value::Object(retrieve(record, wanted.as_deref()))))
+    let view = View::of(&state, caller, &index, asked).await?;
+    Ok(Json(Value::Object(view.apply(record))))
 }
 
-/// A record with only the attributes asked for (`objectID` always; `*` or `None`: all).
-pub(crate) fn retrieve(record: Record, wanted: Option<&[String]>) -> Record {
-    match wanted {
-        Some(wanted) if !wanted.iter().any(|a| a == "*") => record
-            .into_iter()
-            .filter(|(k, _)| k == "objectID" || wanted.contains(k))
-            .collect(),
-        _ => record,
+/// What of an index's records a caller sees, as Algolia serves them: the attributes the
+/// request asks for (`attributesToRetrieve`), else those of the index's `attributesToRetrieve`
+/// setting, else all; never the index's `unretrievableAttributes` (dotted paths reach nested
+/// objects) unless the key may see them (`seeUnretrievableAttributes`, or an admin key).
+/// `objectID` always.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct View {
+    wanted: Option<Vec<String>>,
+    hidden: Vec<String>,
+}
+
+impl View {
+    /// The view of `index`'s records for `caller`, asking for `asked`.
+    pub(crate) async fn of(
+        state: &AppState,
+        caller: &Principal,
+        index: &str,
+        asked: Option<Vec<String>>,
+    ) -> Result<View, ApiError> {
+        let settings = state.engine.serving_settings(&caller.app_id, index).await?;
+        let list = |name: &str| -> Option<Vec<String>> {
+            let items = settings.as_ref()?.get(name)?.as_array()?;
+            Some(
+                items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect(),
+            )
+        };
+        let hidden = if caller.allows(Acl::SeeUnretrievableAttributes) {
+            Vec::new()
+        } else {
+            list("unretrievableAttributes").unwrap_or_default()
+        };
+        let wanted = asked
+            .or_else(|| list("attributesToRetrieve"))
+            .filter(|w| !w.iter().any(|a| a == "*"));
+        Ok(View { wanted, hidden })
+    }
+
+    /// A record as the caller sees it.
+    pub(crate) fn apply(&self, record: Record) -> Record {
+        let mut record: Record = match &self.wanted {
+            Some(wanted) => record
+                .into_iter()
+                .filter(|(k, _)| k == "objectID" || wanted.contains(k))
+                .collect(),
+            None => record,
+        };
+        for path in &self.hidden {
+            remove_path(&mut record, path);
+        }
+        record
+    }
+}
+
+/// Remove an attribute by dotted path (`cost`, `supplier.price`); `objectID` stays.
+fn remove_path(record: &mut Record, path: &str) {
+    if path == "objectID" || record.remove(path).is_some() {
+        return;
+    }
+    if let Some((head, rest)) = path.split_once('.')
+        && let Some(Value::Object(inner)) = record.get_mut(head)
+    {
+        remove_path(inner, rest);
     }
 }
 
@@ -300,21 +358,24 @@ async fn get_objects(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<ObjectsBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let app = &auth.require(Acl::Search)?.app_id;
+    let caller = auth.require(Acl::Search)?;
     let wanted: Vec<(String, String)> = body
         .requests
         .iter()
         .map(|r| (r.index_name.clone(), r.object_id.clone()))
         .collect();
-    let records = state.engine.records(app, &wanted).await?;
-    let results: Vec<Value> = records
-        .into_iter()
-        .zip(&body.requests)
-        .map(|(record, request)| match record {
-            Some(r) => Value::Object(retrieve(r, request.attributes_to_retrieve.as_deref())),
+    let records = state.engine.records(&caller.app_id, &wanted).await?;
+    let mut results = Vec::with_capacity(records.len());
+    for (record, request) in records.into_iter().zip(body.requests) {
+        results.push(match record {
+            Some(r) => {
+                let asked = request.attributes_to_retrieve;
+                let view = View::of(&state, caller, &request.index_name, asked).await?;
+                Value::Object(view.apply(r))
+            }
             None => Value::Null,
-        })
-        .collect();
+        });
+    }
     Ok(Json(json!({ "results": results })))
 }
 

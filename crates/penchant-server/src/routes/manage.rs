@@ -24,7 +24,7 @@ use penchant_engine::tenancy::Acl;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::indexes::{retrieve, task_id};
+use super::indexes::{View, task_id};
 use crate::AppState;
 use crate::auth::Auth;
 use crate::error::ApiError;
@@ -287,7 +287,8 @@ async fn browse(
     given: Map<String, Value>,
 ) -> Result<Json<Value>, ApiError> {
     let started = Instant::now();
-    let app = &auth.require(Acl::Browse)?.app_id;
+    let caller = auth.require(Acl::Browse)?;
+    let app = &caller.app_id;
     let mut params = browse_params(given)?;
     let after = match params.remove("after") {
         Some(Value::String(after)) => Some(after),
@@ -346,10 +347,11 @@ async fn browse(
             filter.as_ref(),
         )
         .await?;
+    let view = View::of(&state, caller, &index, attributes).await?;
     let hits: Vec<Value> = page
         .hits
         .into_iter()
-        .map(|r: Record| Value::Object(retrieve(r, attributes.as_deref())))
+        .map(|r: Record| Value::Object(view.apply(r)))
         .collect();
     let mut body = json!({
         "hits": hits,

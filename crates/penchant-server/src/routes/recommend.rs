@@ -35,6 +35,7 @@ use crate::AppState;
 use crate::auth::Auth;
 use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
+use crate::routes::indexes::View;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -73,23 +74,23 @@ pub async fn recommendations(
         .collect::<Result<Vec<_>, _>>()?;
     let answers = state.engine.recommendations(app, &parsed).await?;
     let ms = started.elapsed().as_millis() as u64;
-    let results: Vec<Value> = parsed
-        .iter()
-        .zip(answers)
-        .map(|(request, answer)| result(request, answer, ms))
-        .collect();
+    let mut results = Vec::with_capacity(parsed.len());
+    for (request, answer) in parsed.iter().zip(answers) {
+        let asked = request.query_parameters.attributes_to_retrieve.clone();
+        let view = View::of(&state, &auth.0, &request.index_name, asked).await?;
+        results.push(result(request, answer, &view, ms));
+    }
     Ok(Json(json!({ "results": results })))
 }
 
 /// One request's result, shaped like Algolia's (a search response's fields around the hits).
-fn result(request: &RecommendRequest, answer: Recommendations, ms: u64) -> Value {
-    let retrieve = request.query_parameters.attributes_to_retrieve.as_deref();
+fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: u64) -> Value {
     let hits: Vec<Value> = answer
         .hits
         .into_iter()
         .map(|hit| match hit {
             RecommendHit::Item { record, score } => {
-                let mut out = retrieved(record, retrieve);
+                let mut out = view.apply(record);
                 out.insert("_score".into(), json!(score));
                 Value::Object(out)
             }
@@ -114,17 +115,6 @@ fn result(request: &RecommendRequest, answer: Recommendations, ms: u64) -> Value
         "answeredBy": answer.answered_by,
         "source": answer.source,
     })
-}
-
-/// The attributes of a record a request asked for (`objectID` always; all for none or `*`).
-fn retrieved(record: Map<String, Value>, retrieve: Option<&[String]>) -> Map<String, Value> {
-    match retrieve {
-        Some(wanted) if !wanted.iter().any(|a| a == "*") => record
-            .into_iter()
-            .filter(|(k, _)| k == "objectID" || wanted.contains(k))
-            .collect(),
-        _ => record,
-    }
 }
 
 async fn list_queues(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -859,3 +859,90 @@ async fn a_keys_rate_limit_answers_429_with_the_headers_clients_read() {
     let (_, headers, _) = raw(&s, Method::GET, path, ("SHOP", &admin), |r| r).await;
     assert!(headers.get("x-ratelimit-limit").is_none());
 }
+
+#[tokio::test]
+async fn unretrievable_attributes_stay_hidden_wherever_records_are_served() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    records(
+        &s,
+        a,
+        "products",
+        json!([{"objectID": "p1", "brand": "Apple", "cost": 400, "supplier": {"name": "Foxconn", "price": 380}, "notes": "x"}]),
+    )
+    .await;
+    let (status, _) = s
+        .call(
+            Method::PUT,
+            "/1/indexes/products/settings",
+            a,
+            Some(json!({
+                "unretrievableAttributes": ["cost", "supplier.price"],
+                "attributesToRetrieve": ["brand", "cost", "supplier"],
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let search = s.key("SHOP", &admin, &["search", "browse"]).await;
+    let r = Some(("SHOP", search.as_str()));
+    let shown = json!({"objectID": "p1", "brand": "Apple", "supplier": {"name": "Foxconn"}});
+    let (_, got) = s.call(Method::GET, "/1/indexes/products/p1", r, None).await;
+    assert_eq!(got, shown);
+    // Asking for a hidden attribute does not show it.
+    let (_, got) = s
+        .call(
+            Method::GET,
+            "/1/indexes/products/p1?attributesToRetrieve=cost,notes",
+            r,
+            None,
+        )
+        .await;
+    assert_eq!(got, json!({"objectID": "p1", "notes": "x"}));
+    let (_, got) = s
+        .call(
+            Method::POST,
+            "/1/indexes/*/objects",
+            r,
+            Some(json!({"requests": [{"indexName": "products", "objectID": "p1"}]})),
+        )
+        .await;
+    assert_eq!(got["results"][0], shown);
+    let (_, page) = s
+        .call(Method::POST, "/1/indexes/products/browse", r, None)
+        .await;
+    assert_eq!(page["hits"][0], shown);
+    let (status, recommended) = s
+        .call(
+            Method::POST,
+            "/1/indexes/*/recommendations",
+            r,
+            Some(json!({"requests": [{"indexName": "products", "model": "trending-items", "threshold": 0, "fallbackParameters": {}}]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{recommended}");
+    let hit = &recommended["results"][0]["hits"][0];
+    assert_eq!(hit["objectID"], "p1", "{recommended}");
+    assert!(
+        hit.get("cost").is_none() && hit["supplier"].get("price").is_none(),
+        "{hit}"
+    );
+    // An admin key, or one with seeUnretrievableAttributes, sees them (within the setting's
+    // attributesToRetrieve).
+    let seer = s
+        .key("SHOP", &admin, &["search", "seeUnretrievableAttributes"])
+        .await;
+    for key in [admin.as_str(), seer.as_str()] {
+        let (_, got) = s
+            .call(
+                Method::GET,
+                "/1/indexes/products/p1",
+                Some(("SHOP", key)),
+                None,
+            )
+            .await;
+        assert_eq!(got["cost"], 400);
+        assert_eq!(got["supplier"]["price"], 380);
+        assert!(got.get("notes").is_none());
+    }
+}
