@@ -133,11 +133,6 @@ async fn call(node: &Node, method: reqwest::Method, path: &str, app: &str, key: 
 
 #[tokio::test]
 async fn search_insights_events() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/node");
-    assert!(
-        dir.join("node_modules/search-insights").is_dir(),
-        "search-insights is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"
-    );
     let node = Node::start();
     let key = node.app("E2E").await;
     let catalog = json!({"requests": [
@@ -172,20 +167,25 @@ async fn search_insights_events() {
         strategy,
     )
     .await;
+    run_node("events.mjs", "search-insights", &node, "E2E", &key);
+}
+
+/// Run a script of `e2e/node`, which needs npm package `package`, against the node; panics with
+/// its output if it fails.
+fn run_node(script: &str, package: &str, node: &Node, app: &str, key: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/node");
+    assert!(
+        dir.join("node_modules").join(package).is_dir(),
+        "{package} is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"
+    );
     let out = Command::new("node")
-        .args([
-            "events.mjs",
-            "127.0.0.1",
-            &node.port.to_string(),
-            "E2E",
-            &key,
-        ])
+        .args([script, "127.0.0.1", &node.port.to_string(), app, key])
         .current_dir(&dir)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "events.mjs failed:\n{}\n{}",
+        "{script} failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -195,28 +195,7 @@ async fn search_insights_events() {
 /// and its insights, personalization and recommend clients, each given the node as its host.
 #[tokio::test]
 async fn javascript_client_surface() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/node");
-    assert!(
-        dir.join("node_modules/algoliasearch").is_dir(),
-        "algoliasearch is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"
-    );
     let node = Node::start();
     let key = node.app("E2E").await;
-    let out = Command::new("node")
-        .args([
-            "clients.mjs",
-            "127.0.0.1",
-            &node.port.to_string(),
-            "E2E",
-            &key,
-        ])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "clients.mjs failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_node("clients.mjs", "algoliasearch", &node, "E2E", &key);
 }

@@ -99,12 +99,15 @@ pub enum Write {
     Clear,
 }
 
+/// Indexes' settings by (app, index), `None` for an index that does not exist.
+type SettingsCache = crate::cache::TtlCache<(String, String), Option<Arc<Settings>>>;
+
 /// The catalog of every app.
 #[derive(Debug, Clone)]
 pub struct Catalog {
     store: Arc<dyn Store>,
     /// Indexes' settings as this node last read them (for serving records).
-    settings: Arc<crate::cache::TtlCache<(String, String), Option<Arc<Settings>>>>,
+    settings: Arc<SettingsCache>,
 }
 
 fn object_id_of(record: &Record) -> Result<Option<String>> {
@@ -477,7 +480,7 @@ impl Catalog {
     ) -> Self {
         Self {
             store,
-            settings: Arc::new(crate::cache::TtlCache::new(10_000, settings_ttl, clock)),
+            settings: Arc::new(SettingsCache::new(10_000, settings_ttl, clock)),
         }
     }
 

@@ -389,39 +389,19 @@ async fn browse_pages_through_filtered_records_with_a_cursor() {
     assert_eq!(page["hits"].as_array().unwrap().len(), 25);
 
     // What browse cannot do says so.
-    assert_error(
-        s.call(
-            Method::POST,
-            "/1/indexes/products/browse",
-            a,
-            Some(json!({"query": "iphone"})),
-        )
-        .await,
-        StatusCode::BAD_REQUEST,
-        "Penchant does not search",
-    );
-    assert_error(
-        s.call(
-            Method::POST,
-            "/1/indexes/products/browse",
-            a,
-            Some(json!({"cursor": "not-a-cursor"})),
-        )
-        .await,
-        StatusCode::BAD_REQUEST,
-        "cursor",
-    );
-    assert_error(
-        s.call(
-            Method::POST,
-            "/1/indexes/products/browse",
-            a,
-            Some(json!({"filters": "brand:Apple AND"})),
-        )
-        .await,
-        StatusCode::BAD_REQUEST,
-        "filters",
-    );
+    for (body, needle) in [
+        (json!({"query": "iphone"}), "Penchant does not search"),
+        (json!({"cursor": "not-a-cursor"}), "cursor"),
+        (json!({"filters": "brand:Apple AND"}), "filters"),
+        (json!({"hitsPerPage": 1001}), "hitsPerPage"),
+    ] {
+        assert_error(
+            s.call(Method::POST, "/1/indexes/products/browse", a, Some(body))
+                .await,
+            StatusCode::BAD_REQUEST,
+            needle,
+        );
+    }
     assert_error(
         s.call(Method::POST, "/1/indexes/nothing/browse", a, None)
             .await,
