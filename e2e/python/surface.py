@@ -377,4 +377,10 @@ e = refused("get_object past the limit", lambda: limited_client.get_object(
     index_name=P, object_id="nope"), 429, ["Too many requests"])
 client.delete_api_key(key=limited)
 
+# Secured API keys cannot be checked (keys are stored hashed): refused, saying so.
+secured = client.generate_secured_api_key(
+    parent_api_key=admin_key, restrictions={"filters": "brand:Apple"})
+refused("a secured API key", lambda: search_client(host, port, app_id, secured).get_object(
+    index_name=P, object_id="iphone"), 401, ["secured API keys"])
+
 print("surface e2e: ok")

@@ -5,8 +5,8 @@ use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
 use penchant_engine::tenancy::{Acl, Principal};
 
+use crate::AppState;
 use crate::error::{ApiError, ErrorKind};
-use crate::{AppState, ratelimit};
 
 const APP_HEADER: &str = "x-algolia-application-id";
 const KEY_HEADER: &str = "x-algolia-api-key";
@@ -40,6 +40,16 @@ fn credentials(parts: &Parts) -> (Option<String>, Option<String>) {
     )
 }
 
+/// Whether a key has the shape of Algolia's secured API keys: base64 of a 64-hex-digit HMAC
+/// followed by URL-encoded restrictions.
+fn is_secured_key(key: &str) -> bool {
+    use base64::Engine as _;
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(key) else {
+        return false;
+    };
+    bytes.len() > 64 && bytes[..64].iter().all(u8::is_ascii_hexdigit) && bytes[64..].contains(&b'=')
+}
+
 /// The authenticated caller of an app-scoped route. The app comes from the credentials, never
 /// from the body.
 #[derive(Debug)]
@@ -67,16 +77,24 @@ impl FromRequestParts<AppState> for Auth {
             return Err(invalid_credentials());
         };
         let Some(principal) = state.engine.authenticate(&app, &key).await? else {
-            return Err(invalid_credentials());
+            return Err(if is_secured_key(&key) {
+                ApiError::kind(
+                    ErrorKind::Unauthorized,
+                    "Invalid credentials: secured API keys (generateSecuredApiKey) are not \
+                     supported: Penchant stores keys hashed and cannot check their signature; \
+                     use a key with only the ACLs the caller needs, and pass filters or the \
+                     userToken in the request",
+                )
+            } else {
+                invalid_credentials()
+            });
         };
         if let Some(limit) = principal.rate_limit {
             let now = penchant_store::validate::now_micros() as u64 / 1_000_000;
             let verdict = state
                 .rate_limiter
                 .hit(limit.key, limit.per_hour, parts, now);
-            if let Some(slot) = parts.extensions.get::<ratelimit::Slot>() {
-                slot.set(verdict);
-            }
+            crate::context::set_rate(verdict);
             if !verdict.allowed {
                 return Err(ApiError::kind(
                     ErrorKind::TooManyRequests,
@@ -103,6 +121,23 @@ impl FromRequestParts<AppState> for GlobalAdmin {
         match credentials(parts).1 {
             Some(key) if state.engine.is_global_admin(&key) => Ok(GlobalAdmin),
             _ => Err(invalid_credentials()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+
+    #[test]
+    fn secured_keys_are_told_apart() {
+        let hmac = "9f".repeat(32);
+        let secured = base64::engine::general_purpose::STANDARD
+            .encode(format!("{hmac}filters=brand%3AApple&validUntil=1795000000"));
+        assert!(is_secured_key(&secured));
+        for other in ["69c008466856c91063e625cbbb62a7a4", "", "not base64!", &hmac] {
+            assert!(!is_secured_key(other), "{other}");
         }
     }
 }

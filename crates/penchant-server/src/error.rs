@@ -135,11 +135,12 @@ impl ApiError {
 
     fn logged(kind: ErrorKind, detail: impl std::fmt::Display, message: &str) -> Self {
         let id = format!("{:016x}", rand::random::<u64>());
+        let request_id = crate::context::request_id().unwrap_or_default();
         match kind {
             ErrorKind::Internal => {
-                tracing::error!(error_id = %id, error = %detail, "internal error")
+                tracing::error!(error_id = %id, %request_id, error = %detail, "internal error")
             }
-            _ => tracing::warn!(error_id = %id, error = %detail, "store unavailable"),
+            _ => tracing::warn!(error_id = %id, %request_id, error = %detail, "store unavailable"),
         }
         Self {
             kind,

@@ -5,6 +5,7 @@
 //! per resource under [`routes`].
 
 pub mod auth;
+pub mod context;
 pub mod error;
 pub mod json;
 pub mod metered;
@@ -19,14 +20,10 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderValue, Request};
+use axum::http::Request;
 use penchant_engine::Engine;
 use tokio::net::TcpListener;
 use tower_http::cors::CorsLayer;
-use tower_http::decompression::RequestDecompressionLayer;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
 use tower_http::trace::TraceLayer;
 
 /// What every handler can reach.
@@ -76,60 +73,31 @@ pub fn router(state: AppState) -> Router {
         // Errors are Algolia's JSON, unknown routes and methods included.
         .fallback(error::unknown_route)
         .method_not_allowed_fallback(error::method_not_allowed)
-        // The clients' `compression` option: gzip request bodies.
-        .layer(RequestDecompressionLayer::new())
         .layer(axum::middleware::from_fn(error::json_errors))
-        .layer(axum::middleware::from_fn(ratelimit::headers))
         .route_layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),
             metrics::track,
         ))
-        // Browsers call the Insights API from any origin (search-insights).
-        .layer(CorsLayer::permissive().expose_headers([
-            REQUEST_ID,
-            axum::http::HeaderName::from_static("x-ratelimit-limit"),
-            axum::http::HeaderName::from_static("x-ratelimit-remaining"),
-            axum::http::HeaderName::from_static("x-ratelimit-reset"),
-            axum::http::header::RETRY_AFTER,
-        ]))
+        // Browsers call the Insights API from any origin (search-insights); every response
+        // header is exposed to them.
+        .layer(CorsLayer::permissive())
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        // A correlation id per request (the caller's `x-request-id`, else a new one): in the
-        // response and in every log line of the request.
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, NewRequestId))
+        // A correlation id per request, the rate-limit headers, gzip request bodies.
+        .layer(axum::middleware::from_fn(context::around))
         .with_state(state)
 }
 
-const REQUEST_ID: axum::http::HeaderName = axum::http::HeaderName::from_static("x-request-id");
-
-/// Request ids of requests without `x-request-id`: the `request-id` the Algolia clients send
-/// (one per helper call, so a whole `replaceAllObjects` shares it), else 16 random hex digits.
-#[derive(Debug, Clone, Copy)]
-struct NewRequestId;
-
-impl MakeRequestId for NewRequestId {
-    fn make_request_id<B>(&mut self, request: &Request<B>) -> Option<RequestId> {
-        let given = request
-            .headers()
-            .get("request-id")
-            .filter(|v| (1..=128).contains(&v.len()));
-        let id = match given {
-            Some(v) => v.clone(),
-            None => HeaderValue::from_str(&format!("{:016x}", rand::random::<u64>())).ok()?,
-        };
-        Some(RequestId::new(id))
-    }
-}
-
-/// The span of a request: method, path and request id — never the query string (where
-/// `search-insights` puts the API key) nor a key in a path.
+/// The span of a request, at debug level (at info, a span's fields would be formatted for
+/// every request): method, path and request id — never the query string (where
+/// `search-insights` puts the API key) nor a key in a path. Errors logged at any level carry
+/// the request id themselves ([`context::request_id`]).
 fn request_span(request: &Request<Body>) -> tracing::Span {
     let id = request
         .headers()
-        .get(&REQUEST_ID)
+        .get(context::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    tracing::info_span!(
+    tracing::debug_span!(
         "request",
         method = %request.method(),
         path = %loggable_path(request.uri().path()),

@@ -5,17 +5,15 @@
 //! its peer IP address. Counts are kept per node, in memory: with several nodes behind a load
 //! balancer, a client can reach the limit on each. Responses to a limited key carry
 //! `x-ratelimit-limit`, `x-ratelimit-remaining` and `x-ratelimit-reset` (Unix seconds), and a
-//! `429` carries `Retry-After` — the headers the clients read when present.
+//! `429` carries `Retry-After` — the headers the clients read when present
+//! ([`crate::context`] sets them).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::Next;
-use axum::response::Response;
 
 /// The most clients a node tracks before it forgets those of past hours.
 const PRUNE_AT: usize = 100_000;
@@ -84,41 +82,6 @@ fn client(parts: &Parts) -> Client {
         Some(ConnectInfo(addr)) => Client::Ip(addr.ip()),
         None => Client::Unknown,
     }
-}
-
-/// Where the authentication of a request leaves its verdict for [`headers`].
-#[derive(Debug, Clone, Default)]
-pub struct Slot(Arc<Mutex<Option<Verdict>>>);
-
-impl Slot {
-    pub fn set(&self, verdict: Verdict) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(verdict);
-    }
-
-    fn get(&self) -> Option<Verdict> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Middleware: the rate-limit headers of a request whose key has a limit.
-pub async fn headers(mut request: Request, next: Next) -> Response {
-    let slot = Slot::default();
-    request.extensions_mut().insert(slot.clone());
-    let mut response = next.run(request).await;
-    if let Some(v) = slot.get() {
-        let headers = response.headers_mut();
-        let mut put = |name: &'static str, value: u64| {
-            headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
-        };
-        put("x-ratelimit-limit", u64::from(v.limit));
-        put("x-ratelimit-remaining", u64::from(v.remaining));
-        put("x-ratelimit-reset", v.reset);
-        if !v.allowed {
-            let now = penchant_store::validate::now_micros() as u64 / 1_000_000;
-            put("retry-after", v.reset.saturating_sub(now).max(1));
-        }
-    }
-    response
 }
 
 #[cfg(test)]
