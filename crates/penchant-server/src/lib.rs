@@ -26,10 +26,11 @@ use tokio::net::TcpListener;
 use tower_http::cors::CorsLayer;
 use tower_http::trace::TraceLayer;
 
-/// What every handler can reach.
+/// What every handler can reach (cloned for every request: the engine, whose clone is an `Arc`
+/// count per subsystem, sits behind one `Arc`).
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub engine: Engine,
+    pub engine: Arc<Engine>,
     /// A short name of the store backend, for `/health`.
     pub backend: Arc<str>,
     pub started: Instant,
@@ -47,7 +48,7 @@ impl AppState {
     /// With metrics shared with others (a [`metered::MeteredStore`] under the engine).
     pub fn with_metrics(engine: Engine, backend: &str, metrics: Arc<metrics::Metrics>) -> Self {
         Self {
-            engine,
+            engine: Arc::new(engine),
             backend: backend.into(),
             started: Instant::now(),
             metrics,
