@@ -34,7 +34,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 
-use crate::events::{self, EVENTS_TABLE, RETENTION, Stored};
+use crate::events::{self, EVENTS_TABLE, Layout, RETENTION, Stored};
 use crate::sets::write_if_version;
 use crate::{EngineError, Result, keys};
 
@@ -110,15 +110,16 @@ struct Sums {
 impl Sums {
     fn add(&mut self, qualifier: &[u8], value: &[u8], timestamp: i64) -> Result<()> {
         let counts: BTreeMap<String, u64> = serde_json::from_slice(value).map_err(corrupt)?;
-        let sum = self
-            .counts
-            .entry(Bytes::copy_from_slice(qualifier))
-            .or_default();
+        self.add_counts(Bytes::copy_from_slice(qualifier), counts);
+        self.last = self.last.max(Some(timestamp));
+        Ok(())
+    }
+
+    fn add_counts(&mut self, qualifier: Bytes, counts: BTreeMap<String, u64>) {
+        let sum = self.counts.entry(qualifier).or_default();
         for (value, n) in counts {
             *sum.entry(value).or_default() += n;
         }
-        self.last = self.last.max(Some(timestamp));
-        Ok(())
     }
 
     /// The row mutations that make these sums a row's base, replacing `old` (its columns as
@@ -240,27 +241,29 @@ impl Aggregates {
     /// Rebuild one user's day from its raw events (finishing a batch a crash left half-done:
     /// which of its deltas were written is unknown). The deltas it read are deleted: their
     /// events were stored before them, so the raw read, made after, counts them.
-    pub async fn rebuild_day(&self, app: &str, user: &str, day: i64) -> Result<()> {
+    pub async fn rebuild_day(&self, app: &str, user: &str, day: i64, layout: Layout) -> Result<()> {
         let key = keys::day(app, user, day);
         for _ in 0..ATTEMPTS {
             let row = self
                 .store
                 .read_row(AGGREGATES_TABLE, key.clone(), None)
                 .await?;
-            let raw = self
-                .store
-                .read_all(EVENTS_TABLE, ReadRows::new(raw_day(app, user, day)))
-                .await?;
+            let request = ReadRows::new(raw_day(app, user, day)).filter(layout.all_filter());
+            let raw = self.store.read_all(EVENTS_TABLE, request).await?;
             if row.is_none() && raw.is_empty() {
                 return Ok(());
             }
             let mut sums = Sums::default();
             for row in &raw {
-                for cell in &row.cells {
-                    sums.last = sums.last.max(Some(cell.timestamp));
-                    if cell.qualifier != events::EVENT_COLUMN {
-                        sums.add(&cell.qualifier, &cell.value, cell.timestamp)?;
-                    }
+                let Some(ts) = row.cells.first().map(|c| c.timestamp) else {
+                    continue;
+                };
+                sums.last = sums.last.max(Some(ts));
+                let Some((event_type, name, counts)) = layout.read_counts(row)? else {
+                    continue;
+                };
+                for (facet, values) in counts {
+                    sums.add_counts(events::qualifier(event_type, &name, &facet), values);
                 }
             }
             let v = version(row.as_ref());

@@ -30,16 +30,17 @@ impl Engine {
         self.tenancy.authenticate(app_id, key).await
     }
 
-    /// Create an app (a random ID if none is given) with a retention window; returns it and
-    /// its admin key.
+    /// Create an app (a random ID if none is given) with a retention window and an event
+    /// layout; returns it and its admin key.
     pub async fn create_app(
         &self,
         app_id: Option<&str>,
         name: &str,
         retention_days: u32,
+        event_layout: crate::events::Layout,
     ) -> Result<(App, String)> {
         self.tenancy
-            .create_app_with(app_id, name, retention_days)
+            .create_app_with(app_id, name, retention_days, event_layout)
             .await
     }
 
@@ -51,6 +52,29 @@ impl Engine {
         retention_days: Option<u32>,
     ) -> Result<App> {
         self.tenancy.update_app(app_id, name, retention_days).await
+    }
+
+    /// Start moving an app's events to another layout, in the background
+    /// ([`crate::events::migration`]).
+    pub async fn migrate_layout(
+        &self,
+        app_id: &str,
+        to: crate::events::Layout,
+    ) -> Result<crate::events::migration::MigrationStatus> {
+        self.migrations.start(app_id, to).await
+    }
+
+    /// An app's latest layout migration, as last saved.
+    pub async fn layout_migration(
+        &self,
+        app_id: &str,
+    ) -> Result<Option<crate::events::migration::MigrationStatus>> {
+        self.migrations.status(app_id).await
+    }
+
+    /// One app, if it exists.
+    pub async fn app(&self, app_id: &str) -> Result<Option<App>> {
+        self.tenancy.app(app_id).await
     }
 
     /// Every app.

@@ -316,6 +316,42 @@ pub fn event_qualifier(event_type: &str, event_name: &str, facet: &str) -> Bytes
     Bytes::from(q)
 }
 
+/// The three fields of an [`event_qualifier`] (event type, event name, facet), or `None` for a
+/// qualifier that is not one.
+pub fn parse_event_qualifier(qualifier: &[u8]) -> Option<[String; 3]> {
+    let text = std::str::from_utf8(qualifier).ok()?;
+    let mut fields: Vec<String> = Vec::with_capacity(3);
+    let mut chars = text.chars().peekable();
+    loop {
+        let mut field = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        field.push('"');
+                    }
+                    '"' => break,
+                    c => field.push(c),
+                }
+            }
+        }
+        while let Some(&c) = chars.peek() {
+            if c == ',' {
+                break;
+            }
+            field.push(c);
+            chars.next();
+        }
+        fields.push(field);
+        if chars.next().is_none() {
+            break;
+        }
+    }
+    fields.try_into().ok()
+}
+
 /// The byte between an aggregate delta's qualifier and its event id: never in UTF-8, so never in
 /// an [`event_qualifier`].
 pub const AGGREGATE_DELTA: u8 = 0xFF;

@@ -190,6 +190,36 @@ pub struct Engine {
     vectors: Arc<Vectors>,
     trainings: Arc<Trainings>,
     recommend: Arc<recommend::Recommend>,
+    migrations: Arc<events::migration::Migrations>,
+}
+
+/// Create the families of `table` it lacks (several nodes may do so at once).
+async fn add_families(
+    store: &dyn Store,
+    table: &str,
+    families: std::collections::BTreeMap<String, penchant_store::GcRule>,
+) -> Result<()> {
+    let lacking = |schema: &penchant_store::TableSchema| -> Vec<penchant_store::FamilyChange> {
+        families
+            .iter()
+            .filter(|(family, _)| !schema.families.contains_key(*family))
+            .map(|(family, rule)| penchant_store::FamilyChange::Create {
+                family: family.clone(),
+                gc_rule: rule.clone(),
+            })
+            .collect()
+    };
+    let missing = lacking(&store.get_table(table).await?);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if let Err(e) = store.modify_families(table, missing).await
+        // Unless another node added them meanwhile.
+        && !lacking(&store.get_table(table).await?).is_empty()
+    {
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 impl Engine {
@@ -210,8 +240,10 @@ impl Engine {
             .chain(vectors::tables())
             .chain(recommend::tables());
         for (name, families) in tables {
-            match store.create_table(name, families).await {
-                Ok(()) | Err(StoreError::TableExists(_)) => {}
+            match store.create_table(name, families.clone()).await {
+                Ok(()) => {}
+                // A table made by an older version may lack a family added since.
+                Err(StoreError::TableExists(_)) => add_families(&*store, name, families).await?,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -279,7 +311,16 @@ impl Engine {
             clock.clone(),
             leases.clone(),
         ));
+        let migrations = Arc::new(events::migration::Migrations::new(
+            store.clone(),
+            tenancy.clone(),
+            leases.clone(),
+            supervisor.clone(),
+            clock.clone(),
+            config.tenancy.cache_ttl,
+        ));
         Ok(Self {
+            migrations,
             vectors,
             trainings,
             recommend,
@@ -310,8 +351,9 @@ impl Engine {
         if events.is_empty() {
             return Ok(());
         }
+        let layouts = self.tenancy.events_of(app).await?.written();
         let (batch, intent) = self.pending.intent(app, events);
-        let stored = self.events.ingest(app, events, intent).await?;
+        let stored = self.events.ingest(app, events, &layouts, intent).await?;
         let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
         let aggregates_then_profiles = async {
             self.aggregates.add(app, &stored).await?;
@@ -369,9 +411,10 @@ impl Engine {
         let intents = self.pending.left_behind(&apps, age).await?;
         for intent in &intents {
             let mut stored = Vec::new();
+            let layout = self.tenancy.events_of(&intent.app).await?.layout;
             for day in &intent.days {
                 self.aggregates
-                    .rebuild_day(&intent.app, &intent.user, *day)
+                    .rebuild_day(&intent.app, &intent.user, *day, layout)
                     .await?;
                 let request = penchant_store::ReadRows::new(aggregates::raw_day(
                     &intent.app,
@@ -486,7 +529,8 @@ impl Engine {
     pub async fn take_over_jobs(&self) -> Result<usize> {
         Ok(self.jobs.take_over().await?
             + self.trainings.take_over().await?
-            + self.take_over_builds().await?)
+            + self.take_over_builds().await?
+            + self.migrations.take_over().await?)
     }
 
     /// Start the node's background work, owned by the engine until [`Engine::shutdown`]: at

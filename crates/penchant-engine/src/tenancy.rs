@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
+use crate::events::Layout;
 use crate::keys;
 use crate::{EngineError, Result};
 
@@ -95,6 +96,57 @@ pub struct App {
     /// How many days of events count for the app's profiles (1 to 90).
     #[serde(default = "default_retention_days")]
     pub retention_days: u32,
+    /// How the app's events store their counts (what reads use).
+    #[serde(default)]
+    pub event_layout: Layout,
+    /// During a migration between layouts: the other layout, also written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_written: Option<Layout>,
+}
+
+/// What the event path needs of an app, cached per node ([`Tenancy::events_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppEvents {
+    pub retention_days: u32,
+    /// The layout reads use.
+    pub layout: Layout,
+    /// The layout also written during a migration.
+    pub also_written: Option<Layout>,
+}
+
+impl AppEvents {
+    /// The layouts an event's counts are written in.
+    pub fn written(&self) -> Vec<Layout> {
+        std::iter::once(self.layout)
+            .chain(self.also_written)
+            .collect()
+    }
+
+    /// The retention window.
+    pub fn retention(&self) -> Duration {
+        Duration::from_secs(u64::from(self.retention_days) * 86_400)
+    }
+}
+
+impl From<&App> for AppEvents {
+    fn from(app: &App) -> Self {
+        AppEvents {
+            retention_days: app.retention_days,
+            layout: app.event_layout,
+            also_written: app.also_written,
+        }
+    }
+}
+
+impl Default for AppEvents {
+    /// An unknown app's.
+    fn default() -> Self {
+        AppEvents {
+            retention_days: MAX_RETENTION_DAYS,
+            layout: Layout::default(),
+            also_written: None,
+        }
+    }
 }
 
 /// The longest (and default) retention: the events table's GC rule.
@@ -190,8 +242,8 @@ pub struct Tenancy {
     clock: Clock,
     /// (app, key digest) → what was found.
     cache: TtlCache<(String, [u8; 32]), Option<KeyInfo>>,
-    /// App → retention days.
-    retention: TtlCache<String, u32>,
+    /// App → what its events need.
+    events: TtlCache<String, AppEvents>,
 }
 
 /// The tables this module needs, with their families.
@@ -205,7 +257,7 @@ impl Tenancy {
     pub fn cache_stats(&self) -> [(&'static str, crate::cache::CacheStats); 2] {
         [
             ("api_keys", self.cache.stats()),
-            ("retention", self.retention.stats()),
+            ("app_events", self.events.stats()),
         ]
     }
 
@@ -218,7 +270,7 @@ impl Tenancy {
                 .filter(|k| !k.is_empty())
                 .map(digest),
             cache: TtlCache::new(cache::DEFAULT_CAPACITY, config.cache_ttl, clock.clone()),
-            retention: TtlCache::new(cache::DEFAULT_CAPACITY, config.cache_ttl, clock.clone()),
+            events: TtlCache::new(cache::DEFAULT_CAPACITY, config.cache_ttl, clock.clone()),
             clock,
         }
     }
@@ -272,15 +324,17 @@ impl Tenancy {
 
     /// Create an app (with a generated ID unless one is given) and its first admin key.
     pub async fn create_app(&self, app_id: Option<&str>, name: &str) -> Result<(App, String)> {
-        self.create_app_with(app_id, name, MAX_RETENTION_DAYS).await
+        self.create_app_with(app_id, name, MAX_RETENTION_DAYS, Layout::default())
+            .await
     }
 
-    /// [`Tenancy::create_app`] with a retention window.
+    /// [`Tenancy::create_app`] with a retention window and an event layout.
     pub async fn create_app_with(
         &self,
         app_id: Option<&str>,
         name: &str,
         retention_days: u32,
+        event_layout: Layout,
     ) -> Result<(App, String)> {
         check_retention(retention_days)?;
         let app_id = match app_id {
@@ -293,6 +347,8 @@ impl Tenancy {
             name: name.to_owned(),
             created_at: self.clock.now_micros() / 1_000_000,
             retention_days,
+            event_layout,
+            also_written: None,
         };
         let value = Bytes::from(serde_json::to_vec(&app).map_err(internal)?);
         let existed = self
@@ -348,29 +404,59 @@ impl Tenancy {
         if let Some(name) = name {
             app.name = name;
         }
-        let value = Bytes::from(serde_json::to_vec(&app).map_err(internal)?);
-        self.store
-            .mutate_row(
-                APPS_TABLE,
-                keys::app(app_id),
-                vec![Mutation::set_now(FAMILY, APP_COLUMN, value)],
-            )
-            .await?;
-        self.retention.remove(app_id);
+        self.save_app(&app).await?;
         Ok(app)
     }
 
-    /// An app's retention window (cached like keys; the default for an unknown app).
-    pub async fn retention(&self, app_id: &str) -> Result<Duration> {
-        if let Some(days) = self.retention.get(app_id) {
-            return Ok(Duration::from_secs(u64::from(days) * 86_400));
-        }
-        let days = self
+    /// Set an app's event layouts (a step of a migration, [`crate::events::migration`]):
+    /// the one reads use, and the one also written.
+    pub(crate) async fn set_event_layout(
+        &self,
+        app_id: &str,
+        layout: Layout,
+        also_written: Option<Layout>,
+    ) -> Result<App> {
+        let mut app = self
             .app(app_id)
             .await?
-            .map_or(MAX_RETENTION_DAYS, |a| a.retention_days);
-        self.retention.insert(app_id.to_owned(), days);
-        Ok(Duration::from_secs(u64::from(days) * 86_400))
+            .ok_or_else(|| EngineError::NotFound(format!("app `{app_id}` does not exist")))?;
+        app.event_layout = layout;
+        app.also_written = also_written;
+        self.save_app(&app).await?;
+        Ok(app)
+    }
+
+    async fn save_app(&self, app: &App) -> Result<()> {
+        let value = Bytes::from(serde_json::to_vec(app).map_err(internal)?);
+        self.store
+            .mutate_row(
+                APPS_TABLE,
+                keys::app(&app.app_id),
+                vec![Mutation::set_now(FAMILY, APP_COLUMN, value)],
+            )
+            .await?;
+        self.events.remove(&app.app_id);
+        Ok(())
+    }
+
+    /// What an app's events need: its retention window and layouts (cached like keys, for
+    /// [`TenancyConfig::cache_ttl`]: other nodes see a change within that; the defaults for an
+    /// unknown app).
+    pub async fn events_of(&self, app_id: &str) -> Result<AppEvents> {
+        if let Some(events) = self.events.get(app_id) {
+            return Ok(events);
+        }
+        let events = self
+            .app(app_id)
+            .await?
+            .map_or_else(AppEvents::default, |a| AppEvents::from(&a));
+        self.events.insert(app_id.to_owned(), events);
+        Ok(events)
+    }
+
+    /// An app's retention window ([`Tenancy::events_of`]).
+    pub async fn retention(&self, app_id: &str) -> Result<Duration> {
+        Ok(self.events_of(app_id).await?.retention())
     }
 
     /// Every app.
@@ -398,7 +484,7 @@ impl Tenancy {
         }
         self.store.drop_row_range(APPS_TABLE, &prefix).await?;
         self.cache.retain(|(app, _)| app != app_id);
-        self.retention.remove(app_id);
+        self.events.remove(app_id);
         Ok(())
     }
 

@@ -80,7 +80,7 @@ async fn a_refresh_during_a_batch_is_not_overwritten() {
             .unwrap();
         engine
             .tenancy()
-            .create_app_with(Some(APP), "test", 30)
+            .create_app_with(Some(APP), "test", 30, Default::default())
             .await
             .unwrap();
         let now = penchant_store::validate::now_micros() / 1000;

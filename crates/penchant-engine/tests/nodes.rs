@@ -107,7 +107,7 @@ async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expir
     let clock = Clock::manual(penchant_store::validate::now_micros());
     // Node A dies after writing its first chunk of profiles.
     let hooked = Arc::new(Hooked {
-        inner: penchant_store::MemStore::new(),
+        inner: Arc::new(penchant_store::MemStore::new()),
         hook: Stall::new("profiles", Op::WriteRows, 1),
     });
     let store: Arc<dyn Store> = hooked.clone();
@@ -182,12 +182,14 @@ async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
     let clock = Clock::system();
     // The node dies once the events are stored, before their aggregates are written.
     let hooked = Arc::new(Hooked {
-        inner: penchant_store::MemStore::new(),
+        inner: Arc::new(penchant_store::MemStore::new()),
         hook: Stall::new("aggregates", Op::WriteRows, 0),
     });
     let store: Arc<dyn Store> = hooked.clone();
     let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
-    a.create_app(Some(APP), "shop", 90).await.unwrap();
+    a.create_app(Some(APP), "shop", 90, Default::default())
+        .await
+        .unwrap();
     a.set_strategy(APP, strategy()).await.unwrap();
     let now = clock.now_ms();
     a.push_events(APP, &[view(user(1), "early".into(), now - 2000)])
@@ -248,7 +250,7 @@ async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
     use penchant_engine::recommend::{QueueDefinition, Source};
     let clock = Clock::manual(penchant_store::validate::now_micros());
     let hooked = Arc::new(Hooked {
-        inner: penchant_store::MemStore::new(),
+        inner: Arc::new(penchant_store::MemStore::new()),
         hook: Stall::new("queues", Op::Write, 40),
     });
     let store: Arc<dyn Store> = hooked.clone();

@@ -1,7 +1,7 @@
 //! Streaming equals batch: after any sequence of events (some older than the app's 7-day
 //! retention window; bursts of them, so that days' aggregates fold; retried requests), repairs,
 //! profile deletions and strategy changes (each followed by its recompute job), every stored
-//! profile is the one a full recompute gives.
+//! profile is the one a full recompute gives — in either event layout (wide and narrow).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use bytes::Bytes;
 use penchant_engine::{aggregates, keys};
 use penchant_store::{ReadRows, RowSet, Store};
 
-use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::events::{Event, EventType, Layout, Target};
 use penchant_engine::jobs::JobState;
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy as Personalization};
 use penchant_engine::{Engine, EngineConfig};
@@ -101,7 +101,7 @@ async fn wait_for_job(engine: &Engine) {
     }
 }
 
-async fn run(ops: Vec<Op>) {
+async fn run(layout: Layout, ops: Vec<Op>) {
     let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
     let config = EngineConfig {
         recompute_parallelism: 3,
@@ -110,7 +110,7 @@ async fn run(ops: Vec<Op>) {
     let engine = Engine::open(store.clone(), config).await.unwrap();
     engine
         .tenancy()
-        .create_app_with(Some(APP), "test", 7)
+        .create_app_with(Some(APP), "test", 7, layout)
         .await
         .unwrap();
     let start = penchant_store::validate::now_micros() / 1000 - 1_000_000;
@@ -172,7 +172,7 @@ async fn run(ops: Vec<Op>) {
         }
     }
     check(&engine).await;
-    check_sums(&*store).await;
+    check_sums(&*store, layout).await;
     // Once more after a recompute from the aggregates: every user with events is rewritten.
     engine.set_strategy(APP, personalization(9)).await.unwrap();
     wait_for_job(&engine).await;
@@ -191,9 +191,9 @@ fn add(sums: &mut Sums, row: Bytes, qualifier: &[u8], value: &[u8]) {
     }
 }
 
-/// Every day's aggregate (base and deltas) sums exactly its raw events: none counted twice
-/// (a retry, a fold, a repair) nor missed.
-async fn check_sums(store: &dyn Store) {
+/// Every day's aggregate (base and deltas) sums exactly its raw events, stored in `layout` only:
+/// none counted twice (a retry, a fold, a repair) nor missed.
+async fn check_sums(store: &dyn Store, layout: Layout) {
     let all = || ReadRows::new(RowSet::all());
     let mut aggregated = Sums::new();
     for row in store.read_all("aggregates", all()).await.unwrap() {
@@ -211,8 +211,18 @@ async fn check_sums(store: &dyn Store) {
         };
         let ms = u64::from_be_bytes(row.key[row.key.len() - 16..][..8].try_into().unwrap());
         let day = keys::day(APP, user, aggregates::day_of(ms as i64));
-        for cell in row.cells.iter().filter(|c| c.qualifier.contains(&b',')) {
-            add(&mut raw, day.clone(), &cell.qualifier, &cell.value);
+        let other = layout.other().read_counts(&row).unwrap();
+        assert_eq!(other, None, "{layout}: cells of the other layout");
+        if let Some((event_type, name, counts)) = layout.read_counts(&row).unwrap() {
+            for (facet, values) in counts {
+                let q = keys::event_qualifier(event_type.as_str(), &name, &facet);
+                add(
+                    &mut raw,
+                    day.clone(),
+                    &q,
+                    &serde_json::to_vec(&values).unwrap(),
+                );
+            }
         }
     }
     assert_eq!(aggregated, raw);
@@ -252,12 +262,16 @@ async fn check(engine: &Engine) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
-    fn streaming_equals_batch(ops in prop::collection::vec(op(), 1..40)) {
+    fn streaming_equals_batch(
+        narrow in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        let layout = if narrow { Layout::Narrow } else { Layout::Wide };
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap()
-            .block_on(run(ops));
+            .block_on(run(layout, ops));
     }
 }

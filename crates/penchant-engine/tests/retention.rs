@@ -51,12 +51,12 @@ async fn the_purge_deletes_what_the_window_left_behind() {
     .unwrap();
     engine
         .tenancy()
-        .create_app_with(Some("WEEK"), "7 days", 7)
+        .create_app_with(Some("WEEK"), "7 days", 7, Default::default())
         .await
         .unwrap();
     engine
         .tenancy()
-        .create_app_with(Some("FULL"), "90 days", 90)
+        .create_app_with(Some("FULL"), "90 days", 90, Default::default())
         .await
         .unwrap();
     let strategy = Strategy {

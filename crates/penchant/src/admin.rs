@@ -29,9 +29,19 @@ pub enum AppsCommand {
         app_id: Option<String>,
         #[arg(long, default_value = "")]
         name: String,
+        /// How its events store their counts (default: wide).
+        #[arg(long, value_parser = ["wide", "narrow"])]
+        event_layout: Option<String>,
     },
     /// List the apps.
     List,
+    /// Show an app's event layout; with `--to`, move its events to that layout (dual-write,
+    /// backfill, switch reads, drop the old one) and follow the migration with a progress bar.
+    Layout {
+        app_id: String,
+        #[arg(long, value_parser = ["wide", "narrow"])]
+        to: Option<String>,
+    },
     /// Delete an app and all its data.
     Delete { app_id: String },
 }
@@ -285,9 +295,27 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
     let client = Client::new(target, config)?;
     block_on(async {
         let out = match command {
-            AppsCommand::Create { app_id, name } => {
-                let body = json!({"appID": app_id, "name": name});
+            AppsCommand::Create {
+                app_id,
+                name,
+                event_layout,
+            } => {
+                let mut body = json!({"appID": app_id, "name": name});
+                if let Some(layout) = event_layout {
+                    body["eventLayout"] = json!(layout);
+                }
                 client.call(Method::POST, "/1/apps", "", Some(body)).await?
+            }
+            AppsCommand::Layout { app_id, to } => {
+                let path = format!("/1/apps/{app_id}/layout");
+                match to {
+                    Some(to) => {
+                        let body = json!({"eventLayout": to});
+                        client.call(Method::POST, &path, "", Some(body)).await?;
+                        watch_migration(&client, &path).await?
+                    }
+                    None => client.call(Method::GET, &path, "", None).await?,
+                }
             }
             AppsCommand::List => client.call(Method::GET, "/1/apps", "", None).await?,
             AppsCommand::Delete { app_id } => {
@@ -298,6 +326,37 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
         };
         print(&out)
     })
+}
+
+/// Follow a layout migration to its end with a progress bar over its phases; its last status.
+async fn watch_migration(client: &Client, path: &str) -> anyhow::Result<Value> {
+    const PHASES: [&str; 5] = ["dualWrite", "backfill", "switch", "stopOld", "drop"];
+    let bar = indicatif::ProgressBar::new(PHASES.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} migration {bar:30} {pos}/{len} phases  {msg}  {elapsed}",
+        )?
+        .progress_chars("=> "),
+    );
+    loop {
+        let status = client.call(Method::GET, path, "", None).await?;
+        let job = &status["migration"];
+        let phase = job["phase"].as_str().unwrap_or_default();
+        let at = PHASES
+            .iter()
+            .position(|p| *p == phase)
+            .unwrap_or(PHASES.len());
+        bar.set_position(at as u64);
+        bar.set_message(format!(
+            "{phase}: {} rows backfilled, {} cleared",
+            job["backfilled"], job["dropped"]
+        ));
+        if job["state"] != "running" {
+            bar.finish();
+            return Ok(status);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 pub fn keys(command: KeysCommand, target: &Target, config: &Config) -> anyhow::Result<()> {

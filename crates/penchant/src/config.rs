@@ -127,8 +127,9 @@ pub struct AuthConfig {
     /// The global admin key: manages apps (`/1/apps`) and acts as an admin key of every app.
     /// Unset: apps can only be managed by a node that has one.
     pub admin_key: Option<String>,
-    /// How long a node trusts a cached API-key lookup, in milliseconds: a key created or deleted
-    /// through another node takes effect here within this interval.
+    /// How long a node trusts a cached API-key lookup and an app's cached settings (retention,
+    /// event layout), in milliseconds: a key created or deleted, or an app changed, through
+    /// another node takes effect here within this interval.
     pub key_cache_ttl_ms: u64,
 }
 

@@ -276,12 +276,34 @@ fn apps_and_keys_commands_manage_a_running_server() {
         cmd.arg("--data-dir")
             .arg(dir.path())
             .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            // Apps' layouts as cached by no node: a migration waits only for ingestions.
+            .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", "0")
             .stderr(Stdio::null());
     });
     let admin = |args: &[&str]| admin_command(&url, args);
-    let (ok, app, err) = admin(&["apps", "create", "--app-id", "CLIAPP", "--name", "Shop"]);
+    let (ok, app, err) = admin(&[
+        "apps",
+        "create",
+        "--app-id",
+        "CLIAPP",
+        "--name",
+        "Shop",
+        "--event-layout",
+        "narrow",
+    ]);
     assert!(ok, "{err}");
     assert_eq!(app["appID"], "CLIAPP");
+    assert_eq!(app["eventLayout"], "narrow");
+    let (ok, layout, err) = admin(&["apps", "layout", "CLIAPP"]);
+    assert!(ok, "{err}");
+    assert_eq!(layout["eventLayout"], "narrow");
+    // Moving the events prints the migration's end.
+    let (ok, moved, err) = admin(&["apps", "layout", "CLIAPP", "--to", "wide"]);
+    assert!(ok, "{err}");
+    assert_eq!(moved["eventLayout"], "wide", "{moved}");
+    assert_eq!(moved["migration"]["state"], "done", "{moved}");
+    let (ok, _, err) = admin(&["apps", "layout", "CLIAPP", "--to", "wide"]);
+    assert!(!ok && err.contains("already"), "{err}");
     let (ok, key, err) = admin(&[
         "keys",
         "create",

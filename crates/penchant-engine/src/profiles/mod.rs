@@ -12,7 +12,8 @@
 //! the user's per-day aggregates (read through the wide schema's qualifier filter: each day's
 //! base and its not-yet-folded deltas), with the days a deletion or the retention window cuts
 //! replaced by their raw events — or, for a full recompute from raw events, the raw events
-//! themselves (the aggregates sum them exactly). The streaming path refreshes the users of each
+//! themselves (the aggregates sum them exactly). Raw events are read in the app's layout
+//! ([`crate::events::Layout`]): wide cells filtered in the store, narrow ones by [`Scorer`]. The streaming path refreshes the users of each
 //! batch of events once its aggregate deltas are written, all of them in one read and one
 //! write; the batch path (a strategy change) recomputes every user of the app. Concurrent
 //! writers converge: after writing profiles, a refresh reads the users' aggregate cells again
@@ -37,12 +38,12 @@ use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, Ro
 use serde::{Deserialize, Serialize};
 
 pub use recompute::{RecomputeStats, Source, UserRange};
+use scoring::aggregate_filter;
 pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, compute};
-use scoring::{aggregate_filter, read_filter};
 
 use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
 use crate::clock::Clock;
-use crate::events::EVENTS_TABLE;
+use crate::events::{EVENTS_TABLE, Layout};
 use crate::keys;
 use crate::strategy::{Strategies, Versioned};
 use crate::tenancy::Tenancy;
@@ -147,6 +148,11 @@ impl Profiles {
     async fn window_start(&self, app: &str) -> Result<i64> {
         let retention = self.tenancy.retention(app).await?;
         Ok(self.clock.now_ms() - retention.as_millis() as i64)
+    }
+
+    /// The layout an app's raw events are read in.
+    async fn layout(&self, app: &str) -> Result<Layout> {
+        Ok(self.tenancy.events_of(app).await?.layout)
     }
 
     async fn stored(&self, app: &str, user: &str) -> Result<Stored> {
@@ -336,9 +342,8 @@ impl Profiles {
             return Ok(None);
         };
         let stored = self.stored(app, user).await?;
-        let rows = self
-            .read_user(EVENTS_TABLE, app, user, read_filter(&strategy.strategy))
-            .await?;
+        let filter = self.layout(app).await?.read_filter(&strategy.strategy);
+        let rows = self.read_user(EVENTS_TABLE, app, user, filter).await?;
         let since = self.window_start(app).await?;
         Ok(Some(compute(
             &strategy.strategy,
@@ -414,9 +419,9 @@ impl Profiles {
             .filter(|r| day(r).is_some_and(|d| !cut.contains(&d)))
             .cloned()
             .collect();
+        let filter = self.layout(app).await?.read_filter(&strategy.strategy);
         for d in cut {
-            let request = ReadRows::new(aggregates::raw_day(app, user, d))
-                .filter(read_filter(&strategy.strategy));
+            let request = ReadRows::new(aggregates::raw_day(app, user, d)).filter(filter.clone());
             out.extend(self.store.read_all(EVENTS_TABLE, request).await?);
         }
         Ok(Some(out))

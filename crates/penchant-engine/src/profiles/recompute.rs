@@ -9,7 +9,7 @@ use futures::StreamExt;
 use penchant_store::{ReadRows, Row, RowFilter, RowMutation, RowSet, Workload, for_workload};
 use serde::{Deserialize, Serialize};
 
-use super::scoring::{aggregate_filter, read_filter};
+use super::scoring::aggregate_filter;
 use super::{FAMILY, PROFILES_TABLE, Profiles, Scorer, Stored, VERSION};
 use crate::Result;
 use crate::aggregates::AGGREGATES_TABLE;
@@ -110,7 +110,10 @@ impl Profiles {
         let scorer = Scorer::new(&strategy.strategy);
         let stamp = batch_stamp(strategy).await;
         let (table, filter) = match source {
-            Source::Raw => (EVENTS_TABLE, read_filter(&strategy.strategy)),
+            Source::Raw => (
+                EVENTS_TABLE,
+                self.layout(app).await?.read_filter(&strategy.strategy),
+            ),
             Source::Aggregates => (AGGREGATES_TABLE, aggregate_filter(&strategy.strategy)),
         };
         let request = ReadRows::new(RowSet::range(range.rows(app))).filter(filter);
@@ -168,6 +171,7 @@ impl Profiles {
         let request = ReadRows::new(RowSet::prefix(keys::app(app)))
             .filter(RowFilter::column(FAMILY, VERSION));
         let mut profiles = store.read_rows(PROFILES_TABLE, request).await?;
+        let filter = self.layout(app).await?.read_filter(&strategy.strategy);
         let mut stats = RecomputeStats::default();
         let mut chunk = Vec::new();
         loop {
@@ -179,7 +183,7 @@ impl Profiles {
                 if !fresh && let Some(user) = keys::profile_user(app, &row.key) {
                     let user = user.to_owned();
                     let rows = self
-                        .read_user(EVENTS_TABLE, app, &user, read_filter(&strategy.strategy))
+                        .read_user(EVENTS_TABLE, app, &user, filter.clone())
                         .await?;
                     chunk.push((user, rows));
                 }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::Profile;
 use crate::aggregates;
-use crate::events::{self, qualifier};
+use crate::events::{EventType, qualifier};
 use crate::keys;
 use crate::strategy::Strategy;
 
@@ -37,24 +37,13 @@ fn weights(strategy: &Strategy) -> HashMap<Bytes, (u64, String)> {
     out
 }
 
-/// What a strategy needs of a user's raw events: its qualifiers, and a marker cell without its
-/// value (each event's `event` cell: it gives the row's time even when no qualifier matches).
-pub(super) fn read_filter(strategy: &Strategy) -> RowFilter {
-    let qualifiers: Vec<Bytes> = weights(strategy).into_keys().collect();
-    let marker = RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(RowFilter::StripValue);
-    if qualifiers.is_empty() {
-        marker
-    } else {
-        RowFilter::Interleave(vec![RowFilter::qualifiers(qualifiers), marker])
-    }
-}
-
 /// The event time of a row, in ms (its cells carry it).
 fn row_time(row: &Row) -> Option<i64> {
     row.cells.first().map(|c| c.timestamp / 1000)
 }
 
-/// Compute a profile from a user's event rows (as read with [`read_filter`]), counting the
+/// Compute a profile from a user's rows (raw events as read with
+/// [`crate::events::Layout::read_filter`], in either layout, or per-day aggregates), counting the
 /// events after `deleted_until` and from `since` on (the app's retention window), both in ms.
 pub fn compute(
     strategy: &Strategy,
@@ -66,16 +55,34 @@ pub fn compute(
     Scorer::new(strategy).compute(user, rows, deleted_until, since)
 }
 
-/// A strategy's weights per qualifier, built once and used for every user of a recompute.
+/// A strategy's weights, built once and used for every user of a recompute: per wide
+/// qualifier (raw events in the wide layout, aggregates), and per event type, then event name,
+/// then facet (raw events in the narrow layout).
 #[derive(Debug)]
 pub struct Scorer {
     weights: HashMap<Bytes, (u64, String)>,
+    narrow: HashMap<EventType, HashMap<Bytes, HashMap<String, u64>>>,
 }
 
 impl Scorer {
     pub fn new(strategy: &Strategy) -> Self {
+        let mut narrow: HashMap<EventType, HashMap<Bytes, HashMap<String, u64>>> = HashMap::new();
+        for e in &strategy.events_scoring {
+            let facets = narrow
+                .entry(e.event_type)
+                .or_default()
+                .entry(Bytes::copy_from_slice(e.event_name.as_bytes()))
+                .or_default();
+            for f in &strategy.facets_scoring {
+                facets.insert(
+                    f.facet_name.clone(),
+                    u64::from(e.score) * u64::from(f.score),
+                );
+            }
+        }
         Self {
             weights: weights(strategy),
+            narrow,
         }
     }
 
@@ -92,7 +99,27 @@ impl Scorer {
             }
             last_event_at = last_event_at.max(Some(ts));
             for cell in &row.cells {
-                // A day's base, or one event's delta of it.
+                // A narrow cell: every facet's counts of one event, filtered here.
+                if let Some(event_type) = EventType::parse(&cell.family) {
+                    let facets = self
+                        .narrow
+                        .get(&event_type)
+                        .and_then(|names| names.get(&cell.qualifier[..]));
+                    let Some(facets) = facets else { continue };
+                    let seed = NarrowCounts { facets };
+                    let mut de = serde_json::Deserializer::from_slice(&cell.value);
+                    let Ok(counted) = serde::de::DeserializeSeed::deserialize(seed, &mut de) else {
+                        continue;
+                    };
+                    for (facet, weight, Counts(counts)) in counted {
+                        let values = raw.entry(facet).or_default();
+                        for (value, n) in counts {
+                            *values.entry(value).or_default() += weight * n;
+                        }
+                    }
+                    continue;
+                }
+                // A wide cell, a day's base, or one event's delta of it.
                 let qualifier =
                     keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
                 let Some((weight, facet)) = weights.get(qualifier) else {
@@ -137,36 +164,33 @@ impl Scorer {
     }
 }
 
+/// A JSON object's key, borrowed from the JSON where it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// A cell's counts, `{"value": n, ...}`, with the values borrowed from the JSON where they
 /// have no escapes: a recompute decodes millions of them.
 struct Counts<'a>(Vec<(Cow<'a, str>, u64)>);
 
 impl<'de> Deserialize<'de> for Counts<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Key<'a>(Cow<'a, str>);
-        impl<'de> Deserialize<'de> for Key<'de> {
-            fn deserialize<D: serde::Deserializer<'de>>(
-                d: D,
-            ) -> std::result::Result<Self, D::Error> {
-                struct V;
-                impl<'de> serde::de::Visitor<'de> for V {
-                    type Value = Key<'de>;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a string")
-                    }
-                    fn visit_borrowed_str<E>(
-                        self,
-                        v: &'de str,
-                    ) -> std::result::Result<Key<'de>, E> {
-                        Ok(Key(Cow::Borrowed(v)))
-                    }
-                    fn visit_str<E>(self, v: &str) -> std::result::Result<Key<'de>, E> {
-                        Ok(Key(Cow::Owned(v.to_owned())))
-                    }
-                }
-                d.deserialize_str(V)
-            }
-        }
         struct Map;
         impl<'de> serde::de::Visitor<'de> for Map {
             type Value = Counts<'de>;
@@ -185,6 +209,44 @@ impl<'de> Deserialize<'de> for Counts<'de> {
             }
         }
         d.deserialize_map(Map)
+    }
+}
+
+/// A narrow cell, `{"facet": {"value": n, ...}, ...}`, read for the facets the strategy weighs
+/// (with their weights): the others are skipped unparsed.
+struct NarrowCounts<'w> {
+    facets: &'w HashMap<String, u64>,
+}
+
+impl<'de, 'w> serde::de::DeserializeSeed<'de> for NarrowCounts<'w> {
+    type Value = Vec<(&'w str, u64, Counts<'de>)>;
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        d: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'w> serde::de::Visitor<'de> for NarrowCounts<'w> {
+    type Value = Vec<(&'w str, u64, Counts<'de>)>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object of counts per facet")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Key(facet)) = map.next_key::<Key<'de>>()? {
+            match self.facets.get_key_value(&*facet) {
+                Some((facet, weight)) => out.push((facet.as_str(), *weight, map.next_value()?)),
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

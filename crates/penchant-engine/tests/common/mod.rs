@@ -26,10 +26,10 @@ pub trait Hook: Send + Sync + std::fmt::Debug + 'static {
     async fn before(&self, op: Op, table: &str);
 }
 
-/// A [`MemStore`] that calls `hook` before each read and write.
+/// A [`MemStore`] (which other stores may share) that calls `hook` before each read and write.
 #[derive(Debug, Default)]
 pub struct Hooked<H> {
-    pub inner: MemStore,
+    pub inner: std::sync::Arc<MemStore>,
     pub hook: H,
 }
 

@@ -1,5 +1,6 @@
 //! Apps (Penchant's own admin API; the global admin key only):
-//! `POST /1/apps`, `GET /1/apps`, `PUT /1/apps/{appID}`, `DELETE /1/apps/{appID}`.
+//! `POST /1/apps`, `GET /1/apps`, `PUT /1/apps/{appID}`, `DELETE /1/apps/{appID}`, and the
+//! event layout's migration: `POST /1/apps/{appID}/layout` starts it, `GET` follows it.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -7,6 +8,9 @@ use axum::routing::{delete, get};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use penchant_engine::EngineError;
+use penchant_engine::events::Layout;
 
 use crate::AppState;
 use crate::auth::GlobalAdmin;
@@ -17,6 +21,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/1/apps", get(list).post(create))
         .route("/1/apps/{app_id}", delete(remove).put(update))
+        .route("/1/apps/{app_id}/layout", get(layout).post(migrate))
 }
 
 #[derive(Debug, Deserialize)]
@@ -27,6 +32,8 @@ struct NewApp {
     #[serde(default)]
     name: String,
     retention_days: Option<u32>,
+    #[serde(default)]
+    event_layout: Layout,
 }
 
 #[derive(Debug, Deserialize)]
@@ -34,6 +41,14 @@ struct NewApp {
 struct AppChange {
     name: Option<String>,
     retention_days: Option<u32>,
+    /// Refused unless unchanged: a layout changes through its migration.
+    event_layout: Option<Layout>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Migration {
+    event_layout: Layout,
 }
 
 async fn update(
@@ -42,6 +57,15 @@ async fn update(
     Path(app_id): Path<String>,
     JsonBody(body): JsonBody<AppChange>,
 ) -> Result<Json<Value>, ApiError> {
+    if let Some(layout) = body.event_layout {
+        let app = state.engine.app(&app_id).await?;
+        if app.is_some_and(|a| a.event_layout != layout) {
+            return Err(ApiError::bad_request(format!(
+                "eventLayout changes by migrating the app's events: POST /1/apps/{app_id}/layout \
+                 {{\"eventLayout\": \"{layout}\"}}"
+            )));
+        }
+    }
     let app = state
         .engine
         .update_app(&app_id, body.name, body.retention_days)
@@ -61,6 +85,7 @@ async fn create(
             &body.name,
             body.retention_days
                 .unwrap_or(penchant_engine::tenancy::MAX_RETENTION_DAYS),
+            body.event_layout,
         )
         .await?;
     Ok((
@@ -70,6 +95,7 @@ async fn create(
             "name": app.name,
             "createdAt": app.created_at,
             "retentionDays": app.retention_days,
+            "eventLayout": app.event_layout,
             "adminAPIKey": admin_key,
         })),
     ))
@@ -87,4 +113,37 @@ async fn remove(
 ) -> Result<Json<Value>, ApiError> {
     state.engine.delete_app(&app_id).await?;
     Ok(Json(json!({ "deletedAt": crate::iso_now() })))
+}
+
+/// The app's layouts and its latest migration (`null` if none ran).
+async fn layout(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = state.engine.app(&app_id).await?.ok_or_else(|| {
+        ApiError::from(EngineError::NotFound(format!(
+            "app `{app_id}` does not exist"
+        )))
+    })?;
+    let migration = state.engine.layout_migration(&app_id).await?;
+    Ok(Json(json!({
+        "eventLayout": app.event_layout,
+        "alsoWritten": app.also_written,
+        "migration": migration,
+    })))
+}
+
+/// Start moving the app's events to another layout (202, with the migration's status).
+async fn migrate(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    JsonBody(body): JsonBody<Migration>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let status = state
+        .engine
+        .migrate_layout(&app_id, body.event_layout)
+        .await?;
+    Ok((StatusCode::ACCEPTED, to_json(&status)?))
 }

@@ -8,6 +8,7 @@ mod catalog;
 mod events;
 mod http;
 mod indexes;
+mod layouts;
 mod metrics;
 mod personalization;
 mod recommend;

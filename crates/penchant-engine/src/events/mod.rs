@@ -1,16 +1,17 @@
 //! Insights events (validated at the edge, `penchant-server`'s `protocol::insights`), stored in
-//! the seed's wide schema.
+//! the seed's wide schema or its narrow one, per app ([`layout`]).
 //!
-//! Storage (table `events`, family `e`, 90-day age GC): one row per event,
+//! Storage (table `events`, families `e`, `click`, `conversion`, `view`, 90-day age GC): one
+//! row per event,
 //! [`keys::event`] `app 0 · user 0 · timestamp ms (u64 BE) · discriminator (u64 BE)`, so one user's events
 //! are one contiguous key range in time order. The user is the `authenticatedUserToken` when
 //! there is one, else the `userToken`. The discriminator is a hash of the event and its place in
 //! the request: a retried request whose events carry their `timestamp` names the same rows, which
 //! [`Events::ingest`] finds stored and skips (no double counting; an event without one is
-//! stamped when it arrives), two identical events of one request stay two. Qualifiers are `CSV(event type, event name, facet)` with the counts
-//! of the facet's values as a JSON object (`{"Apple": 2}`), resolved from the catalog (objectIDs)
-//! or the filters when the event arrives; qualifier `event` keeps the event itself. Every cell's
-//! timestamp is the event's.
+//! stamped when it arrives), two identical events of one request stay two. Column `e:event` keeps the event itself; its
+//! counts — each facet's values as a JSON object (`{"Apple": 2}`), resolved from the catalog
+//! (objectIDs) or the filters when the event arrives — are stored in the app's [`Layout`] (in
+//! both during a migration, [`migration`]). Every cell's timestamp is the event's.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +25,11 @@ use serde_json::Value;
 use crate::catalog::{Catalog, facet_values};
 use crate::{Result, keys};
 
+pub mod layout;
+pub mod migration;
+
+pub use layout::Layout;
+
 pub const EVENTS_TABLE: &str = "events";
 pub const FAMILY: &str = "e";
 /// The qualifier holding the event itself.
@@ -33,9 +39,12 @@ pub const RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// The tables this module needs.
 pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
+    let families = std::iter::once(FAMILY).chain(layout::NARROW_FAMILIES);
     vec![(
         EVENTS_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxAge(RETENTION))]),
+        families
+            .map(|f| (f.to_owned(), GcRule::MaxAge(RETENTION)))
+            .collect(),
     )]
 }
 
@@ -54,6 +63,16 @@ impl EventType {
             EventType::Click => "click",
             EventType::Conversion => "conversion",
             EventType::View => "view",
+        }
+    }
+
+    /// The type of a name, `None` for no type.
+    pub fn parse(name: &str) -> Option<EventType> {
+        match name {
+            "click" => Some(EventType::Click),
+            "conversion" => Some(EventType::Conversion),
+            "view" => Some(EventType::View),
+            _ => None,
         }
     }
 }
@@ -172,7 +191,8 @@ impl Events {
             .collect())
     }
 
-    /// Store valid events of an app, in one write with `intent`, the batch's intent row
+    /// Store valid events of an app, their counts in each of `layouts` (the app's, or both
+    /// during a migration), in one write with `intent`, the batch's intent row
     /// ([`crate::pending`]). Returns the events stored now: an event whose row exists already (a
     /// retried request whose events carry their `timestamp`) is neither written nor returned,
     /// so what follows from it (its aggregate deltas) is not counted twice.
@@ -180,6 +200,7 @@ impl Events {
         &self,
         app: &str,
         events: &'e [Event],
+        layouts: &[Layout],
         intent: RowMutation,
     ) -> Result<Vec<Stored<'e>>> {
         let keys = events
@@ -197,19 +218,12 @@ impl Events {
                 continue;
             }
             let ts = event.timestamp * 1000;
-            let mut mutations = Vec::with_capacity(counts.len() + 1);
+            let mut mutations = Vec::with_capacity(counts.len() + 2);
             let json =
                 serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
             mutations.push(Mutation::set(FAMILY, EVENT_COLUMN, ts, json));
-            for (facet, values) in &counts {
-                let value =
-                    serde_json::to_vec(values).map_err(|e| crate::internal("serialization", e))?;
-                mutations.push(Mutation::set(
-                    FAMILY,
-                    qualifier(event.event_type, &event.event_name, facet),
-                    ts,
-                    value,
-                ));
+            for layout in layouts {
+                mutations.extend(layout.cells(event.event_type, &event.event_name, &counts, ts)?);
             }
             rows.push(RowMutation::new(key.clone(), mutations));
             stored.push(Stored { event, key, counts });
@@ -249,5 +263,18 @@ mod tests {
             &qualifier(EventType::Click, "a\"b", "c")[..],
             b"click,\"a\"\"b\",c"
         );
+        for (t, name, facet) in [
+            ("view", "Viewed, twice", "brand"),
+            ("click", "a\"b", ""),
+            ("x", "", "\""),
+        ] {
+            let q = keys::event_qualifier(t, name, facet);
+            assert_eq!(
+                keys::parse_event_qualifier(&q),
+                Some([t.to_owned(), name.to_owned(), facet.to_owned()])
+            );
+        }
+        assert_eq!(keys::parse_event_qualifier(b"a,b"), None);
+        assert_eq!(keys::parse_event_qualifier(b"a,\"b,c"), None);
     }
 }
