@@ -38,8 +38,7 @@ use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, Ro
 use serde::{Deserialize, Serialize};
 
 pub use recompute::{RecomputeStats, Source, UserRange};
-use scoring::aggregate_filter;
-pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, compute};
+pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, aggregate_filter, compute};
 
 use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
 use crate::clock::Clock;

@@ -252,7 +252,7 @@ impl<'de, 'w> serde::de::Visitor<'de> for NarrowCounts<'w> {
 
 /// What a strategy needs of aggregate rows: its qualifiers' bases and deltas, and the marker
 /// (each day's newest `_last` cell, without its value).
-pub(super) fn aggregate_filter(strategy: &Strategy) -> RowFilter {
+pub fn aggregate_filter(strategy: &Strategy) -> RowFilter {
     let mut filters = aggregates::qualifiers_filter(weights(strategy).into_keys());
     filters.push(aggregates::marker());
     RowFilter::Interleave(filters)
