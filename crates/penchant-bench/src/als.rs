@@ -5,8 +5,8 @@
 //! Two datasets: MovieLens 100k (every rating binarized to weight 1, 943 users × 1,682 items),
 //! the public yardstick, and a synthetic set with planted structure
 //! (`penchant_vectors::synthetic::planted`, 16 topics, Zipf popularity, heavy-tailed users;
-//! `--scale small` 20k users × 5k items × 500k events, `large` 100k × 20k × 5M) for a size
-//! where the time per iteration matters. Each is split 80/20 at random (seeded,
+//! `--scale small` 2k users × 500 items × 20k events, a smoke run; `medium` 20k × 5k × 500k;
+//! `large` 100k × 20k × 5M) for a size where the time per iteration matters. Each is split 80/20 at random (seeded,
 //! `eval::random_split`); the suite writes the training matrix (distinct pairs, summed
 //! weights) and the cleaned test sets to a temporary folder as raw records, and both sides read
 //! that: the same matrix, the same test items.
@@ -39,7 +39,8 @@ use penchant_vectors::eval::{self, Metrics, Split};
 use penchant_vectors::synthetic;
 use serde::Deserialize;
 
-use crate::rate;
+use crate::report::{bar, movielens_file, spinner};
+use crate::{Bench, Cell, CommonArgs, Missing, Report, Scale, Table, rate};
 
 /// The reference script, written next to the data at run time so the binary needs no checkout.
 const SCRIPT: &str = include_str!("../python/als_implicit.py");
@@ -53,39 +54,26 @@ const TEST_SHARE: f64 = 0.2;
 /// Topics planted in the synthetic data.
 const TOPICS: usize = 16;
 
-/// The size of the synthetic dataset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scale {
-    /// 20,000 users × 5,000 items × 500,000 events: a minute.
-    Small,
-    /// 100,000 users × 20,000 items × 5,000,000 events.
-    Large,
-}
-
-impl Scale {
-    /// Users, items and events of the synthetic set.
-    fn synthetic(self) -> (usize, usize, usize) {
-        match self {
-            Scale::Small => (20_000, 5_000, 500_000),
-            Scale::Large => (100_000, 20_000, 5_000_000),
-        }
-    }
-}
-
+/// `penchant-bench als`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct AlsBenchArgs {
-    /// The synthetic dataset: small 20k users × 5k items × 500k events, large 100k × 20k × 5M.
-    #[arg(long, value_enum, default_value_t = Scale::Small)]
-    scale: Scale,
+    #[command(flatten)]
+    pub common: CommonArgs,
     /// Threads for both implementations (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// MovieLens 100k: `u.data` (GroupLens) or `ml-100k.inter` (RecBole) in this folder.
+    /// MovieLens 100k: `u.data` (GroupLens) or `ml-100k.inter` (RecBole) in this folder
+    /// (missing: its rows are skipped).
     #[arg(long, default_value = "../shared/data/ml-100k")]
     movielens: PathBuf,
     /// A Python with `implicit` installed (default: `scripts/bench-python.sh` makes one).
     #[arg(long, env = "PENCHANT_BENCH_PYTHON")]
     python: Option<PathBuf>,
+    /// Use the virtual environment of `scripts/bench-python.sh` only if it is already made
+    /// (else skip the `implicit` rows) instead of making it (network access, a few minutes);
+    /// `all` runs so.
+    #[arg(long)]
+    no_install: bool,
     /// Latent factors.
     #[arg(long, default_value_t = 64)]
     factors: usize,
@@ -101,13 +89,35 @@ pub struct AlsBenchArgs {
     /// Conjugate-gradient steps per row per iteration.
     #[arg(long, default_value_t = 3)]
     cg_steps: usize,
-    /// Fits timed per implementation and dataset, the fastest counts (default: 3, and 1 for
-    /// the large synthetic set).
+    /// Fits timed per implementation and dataset, the fastest counts [default: 3, and 1 for
+    /// a dataset of 1M events or more and at scale small].
     #[arg(long)]
     repeats: Option<usize>,
     /// Seeds the split, the synthetic data and both models' initial factors.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+}
+
+impl Bench for AlsBenchArgs {
+    const NAME: &'static str = "als";
+    const IN_ALL: &'static [&'static str] = &["--no-install"];
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        run(self, report)
+    }
+}
+
+/// Users, items and events of the synthetic set at `scale`.
+fn synthetic_size(scale: Scale) -> (usize, usize, usize) {
+    scale.pick(
+        (2_000, 500, 20_000),
+        (20_000, 5_000, 500_000),
+        (100_000, 20_000, 5_000_000),
+    )
 }
 
 /// One dataset, split.
@@ -147,7 +157,8 @@ struct Row {
     note: String,
 }
 
-pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
+fn run(args: AlsBenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let scale = args.common.scale;
     let threads = match args.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -162,15 +173,24 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
         threads,
     };
     config.validate().map_err(anyhow::Error::msg)?;
-    let (cpu, cores) = crate::ingest::cpu();
-    println!(
-        "penchant bench als: {cpu}, {cores} cores, {threads} threads each, SIMD {}",
-        simd()
-    );
-    println!(
-        "factors {}, regularization {}, confidence 1 + {} x weight, {} iterations, CG {} steps, \
-         80/20 random split, metrics @{K}",
-        config.factors, config.regularization, config.alpha, config.iterations, config.cg_steps
+    let mut table = Table::new(
+        format!(
+            "als: Penchant's ALS beside implicit, factors {}, regularization {}, confidence 1 + {} \
+             x weight, {} iterations, CG {} steps, {threads} threads each, 80/20 random split, \
+             metrics @{K}",
+            config.factors, config.regularization, config.alpha, config.iterations, config.cg_steps
+        ),
+        &[
+            "dataset",
+            "model",
+            "s/iter",
+            "fit s",
+            "P@10 penchant",
+            "P@10 implicit",
+            "NDCG@10 penchant",
+            "NDCG@10 implicit",
+            "note",
+        ],
     );
 
     let dir = tempfile::tempdir()?;
@@ -178,7 +198,7 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
     let script = dir.path().join("als_implicit.py");
     std::fs::write(&script, SCRIPT)?;
 
-    let (users, items, events) = args.scale.synthetic();
+    let (users, items, events) = synthetic_size(scale);
     let datasets: Vec<Box<dyn Fn() -> anyhow::Result<Dataset>>> = vec![
         Box::new(|| movielens(&args.movielens, args.seed)),
         Box::new(move || Ok(planted(users, items, events, args.seed))),
@@ -186,12 +206,21 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let mut missing = None;
     for make in datasets {
-        let data = make()?;
+        let data = match make() {
+            Ok(data) => data,
+            Err(e) => match e.downcast_ref::<Missing>() {
+                Some(why) => {
+                    table.note(format!("skipped a dataset: {why}"));
+                    continue;
+                }
+                None => return Err(e),
+            },
+        };
         let train =
             Interactions::from_triples(data.users, data.items, data.split.train.iter().copied());
         let test_pairs: usize = data.split.test.iter().map(Vec::len).sum();
         let test_users = data.split.test.iter().filter(|t| !t.is_empty()).count();
-        println!(
+        table.note(format!(
             "{}: {} users x {} items, {} events -> {} training pairs, {} test pairs over {} users",
             data.name,
             rate(data.users as f64),
@@ -200,10 +229,14 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
             rate(train.nnz() as f64),
             rate(test_pairs as f64),
             rate(test_users as f64),
-        );
+        ));
         let repeats = args
             .repeats
-            .unwrap_or(if data.events >= 1_000_000 { 1 } else { 3 })
+            .unwrap_or(if data.events >= 1_000_000 || scale == Scale::Small {
+                1
+            } else {
+                3
+            })
             .max(1);
         let folder = dir.path().join(data.name.replace(' ', "-"));
         std::fs::create_dir_all(folder.join("penchant"))?;
@@ -218,7 +251,10 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
         )?;
 
         // Penchant.
-        eprintln!("{}: training Penchant's ALS ({repeats} fits)", data.name);
+        let progress = bar(
+            format!("als: {}, Penchant's ALS fits", data.name),
+            repeats as u64,
+        );
         let mut best: Option<(f64, Factors)> = None;
         for _ in 0..repeats {
             let start = Instant::now();
@@ -228,7 +264,9 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
             if best.as_ref().is_none_or(|(b, _)| seconds < *b) {
                 best = Some((seconds, black_box(factors)));
             }
+            progress.inc(1);
         }
+        drop(progress);
         let (ours_seconds, ours) = best.context("at least one fit")?;
         write_f32(
             &folder.join("penchant/user_factors.f32"),
@@ -238,6 +276,7 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
             &folder.join("penchant/item_factors.f32"),
             ours.items.as_slice(),
         )?;
+        let progress = spinner(format!("als: {}, evaluating", data.name));
         let ours_metrics = evaluate(&data.split.test, threads, |u| {
             eval::recommend(&ours, &train, u, K)
         });
@@ -253,13 +292,19 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
                 .take(K)
                 .collect()
         });
+        drop(progress);
 
         // implicit.
         let reference = match &python {
             Ok(python) => {
-                eprintln!("{}: training implicit's ALS ({repeats} fits)", data.name);
-                reference(python, &script, &folder, &data, &config, repeats)
-                    .with_context(|| format!("the implicit reference on {}", data.name))
+                let progress = spinner(format!(
+                    "als: {}, implicit's ALS ({repeats} fits, in Python)",
+                    data.name
+                ));
+                let reference = reference(python, &script, &folder, &data, &config, repeats)
+                    .with_context(|| format!("the implicit reference on {}", data.name));
+                drop(progress);
+                reference
             }
             Err(e) => Err(anyhow::anyhow!("{e}")),
         };
@@ -310,46 +355,37 @@ pub fn run(args: AlsBenchArgs) -> anyhow::Result<()> {
         });
     }
 
-    print_table(&rows);
+    fill(&mut table, &rows);
+    table.note(format!("SIMD: {}", crate::report::simd()));
     if let Some(e) = missing {
-        println!(
-            "\nreference missing: implicit could not run ({e:#}); make its Python with \
+        table.note(format!(
+            "reference skipped: implicit could not run ({e:#}); make its Python with \
              scripts/bench-python.sh, or pass --python / PENCHANT_BENCH_PYTHON"
-        );
+        ));
     }
+    report.table(table);
     Ok(())
 }
 
-fn print_table(rows: &[Row]) {
-    println!(
-        "\n{:<16} {:<20} {:>9} {:>8}  {:>8} {:>8}  {:>8} {:>8}  note",
-        "dataset", "model", "s/iter", "fit s", "P@10", "P@10", "NDCG@10", "NDCG@10"
-    );
-    println!(
-        "{:<16} {:<20} {:>9} {:>8}  {:>8} {:>8}  {:>8} {:>8}",
-        "", "", "", "", "penchant", "implicit", "penchant", "implicit"
-    );
-    let opt = |v: Option<f64>, width: usize, digits: usize| match v {
-        Some(v) => format!("{v:>width$.digits$}"),
-        None => format!("{:>width$}", "-"),
-    };
+/// The rows into the table, and the notes on the two evaluators.
+fn fill(table: &mut Table, rows: &[Row]) {
     for row in rows {
-        println!(
-            "{:<16} {:<20} {} {}  {:>8.4} {}  {:>8.4} {}  {}",
-            row.dataset,
-            row.model,
-            opt(row.time.map(|t| t.0), 9, 4),
-            opt(row.time.map(|t| t.1), 8, 2),
-            row.ours.precision,
-            opt(row.theirs.map(|m| m.precision), 8, 4),
-            row.ours.ndcg,
-            opt(row.theirs.map(|m| m.ndcg), 8, 4),
-            row.note,
-        );
+        let metric = |v: Option<f64>| Cell::or_empty(v, |v| Cell::fixed(v, 4));
+        table.row(vec![
+            row.dataset.as_str().into(),
+            row.model.as_str().into(),
+            Cell::or_empty(row.time.map(|t| t.0), |v| Cell::fixed(v, 4)),
+            Cell::or_empty(row.time.map(|t| t.1), |v| Cell::fixed(v, 2)),
+            Cell::fixed(row.ours.precision, 4),
+            metric(row.theirs.map(|m| m.precision)),
+            Cell::fixed(row.ours.ndcg, 4),
+            metric(row.theirs.map(|m| m.ndcg)),
+            row.note.as_str().into(),
+        ]);
     }
-    println!(
-        "(P@10 and NDCG@10 twice: scored by penchant_vectors::eval, then by \
-         implicit.evaluation.ranking_metrics_at_k on the same factors)"
+    table.note(
+        "P@10 and NDCG@10 twice: scored by penchant_vectors::eval, then by \
+         implicit.evaluation.ranking_metrics_at_k on the same factors",
     );
     let gaps: Vec<f64> = rows
         .iter()
@@ -363,10 +399,10 @@ fn print_table(rows: &[Row]) {
         })
         .collect();
     if let Some(gap) = gaps.iter().copied().reduce(f64::max) {
-        println!(
+        table.note(format!(
             "metric cross-check: the two evaluators differ by at most {gap:.1e} over {} models",
             gaps.len()
-        );
+        ));
     }
 }
 
@@ -403,13 +439,10 @@ fn evaluate(
     eval::ranking_metrics(test, K, |u| lists[u].clone())
 }
 
-/// MovieLens 100k, every rating as weight 1, split 80/20.
+/// MovieLens 100k, every rating as weight 1, split 80/20; [`Missing`] without its file.
 fn movielens(dir: &Path, seed: u64) -> anyhow::Result<Dataset> {
-    let (path, header) = if dir.join("u.data").is_file() {
-        (dir.join("u.data"), false)
-    } else {
-        (dir.join("ml-100k.inter"), true)
-    };
+    let path = movielens_file(dir, true)?;
+    let header = !path.ends_with("u.data");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read MovieLens 100k from {}", path.display()))?;
     let mut raw = Vec::new();
@@ -454,14 +487,14 @@ fn movielens(dir: &Path, seed: u64) -> anyhow::Result<Dataset> {
 
 /// The planted synthetic set, split 80/20.
 fn planted(users: usize, items: usize, events: usize, seed: u64) -> Dataset {
-    let started = Instant::now();
+    let progress = spinner(format!(
+        "als: generating {} synthetic events",
+        rate(events as f64)
+    ));
     let (events, _) = synthetic::planted(users, items, TOPICS, events, seed);
     let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
     let split = eval::random_split(&triples, users, TEST_SHARE, seed);
-    eprintln!(
-        "synthetic data generated in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    drop(progress);
     Dataset {
         name: format!("synthetic {}k", events.len() / 1000),
         users,
@@ -519,10 +552,14 @@ fn read_f32(path: &Path, rows: usize, dim: usize) -> anyhow::Result<Matrix> {
 }
 
 /// The Python to run the reference with: `--python`/`PENCHANT_BENCH_PYTHON`, else what
-/// `scripts/bench-python.sh` prints (it makes the virtualenv on first use).
+/// `scripts/bench-python.sh` prints (it makes the virtual environment on first use); with
+/// `--no-install`, that environment only if it is made and up to date.
 fn python(args: &AlsBenchArgs) -> anyhow::Result<PathBuf> {
     if let Some(python) = &args.python {
         return Ok(python.clone());
+    }
+    if args.no_install {
+        return made_python();
     }
     let candidates = [
         PathBuf::from("scripts/bench-python.sh"),
@@ -532,19 +569,53 @@ fn python(args: &AlsBenchArgs) -> anyhow::Result<PathBuf> {
         .iter()
         .find(|p| p.is_file())
         .context("no --python given and scripts/bench-python.sh not found")?;
-    eprintln!("finding implicit's Python with {}", script.display());
+    let progress = spinner(format!(
+        "als: finding implicit's Python with {} (made on first use)",
+        script.display()
+    ));
     let out = Command::new(script)
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .output()
         .with_context(|| format!("cannot run {}", script.display()))?;
+    drop(progress);
     if !out.status.success() {
-        bail!("{} failed ({})", script.display(), out.status);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        bail!(
+            "{} failed ({}): {}",
+            script.display(),
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        );
     }
     let path = String::from_utf8(out.stdout)?.trim().to_owned();
     if path.is_empty() {
         bail!("{} printed no path", script.display());
     }
     Ok(PathBuf::from(path))
+}
+
+/// The requirements `scripts/bench-python.sh` installs, and stamps its environment with.
+const REQUIREMENTS: &str = include_str!("../python/requirements.txt");
+
+/// The Python of the virtual environment `scripts/bench-python.sh` makes
+/// (`${XDG_CACHE_HOME:-~/.cache}/penchant/bench-venv`), if it is made for the current
+/// requirements.
+fn made_python() -> anyhow::Result<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache")))
+        .context("neither XDG_CACHE_HOME nor HOME is set")?;
+    let venv = cache.join("penchant/bench-venv");
+    let python = venv.join("bin/python");
+    let stamp = std::fs::read_to_string(venv.join("requirements.txt")).unwrap_or_default();
+    if !python.is_file() || stamp != REQUIREMENTS {
+        bail!(
+            "no up-to-date virtual environment of scripts/bench-python.sh in {}",
+            venv.display()
+        );
+    }
+    Ok(python)
 }
 
 /// Runs the reference on `folder`'s files; its report and its factors.
@@ -606,26 +677,14 @@ fn reference(
     Ok((reference, factors))
 }
 
-/// The widest SIMD instruction set `pulp` can use here.
-pub(crate) fn simd() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            "AVX-512 available (pulp uses it only when built with x86-v4)"
-        } else if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            "AVX2+FMA"
-        } else {
-            "SSE"
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        "NEON"
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        "portable"
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_makes_no_python_environment() {
+        let args = crate::defaults::<AlsBenchArgs>(Scale::Medium).unwrap();
+        assert!(args.no_install);
+        assert!(args.python.is_none() || std::env::var_os("PENCHANT_BENCH_PYTHON").is_some());
     }
 }

@@ -23,25 +23,43 @@ use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::{Rng, SeedableRng};
 
 use crate::redis::{Persistence, RedisServer, Reply, Resp, encode_command, find_on_path};
-use crate::{InProcess, rate};
+use crate::report::bar;
+use crate::{Bench, Cell, CommonArgs, InProcess, Report, Scale, Table, rate};
 
 const ROUNDS: usize = 3;
 
+/// `penchant-bench bloom`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct BloomBenchArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
     /// Bits per key for both filters (10 ≈ 1% false positives).
     #[arg(long, default_value_t = 10)]
     bits_per_key: u64,
-    /// Lookups timed per measurement (capped by the key count for small filters ×10).
-    #[arg(long, default_value_t = 4_000_000)]
-    lookups: usize,
-    /// Skip the 128 MB filter (it takes a few seconds and 2 GB of memory).
+    /// Lookups timed per measurement (capped by the key count for small filters ×10)
+    /// [default by scale: small 100,000, medium and large 4,000,000].
+    #[arg(long)]
+    lookups: Option<usize>,
+    /// Skip the 128 MB filter (it takes a few seconds and 2 GB of memory); `--scale small`
+    /// skips it too.
     #[arg(long)]
     small_only: bool,
     /// The `redis-server` binary for the seed's Redis approach (default: `redis-server` on
     /// PATH; `scripts/redis-server.sh` installs one and prints its path).
     #[arg(long)]
     redis_server: Option<PathBuf>,
+}
+
+impl Bench for BloomBenchArgs {
+    const NAME: &'static str = "bloom";
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        run(self, report)
+    }
 }
 
 /// Nanoseconds per lookup of one run, and its hit count.
@@ -51,21 +69,39 @@ fn ns_per_key(lookups: usize, run: impl FnOnce() -> usize) -> (f64, usize) {
     (start.elapsed().as_nanos() as f64 / lookups as f64, hits)
 }
 
-pub fn run(args: BloomBenchArgs) -> anyhow::Result<()> {
+fn run(args: BloomBenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let scale = args.common.scale;
+    let lookups = args
+        .lookups
+        .unwrap_or(scale.pick(100_000, 4_000_000, 4_000_000));
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut sizes = vec![("16 KB", 16u64 << 10)];
-    if !args.small_only {
+    if !args.small_only && scale != Scale::Small {
         sizes.push(("128 MB", 128 << 20));
     }
-    println!(
-        "{:<8} {:<22} {:>12} {:>12} {:>8} {:>10} {:>10}",
-        "filter", "lookup", "penchant ns", "fastbloom ns", "ratio", "penchant fp", "fastbloom fp"
+    let mut table = Table::new(
+        format!(
+            "bloom: nanoseconds per lookup, Penchant's filter beside fastbloom, {} bits per key, \
+             {} lookups, best of {ROUNDS} rounds",
+            args.bits_per_key,
+            rate(lookups as f64)
+        ),
+        &[
+            "filter",
+            "lookup",
+            "penchant ns",
+            "fastbloom ns",
+            "ratio",
+            "penchant fp",
+            "fastbloom fp",
+        ],
     );
     for (name, bytes) in sizes {
+        let progress = bar(format!("bloom: {name} filter"), 1 + ROUNDS as u64);
         let bits = bytes * 8;
         let n = (bits / args.bits_per_key) as usize;
         let members: Vec<u64> = (0..n).map(|_| rng.random()).collect();
-        let queries: Vec<u64> = (0..args.lookups).map(|_| rng.random()).collect();
+        let queries: Vec<u64> = (0..lookups).map(|_| rng.random()).collect();
 
         let mut ours = BloomFilter::with_bytes(bytes, n as u64)?;
         let mut theirs = fastbloom::BloomFilter::with_num_bits(bits as usize).expected_items(n);
@@ -77,6 +113,7 @@ pub fn run(args: BloomBenchArgs) -> anyhow::Result<()> {
             members.iter().all(|h| ours.contains_hash(*h)),
             "false negative"
         );
+        progress.inc(1);
 
         // The workloads take turns, ROUNDS times; the best round of each counts.
         let (mut p_single, mut f_single, mut p_batch) =
@@ -97,33 +134,33 @@ pub fn run(args: BloomBenchArgs) -> anyhow::Result<()> {
                 out.iter().filter(|x| **x).count()
             });
             p_batch = p_batch.min(ns);
+            progress.inc(1);
         }
-        let fp = |hits: usize| hits as f64 / queries.len() as f64;
-        let line = |lookup: &str, p: f64, f: f64| {
-            println!(
-                "{:<8} {:<22} {:>12.2} {:>12.2} {:>8.2} {:>10.4}% {:>10.4}%",
-                name,
-                lookup,
-                p,
-                f,
-                p / f,
-                100.0 * fp(p_hits),
-                100.0 * fp(f_hits)
-            );
-        };
-        line("single", p_single, f_single);
-        line("batched (fastbloom: loop)", p_batch, f_single);
-        println!(
-            "{:<8} {:<22} penchant: {} probes, estimated fp {:.4}%; fastbloom: {} hashes",
-            "",
-            "",
+        let fp = |hits: usize| 100.0 * hits as f64 / queries.len() as f64;
+        for (lookup, p, f) in [
+            ("single", p_single, f_single),
+            ("batched (fastbloom: loop)", p_batch, f_single),
+        ] {
+            table.row(vec![
+                name.into(),
+                lookup.into(),
+                Cell::fixed(p, 2),
+                Cell::fixed(f, 2),
+                Cell::fixed(p / f, 2),
+                Cell::percent(fp(p_hits), 4),
+                Cell::percent(fp(f_hits), 4),
+            ]);
+        }
+        table.note(format!(
+            "{name}: penchant {} probes, estimated fp {:.4}%; fastbloom {} hashes",
             ours.probes(),
             100.0 * ours.estimated_fp_rate(),
             theirs.num_hashes()
-        );
+        ));
     }
+    report.table(table);
 
-    seen_table(&args)
+    seen_table(&args, report)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,34 +221,44 @@ fn workload() -> Workload {
     }
 }
 
-fn seen_table(args: &BloomBenchArgs) -> anyhow::Result<()> {
+fn seen_table(args: &BloomBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     let work = workload();
     let k = classic_k();
     let redis_path = match &args.redis_server {
         Some(path) => Some(path.clone()),
         None => find_on_path("redis-server"),
     };
-    println!(
-        "\nseen filter 2^17 bits (16 KB), {} seen items, {} candidates ({} unseen), best of {ROUNDS} rounds",
-        rate(work.seen.len() as f64),
-        rate(work.candidates.len() as f64),
-        rate(work.truly_unseen.len() as f64),
+    let mut table = Table::new(
+        format!(
+            "bloom: a seen filter of 2^17 bits (16 KB), {} seen items, {} candidates ({} unseen), \
+             best of {ROUNDS} rounds",
+            rate(work.seen.len() as f64),
+            rate(work.candidates.len() as f64),
+            rate(work.truly_unseen.len() as f64),
+        ),
+        &[
+            "approach",
+            "add 10,000 seen (ms)",
+            "check 50,000 candidates (ms)",
+            "unseen found",
+        ],
     );
-    println!(
-        "  Penchant HTTP: madd in {} requests of {MADD_BATCH} objectIDs, one `unseen` request; \
+    table.note(format!(
+        "Penchant HTTP: madd in {} requests of {MADD_BATCH} objectIDs, one `unseen` request; \
          fsynced WAL (RocksDB)",
         work.seen.len().div_ceil(MADD_BATCH)
-    );
-    println!(
-        "  Redis: {k} bits per item (classic k-hash filter, double hashing), one pipeline of {} \
+    ));
+    table.note(format!(
+        "Redis: {k} bits per item (classic k-hash filter, double hashing), one pipeline of {} \
          SETBIT; check = GET of the filter + client-side test; no persistence",
         rate((work.seen.len() * k as usize) as f64)
-    );
+    ));
 
     let dir = tempfile::tempdir()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let progress = bar("bloom: seen filter, three approaches", ROUNDS as u64);
     let (inproc, http, redis) = runtime.block_on(async {
         // Set up each side once; failures on one side leave the others' rows.
         let http = PenchantHttp::start(dir.path()).await;
@@ -253,6 +300,7 @@ fn seen_table(args: &BloomBenchArgs) -> anyhow::Result<()> {
                 Some(Err(e)) if redis_err.is_none() => redis_err = Some(format!("{e:#}")),
                 _ => {}
             }
+            progress.inc(1);
         }
         // The redis-server child is killed here (RedisServer's Drop).
         drop(redis);
@@ -260,38 +308,47 @@ fn seen_table(args: &BloomBenchArgs) -> anyhow::Result<()> {
         let redis = redis_path.map(|_| redis_row.ok_or_else(|| redis_err.unwrap_or_default()));
         anyhow::Ok((inproc.expect("ROUNDS > 0"), http, redis))
     })?;
+    drop(progress);
 
-    println!(
-        "\n{:<59} | {:>20} | {:>28} | {:>12}",
-        "approach", "add 10,000 seen (ms)", "check 50,000 candidates (ms)", "unseen found"
-    );
-    let line = |name: &str, row: &Result<SeenRow, String>| match row {
-        Ok(r) => println!(
-            "{name:<59} | {:>20.3} | {:>28.3} | {:>12}",
-            r.add_ms,
-            r.check_ms,
-            rate(r.unseen as f64)
-        ),
-        Err(e) => println!("{name:<59} | failed: {e}"),
+    let mut line = |name: &str, row: &Result<SeenRow, String>| match row {
+        Ok(r) => table.row(vec![
+            name.into(),
+            Cell::fixed(r.add_ms, 3),
+            Cell::fixed(r.check_ms, 3),
+            Cell::int(r.unseen as f64),
+        ]),
+        Err(e) => {
+            table.row(vec![name.into(), "failed".into(), Cell::Empty, Cell::Empty]);
+            table.note(format!("{name} failed: {e}"));
+        }
     };
     line("penchant-bloom in-process", &Ok(inproc));
     line("Penchant HTTP API (loopback)", &http);
     let redis_name = "Redis SETBIT pipeline + GET (loopback, the seed's approach)";
     match &redis {
         Some(row) => line(redis_name, row),
-        None => println!(
-            "{redis_name:<59} | skipped: no redis-server on PATH; run `scripts/redis-server.sh` \
-             and pass --redis-server \"$(scripts/redis-server.sh)\""
-        ),
+        None => {
+            table.row(vec![
+                redis_name.into(),
+                "skipped".into(),
+                Cell::Empty,
+                Cell::Empty,
+            ]);
+            table.note(
+                "Redis skipped: no redis-server on PATH; run `scripts/redis-server.sh` or pass \
+                 --redis-server \"$(scripts/redis-server.sh)\"",
+            );
+        }
     }
     if let (Ok(h), Some(Ok(r))) = (&http, &redis) {
-        println!(
-            "\nRedis check / Penchant HTTP check: {:.2}x ({:.3} ms / {:.3} ms)",
+        table.note(format!(
+            "Redis check / Penchant HTTP check: {:.2}x ({:.3} ms / {:.3} ms)",
             r.check_ms / h.check_ms,
             r.check_ms,
             h.check_ms
-        );
+        ));
     }
+    report.table(table);
     if let Err(e) = &http {
         bail!("Penchant HTTP API: {e}");
     }

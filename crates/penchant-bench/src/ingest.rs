@@ -24,8 +24,10 @@
 //! 6. a full recompute of every profile from the raw events after a strategy change, beside
 //!    raw RocksDB iterating every key of the same store (opened read-only) in the same run.
 //!
-//! Penchant's rows all run before Redis starts; the machine (CPU, cores), the scale and whether
-//! writes are fsynced head the table.
+//! Penchant's rows all run before Redis starts; the scale and whether writes are fsynced head
+//! the table (the machine heads the run's report). The scale sets the light users (small 2,000,
+//! medium 50,000, large 1,000,000; `--users` overrides it), the heavy user's histories and how
+//! long each profile-read measurement runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
 use penchant_engine::profiles::Source;
 use penchant_store::Store;
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
@@ -45,46 +48,18 @@ use serde::de::IgnoredAny;
 use serde_json::json;
 
 use crate::redis::{Persistence, RedisServer, Reply, encode_command, find_on_path};
-use crate::{InProcess, rate};
+use crate::report::{bar, spinner};
+use crate::{Bench, Cell, CommonArgs, InProcess, Report, Scale, Table, rate};
 
-/// How many users the light-user workload has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scale {
-    /// 50,000 users (100,000 events): a few minutes on a laptop.
-    Small,
-    /// 1,000,000 users (2,000,000 events): the shop of issue 11.
-    Large,
-}
-
-impl Scale {
-    fn name(self) -> &'static str {
-        match self {
-            Scale::Small => "small",
-            Scale::Large => "large",
-        }
-    }
-
-    fn users(self) -> usize {
-        match self {
-            Scale::Small => 50_000,
-            Scale::Large => 1_000_000,
-        }
-    }
-
-    /// The heavy user's histories measured (events of today before the timed pushes).
-    fn heavy_histories(self) -> &'static [usize] {
-        match self {
-            Scale::Small => &[0, 1_000, 10_000, 50_000],
-            Scale::Large => &[0, 1_000, 10_000, 100_000],
-        }
-    }
-}
-
+/// `penchant-bench ingest`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct IngestBenchArgs {
-    /// Users of the light-user workload: small 50,000, large 1,000,000.
-    #[arg(long, value_enum, default_value_t = Scale::Small)]
-    scale: Scale,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Users of the light-user workload, 2 events each [default by scale: small 2,000,
+    /// medium 50,000, large 1,000,000].
+    #[arg(long)]
+    users: Option<usize>,
     /// Concurrent clients sending batches (HTTP for Penchant, connections for Redis).
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -101,6 +76,54 @@ pub struct IngestBenchArgs {
     dir: Option<PathBuf>,
 }
 
+impl Bench for IngestBenchArgs {
+    const NAME: &'static str = "ingest";
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        run(self, report)
+    }
+}
+
+/// The run's sizes: the scale's, unless a flag gave them.
+#[derive(Debug)]
+struct Plan {
+    scale: Scale,
+    users: usize,
+    clients: usize,
+    no_sync: bool,
+    dir: Option<PathBuf>,
+    /// The heavy user's histories measured (events of today before the timed pushes).
+    heavy_histories: &'static [usize],
+    /// Timed single-event pushes per heavy-user history.
+    heavy_pushes: usize,
+    /// How long each profile-read measurement runs.
+    read_for: Duration,
+}
+
+impl Plan {
+    fn of(args: &IngestBenchArgs) -> Self {
+        let scale = args.common.scale;
+        Self {
+            scale,
+            users: args.users.unwrap_or(scale.pick(2_000, 50_000, 1_000_000)),
+            clients: args.clients,
+            no_sync: args.no_sync,
+            dir: args.dir.clone(),
+            heavy_histories: scale.pick(
+                &[0, 100, 1_000],
+                &[0, 1_000, 10_000, 50_000],
+                &[0, 1_000, 10_000, 100_000],
+            ),
+            heavy_pushes: scale.pick(50, 200, 200),
+            read_for: Duration::from_secs(scale.pick(1, 5, 5)),
+        }
+    }
+}
+
 const APP: &str = "BENCH";
 const INDEX: &str = "products";
 const ITEMS: usize = 10_000;
@@ -113,12 +136,8 @@ const CONVERSION: (&str, &str, u32) = ("conversion", "Product Purchased", 50);
 /// Light users' events are spread over this many days before now.
 const HISTORY_DAYS: i64 = 3;
 const DAY_MS: i64 = 86_400_000;
-/// Timed single-event pushes per heavy-user history.
-const HEAVY_PUSHES: usize = 200;
 /// Concurrent connections of the profile-read measurements.
 const READ_CONNECTIONS: [usize; 2] = [8, 32];
-/// How long each profile-read measurement runs.
-const READ_FOR: Duration = Duration::from_secs(5);
 /// Profiles fetched up front for their size (Redis's values are these bodies).
 const PROFILE_SAMPLE: usize = 200;
 /// Users whose profile JSON Redis holds for its reads.
@@ -319,60 +338,41 @@ struct RedisRows {
     reads: Vec<(usize, Timed)>,
 }
 
-pub fn run(args: IngestBenchArgs) -> anyhow::Result<()> {
-    let users = args.scale.users();
-    anyhow::ensure!(args.clients > 0, "--clients must be at least 1");
+fn run(args: IngestBenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let plan = Plan::of(&args);
+    anyhow::ensure!(plan.clients > 0, "--clients must be at least 1");
+    anyhow::ensure!(plan.users > 0, "--users must be at least 1");
     let redis_path = args
         .redis_server
         .clone()
         .or_else(|| find_on_path("redis-server"));
-    let (cpu, cores) = cpu();
-    println!("penchant bench ingest: {cpu}, {cores} cores");
-    println!(
-        "scale {}: {} users x 2 events = {} events, {} items, {} clients, fsync {}",
-        args.scale.name(),
-        rate(users as f64),
-        rate(2.0 * users as f64),
-        rate(ITEMS as f64),
-        args.clients,
-        if args.no_sync { "off" } else { "on" },
-    );
 
-    let started = Instant::now();
-    let work = Arc::new(Workload::generate(users));
-    let dir = match &args.dir {
+    let progress = spinner(format!(
+        "ingest: generating {} users' events",
+        rate(plan.users as f64)
+    ));
+    let work = Arc::new(Workload::generate(plan.users));
+    drop(progress);
+    let dir = match &plan.dir {
         Some(parent) => tempfile::tempdir_in(parent)?,
         None => tempfile::tempdir()?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let penchant = runtime.block_on(penchant_rows(&args, &work, dir.path()))?;
+    let penchant = runtime.block_on(penchant_rows(&plan, &work, dir.path()))?;
     // The server, the store and their background work stop before Redis starts.
     drop(runtime);
     drop(dir);
 
-    let redis = redis_path.as_deref().map(|path| {
-        eprintln!("redis: {}", path.display());
-        redis_rows(path, &args, &work, &penchant.profiles)
-    });
-    print_table(&args, &work, &penchant, redis.as_ref());
-    eprintln!("done in {:.0} s", started.elapsed().as_secs_f64());
+    let redis = redis_path
+        .as_deref()
+        .map(|path| redis_rows(path, &plan, &work, &penchant.profiles));
+    report.table(table(&plan, &work, &penchant, redis.as_ref()));
     match redis {
         Some(Err(e)) => Err(e.context("the Redis reference")),
         _ => Ok(()),
     }
-}
-
-/// The machine's CPU model and core count, from `/proc/cpuinfo`.
-pub(crate) fn cpu() -> (String, usize) {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = info
-        .lines()
-        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
-        .map_or("unknown CPU".to_owned(), |(_, m)| m.trim().to_owned());
-    let cores = info.lines().filter(|l| l.starts_with("processor")).count();
-    (model, cores)
 }
 
 /// A process's resident memory (`VmRSS` in `/proc/{pid}/status`), in bytes.
@@ -409,41 +409,65 @@ fn disk_use(dir: &Path) -> anyhow::Result<DiskUse> {
     Ok(usage)
 }
 
-fn print_table(
-    args: &IngestBenchArgs,
+/// The table: Penchant's rows beside the reference's (Redis where it ran, else none).
+fn table(
+    plan: &Plan,
     work: &Workload,
     p: &PenchantRows,
     redis: Option<&anyhow::Result<RedisRows>>,
-) {
+) -> Table {
     let r = redis.and_then(|r| r.as_ref().ok());
-    println!(
-        "\n{:<58} {:>12} {:>12} {:>7}  unit (reference)",
-        "workload", "penchant", "reference", "ratio"
+    let mut table = Table::new(
+        format!(
+            "ingest: a shop's traffic over HTTP, scale {}: {} users x 2 events = {} events, {} \
+             items, {} clients, fsync {}",
+            plan.scale.name(),
+            rate(work.users as f64),
+            rate(work.events.len() as f64),
+            rate(ITEMS as f64),
+            plan.clients,
+            if plan.no_sync { "off" } else { "on" },
+        ),
+        &[
+            "workload",
+            "penchant",
+            "reference",
+            "ratio",
+            "unit (reference)",
+        ],
     );
-    /// One line: Penchant's figure, the reference's and their ratio ("-" where none).
-    fn row(name: &str, value: String, reference: Option<String>, ratio: Option<f64>, unit: &str) {
-        println!(
-            "{name:<58} {value:>12} {:>12} {:>7}  {unit}",
-            reference.unwrap_or_else(|| "-".into()),
-            ratio.map_or("-".into(), |x| format!("{x:.2}")),
-        );
-    }
-    let latency = |x: f64| format!("{x:.3}");
+    // One row: Penchant's figure, the reference's and their ratio ("-" where none).
+    let mut row = |name: &str, value: Cell, reference: Cell, ratio: Option<f64>, unit: &str| {
+        table.row(vec![
+            name.into(),
+            value,
+            reference,
+            Cell::or_empty(ratio, |x| Cell::fixed(x, 2)),
+            unit.into(),
+        ]);
+    };
+    let latency = |x: f64| Cell::fixed(x, 3);
 
     // 1. Ingestion.
     row(
         &format!(
             "1. ingest {} users x 2 events, batches of {BATCH}, {} clients",
             rate(work.users as f64),
-            args.clients
+            plan.clients
         ),
-        rate(p.ingest.per_s),
-        r.map(|r| rate(r.ingest)),
+        Cell::int(p.ingest.per_s),
+        Cell::or_empty(r.map(|r| r.ingest), Cell::int),
         r.map(|r| p.ingest.per_s / r.ingest),
         "events/s (Redis: HINCRBY per facet + RPUSH, AOF fsync always)",
     );
     for (q, name) in [(0.5, "   batch POST latency p50"), (0.99, "   p99")] {
-        row(name, latency(ms(&p.ingest.latency, q)), None, None, "ms");
+        row(
+            name,
+            latency(ms(&p.ingest.latency, q)),
+            Cell::Empty,
+            None,
+            "ms",
+        );
     }
 
     // 2. Event -> profile latency under load.
@@ -457,7 +481,7 @@ fn print_table(
         ("   p99", 0.99, "ms"),
         ("   max", 1.0, "ms"),
     ] {
-        row(name, latency(ms(&p.under_load, q)), None, None, unit);
+        row(name, latency(ms(&p.under_load, q)), Cell::Empty, None, unit);
     }
 
     // 3. Heavy user.
@@ -471,7 +495,7 @@ fn print_table(
                 );
                 (
                     name,
-                    format!("ms ({HEAVY_PUSHES} pushes; reference: no history)"),
+                    format!("ms ({} pushes; reference: no history)", plan.heavy_pushes),
                 )
             } else {
                 (format!("   {label}"), "ms".to_owned())
@@ -480,7 +504,7 @@ fn print_table(
             row(
                 &name,
                 latency(ms(hist, q)),
-                reference.map(latency),
+                Cell::or_empty(reference, latency),
                 reference.map(|b| ms(hist, q) / b),
                 &unit,
             );
@@ -488,10 +512,12 @@ fn print_table(
     }
 
     // 4. Profile reads.
-    println!(
-        "{:<58} {:>12}",
+    row(
         "   (reads start once compactions are done, after)",
-        format!("{:.1} s", p.settled.as_secs_f64())
+        Cell::fixed(p.settled.as_secs_f64(), 1),
+        Cell::Empty,
+        None,
+        "s",
     );
     let avg_profile = p.profiles.iter().map(Vec::len).sum::<usize>() / p.profiles.len().max(1);
     for (connections, reads) in &p.reads {
@@ -499,16 +525,19 @@ fn print_table(
         let theirs = theirs.map(|(_, t)| t);
         row(
             &format!("4. profile reads, {connections} connections"),
-            rate(reads.per_s),
-            theirs.map(|t| rate(t.per_s)),
+            Cell::int(reads.per_s),
+            Cell::or_empty(theirs.map(|t| t.per_s), Cell::int),
             theirs.map(|t| reads.per_s / t.per_s),
-            &format!("req/s (Redis GET of a {avg_profile}-byte profile JSON)"),
+            &format!(
+                "req/s for {} s (Redis GET of a {avg_profile}-byte profile JSON)",
+                plan.read_for.as_secs()
+            ),
         );
         for (q, name) in [(0.5, "   p50"), (0.99, "   p99")] {
             row(
                 name,
                 latency(ms(&reads.latency, q)),
-                theirs.map(|t| latency(ms(&t.latency, q))),
+                Cell::or_empty(theirs.map(|t| ms(&t.latency, q)), latency),
                 theirs.map(|t| ms(&reads.latency, q) / ms(&t.latency, q)),
                 "ms",
             );
@@ -519,23 +548,23 @@ fn print_table(
     let per_user = |bytes: u64| bytes as f64 / work.users as f64;
     row(
         "5. bytes on disk per user (after flush)",
-        format!("{:.0}", per_user(p.disk.total)),
-        r.map(|r| format!("{:.0}", per_user(r.aof_bytes))),
+        Cell::fixed(per_user(p.disk.total), 0),
+        Cell::or_empty(r.map(|r| per_user(r.aof_bytes)), |b| Cell::fixed(b, 0)),
         r.map(|r| p.disk.total as f64 / r.aof_bytes as f64),
         "bytes (Redis: its AOF)",
     );
     row(
         "   of which SST files",
-        format!("{:.0}", per_user(p.disk.sst)),
-        None,
+        Cell::fixed(per_user(p.disk.sst), 0),
+        Cell::Empty,
         None,
         "bytes",
     );
-    let mib = |b: u64| format!("{:.0}", b as f64 / f64::from(1 << 20));
+    let mib = |b: u64| Cell::fixed(b as f64 / f64::from(1 << 20), 0);
     row(
         "   resident memory after ingest",
-        p.rss_bytes.map_or("?".into(), mib),
-        r.and_then(|r| r.rss_bytes).map(mib),
+        p.rss_bytes.map_or(Cell::Empty, mib),
+        r.and_then(|r| r.rss_bytes).map_or(Cell::Empty, mib),
         p.rss_bytes
             .zip(r.and_then(|r| r.rss_bytes))
             .map(|(a, b)| a as f64 / b as f64),
@@ -547,8 +576,8 @@ fn print_table(
     let per_s = |d: Duration| rc.events as f64 / d.as_secs_f64();
     row(
         "6. full recompute from raw events (strategy change)",
-        rate(per_s(rc.elapsed)),
-        Some(rate(per_s(rc.raw_elapsed))),
+        Cell::int(per_s(rc.elapsed)),
+        Cell::int(per_s(rc.raw_elapsed)),
         Some(rc.raw_elapsed.as_secs_f64() / rc.elapsed.as_secs_f64()),
         &format!(
             "events/s (raw RocksDB iterating all {} keys of the store in the same time)",
@@ -557,12 +586,14 @@ fn print_table(
     );
 
     match redis {
-        None => println!(
-            "\nreference: no redis-server on PATH; pass --redis-server \"$(scripts/redis-server.sh)\""
+        None => table.note(
+            "Redis reference skipped: no redis-server on PATH; run `scripts/redis-server.sh` or \
+             pass --redis-server \"$(scripts/redis-server.sh)\"",
         ),
-        Some(Err(e)) => println!("\nreference: Redis failed: {e:#}"),
+        Some(Err(e)) => table.note(format!("Redis reference failed: {e:#}")),
         Some(Ok(_)) => {}
     }
+    table
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -575,16 +606,20 @@ fn profile_path(user: u32) -> String {
 /// Every Penchant row, on a store in `dir`: the catalog and strategy first, then (1) and (2)
 /// together, (5), (4), (6), and (3) last (its heavy users would count in the bytes per user).
 async fn penchant_rows(
-    args: &IngestBenchArgs,
+    plan: &Plan,
     work: &Arc<Workload>,
     dir: &Path,
 ) -> anyhow::Result<PenchantRows> {
     let options = RocksOptions {
-        sync_writes: !args.no_sync,
+        sync_writes: !plan.no_sync,
         ..RocksOptions::default()
     };
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
     let client = Arc::new(InProcess::start(store.clone(), APP).await?);
+    let progress = spinner(format!(
+        "ingest: indexing {} items",
+        rate(work.items.len() as f64)
+    ));
     for chunk in work.items.chunks(BATCH) {
         let requests: Vec<_> = chunk
             .iter()
@@ -606,20 +641,18 @@ async fn penchant_rows(
     client
         .post::<IgnoredAny>("/1/strategies/personalization", &strategy())
         .await?;
+    drop(progress);
 
-    eprintln!(
-        "penchant: ingesting {} events in {} batches",
-        rate(work.events.len() as f64),
-        work.batches()
-    );
-    let (ingest, under_load) = ingest(&client, work, args.clients).await?;
+    let (ingest, under_load) = ingest(&client, work, plan.clients).await?;
 
     store.flush().await?;
     let disk = disk_use(dir)?;
     let rss_bytes = rss_bytes("self");
     // Reads are measured at rest: after a large load RocksDB compacts for a while, and its
     // compactions would take the cores the reads are measured on.
+    let progress = spinner("ingest: waiting for compactions to finish");
     let settled = settle(store.as_ref()).await;
+    drop(progress);
 
     // Every light user has a profile; a sample of them, for their size.
     let mut profiles = Vec::new();
@@ -630,23 +663,34 @@ async fn penchant_rows(
 
     let mut reads = Vec::new();
     for connections in READ_CONNECTIONS {
-        eprintln!("penchant: profile reads, {connections} connections");
+        let progress = spinner(format!(
+            "ingest: Penchant profile reads, {connections} connections, {} s",
+            plan.read_for.as_secs()
+        ));
         reads.push((
             connections,
-            read_profiles(&client, work.users, connections).await?,
+            read_profiles(&client, work.users, connections, plan.read_for).await?,
         ));
+        drop(progress);
     }
 
-    eprintln!("penchant: full recompute from raw events");
+    let progress = spinner("ingest: full recompute from raw events");
     let recompute = recompute(&client, dir).await?;
+    drop(progress);
 
     let mut heavy = Vec::new();
-    for &history in args.scale.heavy_histories() {
-        eprintln!(
-            "penchant: heavy user with {} events of today",
-            rate(history as f64)
+    for &history in plan.heavy_histories {
+        let progress = bar(
+            format!(
+                "ingest: heavy user with {} events of today, then single pushes",
+                rate(history as f64)
+            ),
+            (history + plan.heavy_pushes) as u64,
         );
-        heavy.push((history, heavy_user(&client, work, history).await?));
+        heavy.push((
+            history,
+            heavy_user(&client, work, history, plan.heavy_pushes, &progress).await?,
+        ));
     }
 
     Ok(PenchantRows {
@@ -748,8 +792,11 @@ async fn ingest(
     clients: usize,
 ) -> anyhow::Result<(Timed, Histogram<u64>)> {
     let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
     let finished = Arc::new(AtomicBool::new(false));
+    let progress = bar(
+        "ingest: Penchant ingesting events over HTTP",
+        work.events.len() as u64,
+    );
 
     let probe = {
         let (client, work, finished) = (client.clone(), work.clone(), finished.clone());
@@ -776,7 +823,7 @@ async fn ingest(
     let senders: Vec<_> = (0..clients)
         .map(|_| {
             let (client, work) = (client.clone(), work.clone());
-            let (next, done) = (next.clone(), done.clone());
+            let (next, progress) = (next.clone(), progress.clone());
             tokio::spawn(async move {
                 let mut hist = histogram();
                 loop {
@@ -790,11 +837,7 @@ async fn ingest(
                     let t = Instant::now();
                     client.post::<IgnoredAny>("/1/events", &body).await?;
                     hist.record(t.elapsed().as_micros() as u64)?;
-                    progress(
-                        "penchant",
-                        done.fetch_add(1, Ordering::Relaxed) + 1,
-                        batches,
-                    );
+                    progress.inc(body.events.len() as u64);
                 }
             })
         })
@@ -822,25 +865,19 @@ async fn ingest(
     ))
 }
 
-/// A progress line on stderr when `done` of `total` batches crosses a tenth.
-fn progress(who: &str, done: usize, total: usize) {
-    if done * 10 / total != (done - 1) * 10 / total {
-        eprintln!("{who}: {done}/{total} batches");
-    }
-}
-
 /// (4): `GET /1/profiles/personalization/{user}` for random light users from `connections`
 /// threads, each on its own keep-alive connection with a client as thin as the Redis
-/// reference's, for [`READ_FOR`].
+/// reference's, for `read_for`.
 async fn read_profiles(
     client: &Arc<InProcess>,
     users: usize,
     connections: usize,
+    read_for: Duration,
 ) -> anyhow::Result<Timed> {
     let client = client.clone();
     tokio::task::spawn_blocking(move || {
         let start = Instant::now();
-        let deadline = start + READ_FOR;
+        let deadline = start + read_for;
         let latency = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..connections)
                 .map(|task| {
@@ -874,12 +911,13 @@ async fn read_profiles(
 }
 
 /// (3): a new user with `history` events of today (random items, one in five a conversion, in
-/// batches), then [`HEAVY_PUSHES`] single views pushed for them one after the other; their
-/// latencies.
+/// batches), then `pushes` single views pushed for them one after the other; their latencies.
 async fn heavy_user(
     client: &InProcess,
     work: &Workload,
     history: usize,
+    pushes: usize,
+    progress: &ProgressBar,
 ) -> anyhow::Result<Histogram<u64>> {
     let mut rng = StdRng::seed_from_u64(history as u64);
     let user = format!("heavy{history}");
@@ -899,9 +937,10 @@ async fn heavy_user(
             .post::<IgnoredAny>("/1/events", &Batch { events })
             .await?;
         left -= n;
+        progress.inc(n as u64);
     }
     let mut hist = histogram();
-    for _ in 0..HEAVY_PUSHES {
+    for _ in 0..pushes {
         let item = work.random_item(&mut rng);
         let body = Batch {
             events: vec![insights_event(user.clone(), item, false, now_ms())],
@@ -909,6 +948,7 @@ async fn heavy_user(
         let t = Instant::now();
         client.post::<IgnoredAny>("/1/events", &body).await?;
         hist.record(t.elapsed().as_micros() as u64)?;
+        progress.inc(1);
     }
     let profile = client
         .get(&format!("/1/profiles/personalization/{user}"))
@@ -928,14 +968,14 @@ async fn heavy_user(
 /// `profiles`.
 fn redis_rows(
     path: &Path,
-    args: &IngestBenchArgs,
+    plan: &Plan,
     work: &Workload,
     profiles: &[Vec<u8>],
 ) -> anyhow::Result<RedisRows> {
     anyhow::ensure!(!profiles.is_empty(), "no Penchant profile to size Redis's");
-    let server = RedisServer::start(path, Persistence::AofAlways, args.dir.as_deref())?;
+    let server = RedisServer::start(path, Persistence::AofAlways, plan.dir.as_deref())?;
 
-    let ingest = redis_ingest(&server, work, args.clients)?;
+    let ingest = redis_ingest(&server, work, plan.clients)?;
     let aof_bytes = disk_use(server.dir())?.total
         - std::fs::metadata(server.dir().join("redis.log")).map_or(0, |m| m.len());
     let rss_bytes = redis_rss(&server)?;
@@ -960,8 +1000,15 @@ fn redis_rows(
 
     let mut reads = Vec::new();
     for connections in READ_CONNECTIONS {
-        eprintln!("redis: profile reads, {connections} connections");
-        reads.push((connections, redis_reads(&server, sample, connections)?));
+        let progress = spinner(format!(
+            "ingest: Redis profile reads, {connections} connections, {} s",
+            plan.read_for.as_secs()
+        ));
+        reads.push((
+            connections,
+            redis_reads(&server, sample, connections, plan.read_for)?,
+        ));
+        drop(progress);
     }
     Ok(RedisRows {
         ingest,
@@ -975,18 +1022,14 @@ fn redis_rows(
 /// `HINCRBY profile:{user} {facet}:{value} {weight}` per (event, facet) and `RPUSH
 /// events:{user} <event JSON>` per event. Events per second.
 fn redis_ingest(server: &RedisServer, work: &Workload, clients: usize) -> anyhow::Result<f64> {
-    eprintln!(
-        "redis: ingesting {} events in {} batches",
-        rate(work.events.len() as f64),
-        work.batches()
-    );
-    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let progress = bar("ingest: Redis ingesting events", work.events.len() as u64);
+    let next = AtomicUsize::new(0);
     let batches = work.batches();
     let start = Instant::now();
     std::thread::scope(|scope| {
         let threads: Vec<_> = (0..clients)
             .map(|_| {
-                let (next, done) = (&next, &done);
+                let (next, progress) = (&next, &progress);
                 scope.spawn(move || -> anyhow::Result<()> {
                     let mut conn = server.connect()?;
                     loop {
@@ -999,7 +1042,7 @@ fn redis_ingest(server: &RedisServer, work: &Workload, clients: usize) -> anyhow
                             Reply::Integer(_) => Ok(()),
                             other => bail!("HINCRBY/RPUSH: unexpected reply {other:?}"),
                         })?;
-                        progress("redis", done.fetch_add(1, Ordering::Relaxed) + 1, batches);
+                        progress.inc(work.batch(i).len() as u64);
                     }
                 })
             })
@@ -1053,10 +1096,15 @@ fn redis_rss(server: &RedisServer) -> anyhow::Result<Option<u64>> {
 }
 
 /// The reference for (4): `GET profile-json:{user}` for random users of the first `sample`
-/// from `connections` threads, each on its own connection, for [`READ_FOR`].
-fn redis_reads(server: &RedisServer, sample: usize, connections: usize) -> anyhow::Result<Timed> {
+/// from `connections` threads, each on its own connection, for `read_for`.
+fn redis_reads(
+    server: &RedisServer,
+    sample: usize,
+    connections: usize,
+    read_for: Duration,
+) -> anyhow::Result<Timed> {
     let start = Instant::now();
-    let deadline = start + READ_FOR;
+    let deadline = start + read_for;
     let latency = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..connections)
             .map(|task| {

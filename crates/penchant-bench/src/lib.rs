@@ -1,5 +1,6 @@
-//! Penchant's benchmarks: each suite prints a table, each workload beside a reference run in
-//! the same process.
+//! Penchant's benchmarks: each suite prints tables, each workload beside a reference run in the
+//! same process, and can write them as JSON (`--json`); `all` runs every suite at one scale
+//! (`--scale small|medium|large`).
 //!
 //! - [`store`]: durable writes (single rows from concurrent writers, and batches), scans with and
 //!   without a qualifier filter, point-read latency; beside the same cells in a raw RocksDB with
@@ -14,7 +15,6 @@
 //! - [`ingest`]: a shop's traffic over HTTP (many light users, a few heavy ones): ingestion,
 //!   event-to-profile latency under load, a heavy user's push latency by history, profile
 //!   reads, bytes per user; beside Redis doing the same with its AOF fsynced.
-//!
 //! - [`als`]: implicit-feedback ALS on MovieLens 100k and a planted synthetic set: time per
 //!   iteration and precision/NDCG@10, beside the Python `implicit` library on the same split,
 //!   factors and threads, and a popularity baseline.
@@ -25,14 +25,39 @@
 //!   over loopback for each model beside Redis `ZRANGE`, and `recommended-for-you` against
 //!   trending on a time-ordered MovieLens holdout.
 //!
-//! [`redis`] holds the Redis references' `redis-server` launcher and minimal RESP client.
+//! `redis` holds the Redis references' `redis-server` launcher and minimal RESP client;
+//! [`report`] what every suite shares: the scale, the `--scale`/`--json` flags, tables, the
+//! run's report, progress bars.
 //!
 //! The HTTP workloads run Penchant in this process ([`InProcess`]: the engine on the suite's
 //! store behind the server's real router, on a loopback port). The benchmarks live in this crate
 //! so that the server binary links none of what only they need (raw RocksDB, `fastbloom`,
 //! `hdrhistogram`, the Redis client, the Bigtable emulator launcher). The `penchant-bench` binary
 //! parses `penchant-bench <suite> [flags]` ([`Suite`]); `penchant bench <suite> [flags]` runs it
-//! when it lies next to the `penchant` executable.
+//! when it lies next to the `penchant` executable. `penchant-bench all` runs every suite.
+//!
+//! # A suite
+//!
+//! A suite is a module with an arguments struct that flattens [`CommonArgs`] (`--scale`,
+//! `--json`) beside its own flags, and implements [`Bench`]: its [`Bench::run`] builds
+//! [`Table`]s and hands each to the [`Report`] as soon as it is done (the report prints it and
+//! keeps it for the JSON document), shows its long phases with [`report::bar`] or
+//! [`report::spinner`], takes its sizes from the scale ([`Scale::pick`]) unless a flag gives
+//! them, and returns [`Missing`] when a reference it cannot do without is not there (a
+//! reference only some rows need skips those rows, with a note). Adding one:
+//!
+//! 1. `src/<suite>.rs`: `pub struct <Suite>BenchArgs { #[command(flatten)] pub common:
+//!    CommonArgs, ... }` and `impl Bench for <Suite>BenchArgs`;
+//! 2. a variant of [`Suite`] and its arm in [`Suite::run`];
+//! 3. a line in [`ALL`], if `all` should run it.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::Store;
 
 pub mod als;
 pub mod bloom;
@@ -41,53 +66,210 @@ pub mod ingest;
 pub mod personalization;
 pub mod recommend;
 mod redis;
+pub mod report;
 pub mod store;
 pub mod topk;
+
+use report::Outcome;
+pub use report::{Cell, CommonArgs, Missing, Report, Scale, Table};
+
+/// A suite's arguments, and how the suite runs.
+pub trait Bench: clap::Args {
+    /// The suite's name, as on the command line.
+    const NAME: &'static str;
+
+    /// Flags `all` adds to the suite's defaults: `all` uses references where found and
+    /// installs none.
+    const IN_ALL: &'static [&'static str] = &[];
+
+    /// The flags every suite takes.
+    fn common(&self) -> &CommonArgs;
+
+    /// Run the suite, handing each table to `report` when it is done; progress goes to stderr.
+    fn run(self, report: &mut Report) -> anyhow::Result<()>;
+}
 
 /// A benchmark suite and its flags: `penchant-bench <suite> [flags]`.
 #[derive(Debug, clap::Subcommand)]
 pub enum Suite {
     /// The store: durable writes, scans, point reads, each beside raw RocksDB.
+    ///
+    /// Scale: rows written by each workload and point reads: small 2,000, medium 20,000, large
+    /// 200,000 rows and 100,000 reads.
     Store(store::StoreBenchArgs),
     /// Bloom filters: lookups beside the `fastbloom` crate, and a bulk seen-filter check.
+    ///
+    /// Scale: small runs the 16 KB filter only, 100,000 lookups; medium and large also the
+    /// 128 MB filter, 4,000,000 lookups.
     Bloom(bloom::BloomBenchArgs),
     /// Personalization on MovieLens 100k: ingestion over HTTP, event-to-profile latency, full
     /// recompute.
+    ///
+    /// Scale: single-event pushes timed: small 100, medium and large 1,000 (the data is
+    /// MovieLens 100k at every scale).
     Personalization(personalization::PersonalizationBenchArgs),
     /// A shop's traffic: many light users and a few heavy ones, ingestion, event-to-profile
     /// latency, profile reads, bytes per user, each beside Redis with an fsynced AOF.
+    ///
+    /// Scale: light users (2 events each) small 2,000, medium 50,000, large 1,000,000; the heavy
+    /// user's histories up to 1,000, 50,000, 100,000 events; profile reads for 1, 5, 5 s.
     Ingest(ingest::IngestBenchArgs),
     /// Implicit-feedback ALS on MovieLens 100k and synthetic data: seconds per iteration,
     /// precision and NDCG@10, beside the Python `implicit` library on the same split.
+    ///
+    /// Scale: the synthetic set, small 2k users x 500 items x 20k events (one fit each),
+    /// medium 20k x 5k x 500k, large 100k x 20k x 5M.
     Als(als::AlsBenchArgs),
     /// Exact top-k search over 10k-1M vectors of 100 dimensions: p50/p99 latency beside a
-    /// naive scan and sort.
+    /// naive scan and sort; then HNSW beside `hnsw_rs`.
+    ///
+    /// Scale: exact search over small 10k items, medium 10k and 100k, large also 1M; HNSW over
+    /// 10k, 100k, and 100k and 1M items.
     Topk(topk::TopkBenchArgs),
     /// Recommendations: one user's queue rebuilt (10k candidates), the Recommend API over
     /// loopback beside Redis ZRANGE, and recommended-for-you against trending on MovieLens.
+    ///
+    /// Scale: candidates (the shop's items) small 1,000, medium 10,000, large 100,000; queue
+    /// rebuilds 20, 200, 200; requests per API workload 200, 4,000, 4,000.
     Recommend(recommend::RecommendBenchArgs),
+    /// Every suite in turn (store, bloom, personalization, ingest, als, topk, recommend), each
+    /// with its default flags at the scale.
+    ///
+    /// References are used where found, never installed (als runs with --no-install): a suite
+    /// whose data is missing (MovieLens) is reported skipped, rows whose reference is missing
+    /// (redis-server, the Python `implicit` environment of scripts/bench-python.sh) say so; any
+    /// other failure makes the run exit non-zero once every suite has run.
+    All(CommonArgs),
 }
 
 impl Suite {
-    /// Run the suite; its table goes to stdout, progress to stderr.
+    /// Run the suite (or every suite); its tables go to stdout, progress to stderr.
     pub fn run(self) -> anyhow::Result<()> {
         match self {
-            Suite::Store(args) => store::run(args),
-            Suite::Bloom(args) => bloom::run(args),
-            Suite::Personalization(args) => personalization::run(args),
-            Suite::Ingest(args) => ingest::run(args),
-            Suite::Als(args) => als::run(args),
-            Suite::Topk(args) => topk::run(args),
-            Suite::Recommend(args) => recommend::run(args),
+            Suite::Store(args) => one(args),
+            Suite::Bloom(args) => one(args),
+            Suite::Personalization(args) => one(args),
+            Suite::Ingest(args) => one(args),
+            Suite::Als(args) => one(args),
+            Suite::Topk(args) => one(args),
+            Suite::Recommend(args) => one(args),
+            Suite::All(common) => all(&common),
         }
     }
 }
 
-use std::sync::Arc;
+/// The suites `penchant-bench all` runs, in order, each with its default flags at the scale
+/// and its [`Bench::IN_ALL`].
+pub const ALL: &[fn(&mut Report) -> Outcome] = &[
+    in_all::<store::StoreBenchArgs>,
+    in_all::<bloom::BloomBenchArgs>,
+    in_all::<personalization::PersonalizationBenchArgs>,
+    in_all::<ingest::IngestBenchArgs>,
+    in_all::<als::AlsBenchArgs>,
+    in_all::<topk::TopkBenchArgs>,
+    in_all::<recommend::RecommendBenchArgs>,
+];
 
-use anyhow::{Context, bail};
-use penchant_engine::{Engine, EngineConfig};
-use penchant_store::Store;
+/// Run one suite on its own: its report written where `--json` says, its failure (or the
+/// missing reference that skipped it) the error.
+fn one<B: Bench>(args: B) -> anyhow::Result<()> {
+    let common = args.common().clone();
+    let mut report = Report::new(common.scale);
+    let outcome = run_into(args, &mut report);
+    if let Some(path) = &common.json {
+        report.write_json(path)?;
+    }
+    match outcome {
+        Outcome::Ok => Ok(()),
+        Outcome::Skipped(why) | Outcome::Failed(why) => Err(anyhow::anyhow!(why)),
+    }
+}
+
+/// `penchant-bench all`: every suite of [`ALL`], whatever happened to the ones before; an error
+/// at the end naming the suites that failed.
+fn all(common: &CommonArgs) -> anyhow::Result<()> {
+    let mut report = Report::new(common.scale);
+    let mut failed = Vec::new();
+    let mut skipped = 0;
+    for suite in ALL {
+        match suite(&mut report) {
+            Outcome::Ok => {}
+            Outcome::Skipped(_) => skipped += 1,
+            Outcome::Failed(why) => {
+                eprintln!("error: {why}");
+                failed.extend(report.last_suite());
+            }
+        }
+    }
+    if let Some(path) = &common.json {
+        report.write_json(path)?;
+    }
+    eprintln!(
+        "all: {} suites, {} skipped, {} failed",
+        ALL.len(),
+        skipped,
+        failed.len()
+    );
+    if !failed.is_empty() {
+        anyhow::bail!("failed: {} (their errors are above)", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// One suite of `all`: its [`defaults`] at the report's scale.
+fn in_all<B: Bench>(report: &mut Report) -> Outcome {
+    match defaults::<B>(report.scale()) {
+        Ok(args) => run_into(args, report),
+        Err(e) => {
+            report.begin(B::NAME);
+            let outcome = Outcome::Failed(format!("{}: default flags: {e}", B::NAME));
+            report.end(std::time::Duration::ZERO, outcome.clone());
+            outcome
+        }
+    }
+}
+
+/// A suite's arguments as `all` runs it: its default flags at `scale`, and its
+/// [`Bench::IN_ALL`].
+fn defaults<B: Bench>(scale: Scale) -> Result<B, clap::Error> {
+    let argv = [B::NAME, "--scale", scale.name()]
+        .into_iter()
+        .chain(B::IN_ALL.iter().copied());
+    let matches = B::augment_args(clap::Command::new(B::NAME)).try_get_matches_from(argv)?;
+    B::from_arg_matches(&matches)
+}
+
+/// Run a suite into `report`, timed; a suite skipped for a missing reference gets a table
+/// saying why; an error or a panic is its failure.
+fn run_into<B: Bench>(args: B, report: &mut Report) -> Outcome {
+    report.begin(B::NAME);
+    let started = Instant::now();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| args.run(report)));
+    let outcome = match result {
+        Ok(Ok(())) => Outcome::Ok,
+        Ok(Err(e)) => match e.chain().find_map(|c| c.downcast_ref::<Missing>()) {
+            Some(missing) => {
+                let mut table = Table::new(format!("{}: skipped", B::NAME), &[]);
+                table.note(format!("skipped: {missing}"));
+                report.table(table);
+                Outcome::Skipped(format!("{}: skipped: {missing}", B::NAME))
+            }
+            None => Outcome::Failed(format!("{}: {e:#}", B::NAME)),
+        },
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            Outcome::Failed(format!("{} panicked: {message}", B::NAME))
+        }
+    };
+    let elapsed = started.elapsed();
+    eprintln!("{}: done in {:.1} s", B::NAME, elapsed.as_secs_f64());
+    report.end(elapsed, outcome.clone());
+    outcome
+}
 
 /// Penchant's HTTP server in this process on a loopback port, with one app, and a client
 /// holding the app's admin key.
@@ -187,4 +369,28 @@ pub fn rate(n: f64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_suite_of_all_parses_its_defaults_at_every_scale() {
+        fn check<B: Bench + std::fmt::Debug>() {
+            for scale in [Scale::Small, Scale::Medium, Scale::Large] {
+                let args = defaults::<B>(scale)
+                    .unwrap_or_else(|e| panic!("{} at {scale:?}: {e}", B::NAME));
+                assert_eq!(args.common().scale, scale, "{args:?}");
+                assert_eq!(args.common().json, None, "{args:?}");
+            }
+        }
+        check::<store::StoreBenchArgs>();
+        check::<bloom::BloomBenchArgs>();
+        check::<personalization::PersonalizationBenchArgs>();
+        check::<ingest::IngestBenchArgs>();
+        check::<als::AlsBenchArgs>();
+        check::<topk::TopkBenchArgs>();
+        check::<recommend::RecommendBenchArgs>();
+    }
 }

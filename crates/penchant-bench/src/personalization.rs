@@ -17,33 +17,55 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use penchant_engine::profiles::Source;
-
 use penchant_store::{ReadRows, RowSet, Store};
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::Rng;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
-use serde::de::IgnoredAny;
+use crate::report::{bar, movielens_file, spinner};
+use crate::{Bench, Cell, CommonArgs, InProcess, Report, Table, rate};
 
-use crate::{InProcess, rate};
-
+/// `penchant-bench personalization`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct PersonalizationBenchArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
     /// MovieLens 100k in RecBole's format (ml-100k.inter, ml-100k.item).
     #[arg(long, default_value = "../shared/data/ml-100k")]
     movielens: PathBuf,
     /// Concurrent HTTP clients sending batches.
     #[arg(long, default_value_t = 4)]
     clients: usize,
-    /// Single-event pushes for the latency measurement.
-    #[arg(long, default_value_t = 1000)]
-    pushes: usize,
+    /// Single-event pushes for the latency measurement [default by scale: small 100, medium
+    /// and large 1,000].
+    #[arg(long)]
+    pushes: Option<usize>,
     /// Acknowledge writes without fsync.
     #[arg(long)]
     no_sync: bool,
     /// Ranges of users a full recompute runs at once (as a job does).
     #[arg(long, default_value_t = 2)]
     parallelism: usize,
+}
+
+impl Bench for PersonalizationBenchArgs {
+    const NAME: &'static str = "personalization";
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        let data = load(&self.movielens)?;
+        let dir = tempfile::tempdir()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let table = runtime.block_on(bench(self, data, dir.path()))?;
+        report.table(table);
+        Ok(())
+    }
 }
 
 const APP: &str = "BENCH";
@@ -55,7 +77,9 @@ pub(crate) struct MovieLens {
     pub(crate) ratings: Vec<(String, String, u8, i64)>,
 }
 
+/// MovieLens 100k from `dir`, or [`Missing`](crate::Missing) when `dir` has no ratings file.
 pub(crate) fn load(dir: &std::path::Path) -> anyhow::Result<MovieLens> {
+    movielens_file(dir, false)?;
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
@@ -107,20 +131,15 @@ fn strategy(genre_weight: u32) -> Value {
     })
 }
 
-pub fn run(args: PersonalizationBenchArgs) -> anyhow::Result<()> {
-    let data = load(&args.movielens)?;
-    let dir = tempfile::tempdir()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(bench(args, data, dir.path()))
-}
-
+/// Every workload, on a store in `dir`: the table.
 async fn bench(
     args: PersonalizationBenchArgs,
     data: MovieLens,
     dir: &std::path::Path,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Table> {
+    let pushes = args
+        .pushes
+        .unwrap_or(args.common.scale.pick(100, 1000, 1000));
     let options = RocksOptions {
         sync_writes: !args.no_sync,
         ..RocksOptions::default()
@@ -128,13 +147,10 @@ async fn bench(
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
     let client = Arc::new(InProcess::start(store.clone(), APP).await?);
     let engine = client.engine.clone();
-    eprintln!(
-        "penchant bench personalization: {} ratings, {} items, {} clients, {} WAL",
-        data.ratings.len(),
-        data.items.len(),
-        args.clients,
-        if args.no_sync { "unsynced" } else { "fsynced" }
-    );
+    let progress = spinner(format!(
+        "personalization: indexing {} movies",
+        rate(data.items.len() as f64)
+    ));
     for chunk in data.items.chunks(BATCH) {
         let requests: Vec<Value> = chunk
             .iter()
@@ -147,6 +163,7 @@ async fn bench(
     client
         .post::<IgnoredAny>("/1/strategies/personalization", &strategy(100))
         .await?;
+    drop(progress);
 
     // 1. Ingestion: batches of 1000 events, concurrent clients.
     let now = penchant_store::validate::now_micros() / 1000;
@@ -173,10 +190,14 @@ async fn bench(
         .map(|c| json!({ "events": c }))
         .collect();
     let queue = Arc::new(std::sync::Mutex::new(batches.into_iter()));
+    let progress = bar(
+        "personalization: ingesting events over HTTP",
+        events.len() as u64,
+    );
     let start = Instant::now();
     let tasks: Vec<_> = (0..args.clients)
         .map(|_| {
-            let (queue, client) = (queue.clone(), client.clone());
+            let (queue, client, progress) = (queue.clone(), client.clone(), progress.clone());
             tokio::spawn(async move {
                 loop {
                     let next = queue
@@ -187,6 +208,7 @@ async fn bench(
                         return anyhow::Ok(());
                     };
                     client.post::<IgnoredAny>("/1/events", &batch).await?;
+                    progress.inc(batch["events"].as_array().map_or(0, Vec::len) as u64);
                 }
             })
         })
@@ -195,18 +217,25 @@ async fn bench(
         t.await??;
     }
     let ingest = events.len() as f64 / start.elapsed().as_secs_f64();
+    drop(progress);
 
     // 2. Event → profile latency: one event per request; the 200 comes after the refresh.
     let mut rng = rand::rng();
     let mut hist = Histogram::<u64>::new(3)?;
-    for _ in 0..args.pushes {
+    let progress = bar(
+        "personalization: event -> profile latency, single pushes",
+        pushes as u64,
+    );
+    for _ in 0..pushes {
         let (user, item, _, _) = &data.ratings[rng.random_range(0..data.ratings.len())];
         let event = json!({"events": [{"eventType": "view", "eventName": "Movie Viewed",
             "index": "movies", "userToken": user, "objectIDs": [item]}]});
         let t = Instant::now();
         client.post::<IgnoredAny>("/1/events", &event).await?;
         hist.record(t.elapsed().as_micros() as u64)?;
+        progress.inc(1);
     }
+    drop(progress);
     let (user, _, _, _) = &data.ratings[0];
     let profile = engine
         .profiles()
@@ -219,6 +248,7 @@ async fn bench(
     );
 
     // 3. Full recompute under a new strategy, beside a plain scan of the same events.
+    let progress = spinner("personalization: full recomputes and the plain scan");
     let parsed: penchant_engine::strategy::Strategy = serde_json::from_value(strategy(90))?;
     let versioned = engine.strategies().set(APP, parsed).await?;
     let start = Instant::now();
@@ -248,44 +278,63 @@ async fn bench(
     }
     let scan = scanned as f64 / start.elapsed().as_secs_f64();
 
+    drop(progress);
+
     let ms = |q: f64| Duration::from_micros(hist.value_at_quantile(q)).as_secs_f64() * 1e3;
-    println!("{:<52} {:>14}  unit", "workload", "value");
-    println!(
-        "{:<52} {:>14}  events/s",
+    let mut table = Table::new(
         format!(
-            "ingestion, HTTP, batches of {BATCH}, {} clients",
-            args.clients
+            "personalization: MovieLens over HTTP, {} ratings, {} items, {} clients, {} WAL",
+            rate(data.ratings.len() as f64),
+            rate(data.items.len() as f64),
+            args.clients,
+            if args.no_sync { "unsynced" } else { "fsynced" }
         ),
-        rate(ingest)
+        &["workload", "value", "unit"],
     );
-    println!(
-        "{:<52} {:>14}  ms",
-        "event -> profile latency p50 (1 event per request)",
-        format!("{:.2}", ms(0.5))
-    );
-    println!(
-        "{:<52} {:>14}  ms",
-        "event -> profile latency p99",
-        format!("{:.2}", ms(0.99))
-    );
-    println!(
-        "{:<52} {:>14}  events/s ({} users)",
-        "full recompute from raw events",
-        rate(recompute),
-        stats.users + stats.skipped
-    );
-    println!(
-        "{:<52} {:>14}  events/s (reference; recompute/scan = {:.2})",
-        "plain scan of the same events",
-        rate(scan),
-        recompute / scan
-    );
-    println!(
-        "{:<52} {:>14}  events/s ({} aggregate rows, {} users)",
-        "full recompute from per-day aggregates",
-        rate(from_aggregates),
-        agg_stats.events,
-        agg_stats.users + agg_stats.skipped
-    );
-    Ok(())
+    let rows = [
+        (
+            format!(
+                "ingestion, HTTP, batches of {BATCH}, {} clients",
+                args.clients
+            ),
+            Cell::int(ingest),
+            "events/s".to_owned(),
+        ),
+        (
+            "event -> profile latency p50 (1 event per request)".into(),
+            Cell::fixed(ms(0.5), 2),
+            format!("ms ({pushes} pushes)"),
+        ),
+        (
+            "event -> profile latency p99".into(),
+            Cell::fixed(ms(0.99), 2),
+            "ms".into(),
+        ),
+        (
+            "full recompute from raw events".into(),
+            Cell::int(recompute),
+            format!("events/s ({} users)", stats.users + stats.skipped),
+        ),
+        (
+            "plain scan of the same events".into(),
+            Cell::int(scan),
+            format!(
+                "events/s (reference; recompute/scan = {:.2})",
+                recompute / scan
+            ),
+        ),
+        (
+            "full recompute from per-day aggregates".into(),
+            Cell::int(from_aggregates),
+            format!(
+                "events/s ({} aggregate rows, {} users)",
+                agg_stats.events,
+                agg_stats.users + agg_stats.skipped
+            ),
+        ),
+    ];
+    for (workload, value, unit) in rows {
+        table.row(vec![workload.into(), value, unit.into()]);
+    }
+    Ok(table)
 }

@@ -10,7 +10,7 @@
 //!    the build job from synthetic conversions), beside Redis `ZRANGE` of a sorted set of the
 //!    same size as a queue (the seed's store), through the same number of blocking clients.
 //!    Penchant returns 10 catalog records with scores; Redis returns 10 ids with scores.
-//! 3. **Quality on MovieLens 100k**, time-ordered: the ratings before the 90% time quantile
+//! 3. **Quality on MovieLens 100k**, time-ordered: the ratings before the 80% time quantile
 //!    are events (all "watched" conversions, their times compressed into the last 59 days so
 //!    that they lie in the retention window); ALS is trained on them; each user with ratings
 //!    on both sides gets `recommended-for-you` (10 items, never one seen) and the trending
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
 use penchant_engine::catalog::Write;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::recommend::{QueueDefinition, RecommendHit, RecommendRequest, Source};
@@ -35,30 +36,37 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::redis::{Persistence, RedisServer, Reply, find_on_path};
-use crate::{InProcess, rate};
+use crate::report::{bar, spinner};
+use crate::{Bench, Cell, CommonArgs, InProcess, Missing, Report, Table, rate};
 
+/// `penchant-bench recommend`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct RecommendBenchArgs {
-    /// Item vectors a rebuild scores (and the shop's catalog size).
-    #[arg(long, default_value_t = 10_000)]
-    candidates: usize,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Item vectors a rebuild scores (and the shop's catalog size) [default by scale: small
+    /// 1,000, medium 10,000, large 100,000].
+    #[arg(long)]
+    candidates: Option<usize>,
     /// Floats per vector.
     #[arg(long, default_value_t = 100)]
     dimension: usize,
-    /// Users whose queues are rebuilt (one at a time).
-    #[arg(long, default_value_t = 200)]
-    rebuilds: usize,
-    /// Items in each rebuilt user's seen filter.
-    #[arg(long, default_value_t = 1000)]
-    seen: usize,
-    /// Requests per API workload.
-    #[arg(long, default_value_t = 4000)]
-    requests: usize,
+    /// Users whose queues are rebuilt (one at a time) [default by scale: small 20, medium and
+    /// large 200].
+    #[arg(long)]
+    rebuilds: Option<usize>,
+    /// Items in each rebuilt user's seen filter [default by scale: small 100, medium and large
+    /// 1,000].
+    #[arg(long)]
+    seen: Option<usize>,
+    /// Requests per API workload [default by scale: small 200, medium and large 4,000].
+    #[arg(long)]
+    requests: Option<usize>,
     /// Concurrent blocking clients for the API workloads (Penchant and Redis alike).
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
-    /// MovieLens 100k in RecBole's format (ml-100k.inter, ml-100k.item); `none` skips the
-    /// quality table.
+    /// MovieLens 100k in RecBole's format (ml-100k.inter, ml-100k.item); `none` (or a folder
+    /// without it) skips the quality table.
     #[arg(long, default_value = "../shared/data/ml-100k")]
     movielens: PathBuf,
     /// ALS factors, regularization and alpha for the quality table.
@@ -85,17 +93,62 @@ const QUEUE_SIZE: usize = 1000;
 /// MovieLens ratings before this share of time are events; the rest is what users did next.
 const SPLIT_PERCENT: usize = 80;
 
-pub fn run(args: RecommendBenchArgs) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(rebuild_and_api(&args, dir.path()))?;
-    if args.movielens.as_os_str() != "none" {
-        runtime.block_on(quality(&args))?;
+impl Bench for RecommendBenchArgs {
+    const NAME: &'static str = "recommend";
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
     }
-    Ok(())
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        let plan = Plan::of(&self);
+        let dir = tempfile::tempdir()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(rebuild_and_api(&self, &plan, dir.path(), report))?;
+        if self.movielens.as_os_str() != "none" {
+            let table = match crate::personalization::load(&self.movielens) {
+                Ok(data) => runtime.block_on(quality(&self, data))?,
+                Err(e) => match e.downcast_ref::<Missing>() {
+                    Some(why) => {
+                        let mut table = Table::new(QUALITY, &[]);
+                        table.note(format!("skipped: {why}"));
+                        table
+                    }
+                    None => return Err(e),
+                },
+            };
+            report.table(table);
+        }
+        Ok(())
+    }
 }
+
+/// The sizes of the rebuild and API tables: the scale's, unless a flag gave them.
+struct Plan {
+    candidates: usize,
+    rebuilds: usize,
+    seen: usize,
+    requests: usize,
+}
+
+impl Plan {
+    fn of(args: &RecommendBenchArgs) -> Self {
+        let scale = args.common.scale;
+        Self {
+            candidates: args
+                .candidates
+                .unwrap_or(scale.pick(1_000, 10_000, 100_000)),
+            rebuilds: args.rebuilds.unwrap_or(scale.pick(20, 200, 200)),
+            seen: args.seen.unwrap_or(scale.pick(100, 1000, 1000)),
+            requests: args.requests.unwrap_or(scale.pick(200, 4000, 4000)),
+        }
+    }
+}
+
+/// The quality table's title.
+const QUALITY: &str = "recommend: MovieLens 100k, time-ordered holdout";
 
 fn histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant digits is valid")
@@ -112,7 +165,13 @@ fn random_vector(rng: &mut impl Rng, dimension: usize) -> Vec<f32> {
         .collect()
 }
 
-async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+/// Tables (1) and (2), on a store in `dir`.
+async fn rebuild_and_api(
+    args: &RecommendBenchArgs,
+    plan: &Plan,
+    dir: &std::path::Path,
+    report: &mut Report,
+) -> anyhow::Result<()> {
     let options = RocksOptions {
         sync_writes: !args.no_sync,
         ..RocksOptions::default()
@@ -121,11 +180,12 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
     let shop = Arc::new(InProcess::start(store, APP).await?);
     let engine = shop.engine.clone();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let n = args.candidates;
-    eprintln!(
-        "recommend: a shop of {n} items with {}-d vectors",
+    let n = plan.candidates;
+    let progress = spinner(format!(
+        "recommend: a shop of {} items with {}-d vectors, users' vectors and seen items",
+        rate(n as f64),
         args.dimension
-    );
+    ));
 
     // The catalog, the items' vectors, users' vectors.
     let writes: Vec<(String, Write)> = (0..n)
@@ -153,14 +213,14 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
     for chunk in items.chunks(10_000) {
         engine.put_vectors(APP, "als", Kind::Item, chunk).await?;
     }
-    let users: Vec<String> = (0..args.rebuilds).map(|u| format!("user{u}")).collect();
+    let users: Vec<String> = (0..plan.rebuilds).map(|u| format!("user{u}")).collect();
     let vectors: Vec<(String, Vec<f32>)> = users
         .iter()
         .map(|u| (u.clone(), random_vector(&mut rng, args.dimension)))
         .collect();
     engine.put_vectors(APP, "als", Kind::User, &vectors).await?;
     for user in &users {
-        let seen: Vec<String> = (0..args.seen)
+        let seen: Vec<String> = (0..plan.seen)
             .map(|_| format!("i{}", rng.random_range(0..n)))
             .collect();
         engine.mark_seen(APP, user, &seen).await?;
@@ -185,8 +245,10 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
     engine
         .rebuild_queue(APP, "for-you", &users[0], None)
         .await?;
+    drop(progress);
     let (mut rebuild, mut scan) = (histogram(), histogram());
     let mut kept = 0;
+    let progress = bar("recommend: queue rebuilds", users.len() as u64);
     for (user, vector) in users.iter().zip(&vectors) {
         let started = Instant::now();
         let query = penchant_engine::vectors::Query::Vector(vector.1.clone());
@@ -196,29 +258,40 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
         let rebuilt = engine.rebuild_queue(APP, "for-you", user, None).await?;
         rebuild.record(started.elapsed().as_micros() as u64)?;
         kept += rebuilt.items;
+        progress.inc(1);
     }
-    println!(
-        "\nqueue rebuild: {} users, {} candidates × {} floats (cosine), seen filter of {} items, \
-         queue of {QUEUE_SIZE} (mean {} kept after seen/catalog checks); the seed: 3-4 s",
-        users.len(),
-        rate(n as f64),
-        args.dimension,
-        rate(args.seen as f64),
-        kept / users.len().max(1),
+    drop(progress);
+    let mut table = Table::new(
+        format!(
+            "recommend: queue rebuild, {} users, {} candidates x {} floats (cosine), seen filter \
+             of {} items, queue of {QUEUE_SIZE} (mean {} kept after seen/catalog checks)",
+            users.len(),
+            rate(n as f64),
+            args.dimension,
+            rate(plan.seen as f64),
+            kept / users.len().max(1),
+        ),
+        &["work", "p50 ms", "p99 ms"],
     );
-    println!("{:<52} | {:>8} | {:>8}", "work", "p50 ms", "p99 ms");
-    println!(
-        "{:<52} | {:>8.3} | {:>8.3}",
-        "exact top-1000 scan alone (the floor)",
-        ms(&scan, 0.5),
-        ms(&scan, 0.99)
-    );
-    println!(
-        "{:<52} | {:>8.3} | {:>8.3}",
-        "rebuild: scan + seen filter + queue write (fsynced)",
-        ms(&rebuild, 0.5),
-        ms(&rebuild, 0.99)
-    );
+    for (work, hist) in [
+        ("exact top-1000 scan alone (the floor)", &scan),
+        (
+            if args.no_sync {
+                "rebuild: scan + seen filter + queue write (unsynced)"
+            } else {
+                "rebuild: scan + seen filter + queue write (fsynced)"
+            },
+            &rebuild,
+        ),
+    ] {
+        table.row(vec![
+            work.into(),
+            Cell::fixed(ms(hist, 0.5), 3),
+            Cell::fixed(ms(hist, 0.99), 3),
+        ]);
+    }
+    table.note("the seed: 3-4 s per rebuild");
+    report.table(table);
 
     // 2. The API: lists from synthetic conversions (popular items convert more), then reads.
     let mut events = Vec::new();
@@ -231,6 +304,7 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
             events.push(event(&user, &format!("i{item}"), now + e));
         }
     }
+    let progress = spinner("recommend: synthetic conversions, then the models' build job");
     for chunk in events.chunks(1000) {
         engine.push_events(APP, chunk).await?;
     }
@@ -243,6 +317,7 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    drop(progress);
     let popular = "i0";
     let bodies: Vec<(&str, Value)> = vec![
         (
@@ -281,14 +356,14 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
                    "maxRecommendations": 10, "objectID": popular}),
         ),
     ];
-    println!(
-        "\nRecommend API over loopback: {} requests per workload, {} blocking clients, 10 hits each",
-        rate(args.requests as f64),
-        args.concurrency
-    );
-    println!(
-        "{:<52} | {:>9} | {:>8} | {:>8}",
-        "workload", "req/s", "p50 ms", "p99 ms"
+    let mut table = Table::new(
+        format!(
+            "recommend: the Recommend API over loopback, {} requests per workload, {} blocking \
+             clients, 10 hits each",
+            rate(plan.requests as f64),
+            args.concurrency
+        ),
+        &["workload", "req/s", "p50 ms", "p99 ms"],
     );
     let mut queue_rps = None;
     for (name, body) in &bodies {
@@ -298,7 +373,8 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
         let hits = check["results"][0]["hits"].as_array().map_or(0, Vec::len);
         anyhow::ensure!(hits > 0, "{name}: no hits: {check}");
         let shop = shop.clone();
-        let (rps, hist) = concurrently(args.requests, args.concurrency, move || {
+        let progress = bar(format!("recommend: {name}"), plan.requests as u64);
+        let (rps, hist) = concurrently(plan.requests, args.concurrency, &progress, move || {
             let mut conn = shop.raw()?;
             let body = body.clone();
             Ok(move || -> anyhow::Result<()> {
@@ -306,15 +382,16 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
                 Ok(())
             })
         })?;
+        drop(progress);
         if queue_rps.is_none() {
             queue_rps = Some((rps, ms(&hist, 0.5)));
         }
-        println!(
-            "{name:<52} | {:>9} | {:>8.3} | {:>8.3}",
-            rate(rps),
-            ms(&hist, 0.5),
-            ms(&hist, 0.99)
-        );
+        table.row(vec![
+            (*name).into(),
+            Cell::int(rps),
+            Cell::fixed(ms(&hist, 0.5), 3),
+            Cell::fixed(ms(&hist, 0.99), 3),
+        ]);
     }
     let redis_path = args
         .redis_server
@@ -322,9 +399,18 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
         .or_else(|| find_on_path("redis-server"));
     let name = "Redis ZRANGE 0 9 WITHSCORES (1,000-member set)";
     match redis_path {
-        None => println!(
-            "{name:<52} | skipped: no redis-server on PATH (scripts/redis-server.sh installs one)"
-        ),
+        None => {
+            table.row(vec![
+                name.into(),
+                "skipped".into(),
+                Cell::Empty,
+                Cell::Empty,
+            ]);
+            table.note(
+                "Redis skipped: no redis-server on PATH; run `scripts/redis-server.sh` or pass \
+                 --redis-server \"$(scripts/redis-server.sh)\"",
+            );
+        }
         Some(path) => {
             let server = RedisServer::start(&path, Persistence::None, None)?;
             let mut conn = server.connect()?;
@@ -333,34 +419,38 @@ async fn rebuild_and_api(args: &RecommendBenchArgs, dir: &std::path::Path) -> an
                 conn.command(&[b"ZADD", b"queue:user1", score.as_bytes(), member.as_bytes()])?;
             }
             let server = Arc::new(server);
-            let (rps, hist) = concurrently(args.requests, args.concurrency, move || {
-                let mut conn = server.connect()?;
-                Ok(move || -> anyhow::Result<()> {
-                    let reply =
-                        conn.command(&[b"ZRANGE", b"queue:user1", b"0", b"9", b"WITHSCORES"])?;
-                    match reply {
-                        Reply::Array(items) if items.len() == 20 => Ok(()),
-                        other => bail!("ZRANGE: {other:?}"),
-                    }
-                })
-            })?;
-            println!(
-                "{name:<52} | {:>9} | {:>8.3} | {:>8.3}",
-                rate(rps),
-                ms(&hist, 0.5),
-                ms(&hist, 0.99)
-            );
+            let progress = bar("recommend: Redis ZRANGE", plan.requests as u64);
+            let (rps, hist) =
+                concurrently(plan.requests, args.concurrency, &progress, move || {
+                    let mut conn = server.connect()?;
+                    Ok(move || -> anyhow::Result<()> {
+                        let reply =
+                            conn.command(&[b"ZRANGE", b"queue:user1", b"0", b"9", b"WITHSCORES"])?;
+                        match reply {
+                            Reply::Array(items) if items.len() == 20 => Ok(()),
+                            other => bail!("ZRANGE: {other:?}"),
+                        }
+                    })
+                })?;
+            drop(progress);
+            table.row(vec![
+                name.into(),
+                Cell::int(rps),
+                Cell::fixed(ms(&hist, 0.5), 3),
+                Cell::fixed(ms(&hist, 0.99), 3),
+            ]);
             if let Some((queue, p50)) = queue_rps {
-                println!(
-                    "\nqueue read / Redis ZRANGE: {:.2}x the throughput, p50 {:.3} ms vs {:.3} ms \
+                table.note(format!(
+                    "queue read / Redis ZRANGE: {:.2}x the throughput, p50 {:.3} ms vs {:.3} ms \
                      (the seed: 2-4 ms per queue read)",
                     queue / rps,
                     p50,
                     ms(&hist, 0.5)
-                );
+                ));
             }
         }
     }
+    report.table(table);
     Ok(())
 }
 
@@ -383,10 +473,11 @@ fn event(user: &str, item: &str, timestamp: i64) -> Event {
 }
 
 /// Run `requests` calls over `clients` threads, each with its own connection made by
-/// `connect`; returns requests/s and a histogram of µs.
+/// `connect`, advancing `progress` as they go; returns requests/s and a histogram of µs.
 fn concurrently<F, C>(
     requests: usize,
     clients: usize,
+    progress: &ProgressBar,
     connect: C,
 ) -> anyhow::Result<(f64, Histogram<u64>)>
 where
@@ -401,10 +492,14 @@ where
                 scope.spawn(|| -> anyhow::Result<Histogram<u64>> {
                     let mut call = connect()?;
                     let mut hist = histogram();
-                    for _ in 0..per_client {
+                    for n in 1..=per_client {
                         let t = Instant::now();
                         call()?;
                         hist.record(t.elapsed().as_micros() as u64)?;
+                        // Every 16 calls, so that the bar costs the loop nothing measurable.
+                        if n % 16 == 0 || n == per_client {
+                            progress.inc(((n - 1) % 16 + 1) as u64);
+                        }
                     }
                     Ok(hist)
                 })
@@ -440,8 +535,11 @@ impl Score {
     }
 }
 
-async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
-    let data = crate::personalization::load(&args.movielens)?;
+/// Table (3) on MovieLens.
+async fn quality(
+    args: &RecommendBenchArgs,
+    data: crate::personalization::MovieLens,
+) -> anyhow::Result<Table> {
     let split_at = data.ratings[data.ratings.len() * SPLIT_PERCENT / 100].3;
     let first = data.ratings[0].3;
     let day_ms = 86_400_000i64;
@@ -479,11 +577,10 @@ async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
             e
         })
         .collect();
-    eprintln!(
-        "recommend quality: {} train events, {} test ratings",
-        events.len(),
-        test.len()
-    );
+    let progress = spinner(format!(
+        "recommend: MovieLens, {} train events, then ALS",
+        rate(events.len() as f64)
+    ));
     for chunk in events.chunks(1000) {
         engine.push_events(APP, chunk).await?;
     }
@@ -504,6 +601,7 @@ async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    drop(progress);
     let trained: HashSet<&str> = train.iter().map(|r| r.0.as_str()).collect();
     let mut truth: HashMap<&str, HashSet<String>> = HashMap::new();
     for (user, item, _, _) in &test {
@@ -545,6 +643,7 @@ async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
         (Score::default(), Score::default(), Score::default());
     let mut users: Vec<&&str> = truth.keys().collect();
     users.sort();
+    let progress = bar("recommend: MovieLens test users", users.len() as u64);
     for user in users {
         let user: &str = user;
         let truth = &truth[user];
@@ -568,15 +667,16 @@ async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
         let unseen = engine.unseen(APP, user, &popular).await?;
         let unseen: Vec<String> = unseen.into_iter().take(10).cloned().collect();
         trending.add(&unseen, truth);
+        progress.inc(1);
     }
-    println!(
-        "\nMovieLens 100k, time-ordered: train before the {SPLIT_PERCENT}% time quantile, test \
-         after; {} users on both sides; 10 items each, never one the user rated before the split",
-        rate(for_you.users as f64)
-    );
-    println!(
-        "{:<58} | {:>11} | {:>9}",
-        "model", "hit rate@10", "recall@10"
+    drop(progress);
+    let mut table = Table::new(
+        format!(
+            "{QUALITY}: train before the {SPLIT_PERCENT}% time quantile, test after; {} users on \
+             both sides; 10 items each, never one the user rated before the split",
+            rate(for_you.users as f64)
+        ),
+        &["model", "hit rate@10", "recall@10"],
     );
     let blend = format!(
         "recommended-for-you, queue: ALS ×1 + trending ×{}",
@@ -587,11 +687,11 @@ async fn quality(args: &RecommendBenchArgs) -> anyhow::Result<()> {
         ("recommended-for-you, no queue (ALS vectors)", &vectors),
         ("trending-items, unseen (the zero-day model)", &trending),
     ] {
-        println!(
-            "{name:<58} | {:>11.4} | {:>9.4}",
-            score.hit as f64 / score.users.max(1) as f64,
-            score.recall / score.users.max(1) as f64
-        );
+        table.row(vec![
+            name.into(),
+            Cell::fixed(score.hit as f64 / score.users.max(1) as f64, 4),
+            Cell::fixed(score.recall / score.users.max(1) as f64, 4),
+        ]);
     }
-    Ok(())
+    Ok(table)
 }

@@ -13,6 +13,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
 use penchant_store::{GcRule, Mutation, ReadRows, RowFilter, RowMutation, Store};
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::Rng;
@@ -20,7 +21,8 @@ use rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, Options, ReadOptions, WriteBatch, WriteOptions,
 };
 
-use crate::rate;
+use crate::report::{bar, spinner};
+use crate::{Bench, Cell, CommonArgs, Report, Table, rate};
 
 const TABLE: &str = "bench";
 const FAMILY: &str = "f";
@@ -28,11 +30,15 @@ const TS: i64 = 1_700_000_000_000_000;
 const BATCH_ROWS: usize = 500;
 const SCAN_ROUNDS: usize = 5;
 
+/// `penchant-bench store`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct StoreBenchArgs {
-    /// Rows written by each write workload.
-    #[arg(long, default_value_t = 20_000)]
-    rows: usize,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Rows written by each write workload [default by scale: small 2,000, medium 20,000,
+    /// large 200,000].
+    #[arg(long)]
+    rows: Option<usize>,
     /// Cells per row (qualifiers q0, q1, ...).
     #[arg(long, default_value_t = 4)]
     cells: usize,
@@ -42,9 +48,10 @@ pub struct StoreBenchArgs {
     /// Concurrent writers of single-row mutations (group commit shares their fsyncs).
     #[arg(long, default_value_t = 16)]
     writers: usize,
-    /// Point reads for the latency measurement.
-    #[arg(long, default_value_t = 20_000)]
-    reads: usize,
+    /// Point reads for the latency measurement [default by scale: small 2,000, medium
+    /// 20,000, large 100,000].
+    #[arg(long)]
+    reads: Option<usize>,
     /// Folder for the two databases (default: a temporary folder, removed afterwards).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -55,6 +62,41 @@ pub struct StoreBenchArgs {
     /// emulator is an in-memory test server, not Bigtable).
     #[arg(long)]
     bigtable_emulator: bool,
+}
+
+impl Bench for StoreBenchArgs {
+    const NAME: &'static str = "store";
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        run(self, report)
+    }
+}
+
+/// The workloads' sizes, the scale's unless a flag gave them.
+#[derive(Debug, Clone, Copy)]
+struct Work {
+    rows: usize,
+    cells: usize,
+    value_bytes: usize,
+    writers: usize,
+    reads: usize,
+}
+
+impl Work {
+    fn of(args: &StoreBenchArgs) -> Self {
+        let scale = args.common.scale;
+        Self {
+            rows: args.rows.unwrap_or(scale.pick(2_000, 20_000, 200_000)),
+            cells: args.cells,
+            value_bytes: args.value_bytes,
+            writers: args.writers.max(1),
+            reads: args.reads.unwrap_or(scale.pick(2_000, 20_000, 100_000)),
+        }
+    }
 }
 
 fn row_key(prefix: &str, i: usize) -> String {
@@ -82,6 +124,7 @@ fn raw_db(path: &std::path::Path, cache_bytes: usize) -> anyhow::Result<DB> {
     DB::open(&opts, path).context("cannot open the raw RocksDB")
 }
 
+/// One row of a table: a workload measured on both sides.
 struct Line {
     workload: String,
     penchant: f64,
@@ -89,7 +132,8 @@ struct Line {
     unit: &'static str,
 }
 
-pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
+fn run(args: StoreBenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let work = Work::of(&args);
     let tmp;
     let dir = match &args.dir {
         Some(d) => d.clone(),
@@ -111,17 +155,8 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
     let mut sync = WriteOptions::default();
     sync.set_sync(!args.no_sync);
     let sync = Arc::new(sync);
-    let value = Bytes::from(vec![b'v'; args.value_bytes]);
+    let value = Bytes::from(vec![b'v'; work.value_bytes]);
 
-    eprintln!(
-        "penchant bench store: {} rows x {} cells x {} B, {} writers, {} WAL, in {}",
-        args.rows,
-        args.cells,
-        args.value_bytes,
-        args.writers,
-        if args.no_sync { "unsynced" } else { "fsynced" },
-        dir.display()
-    );
     let mut lines = Vec::new();
     runtime.block_on(async {
         store
@@ -129,47 +164,59 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
             .await?;
 
         // 1. Single-row durable writes from concurrent writers.
-        let per_writer = args.rows / args.writers.max(1);
-        let total = per_writer * args.writers;
-        let p = write_single(store.clone(), &args, &value).await?;
+        let per_writer = work.rows / work.writers;
+        let total = per_writer * work.writers;
+        let progress = bar(
+            "store: durable writes, 1 row each (penchant, then raw rocksdb)",
+            2 * total as u64,
+        );
+        let p = write_single(store.clone(), &work, &value, &progress).await?;
         let start = Instant::now();
         std::thread::scope(|s| {
-            for w in 0..args.writers {
-                let (raw, sync, value) = (&raw, &sync, &value);
+            for w in 0..work.writers {
+                let (raw, sync, value, progress) = (&raw, &sync, &value, &progress);
                 s.spawn(move || {
                     for i in 0..per_writer {
                         let row = row_key("s", w * per_writer + i);
                         let mut batch = WriteBatch::default();
-                        for q in 0..args.cells {
+                        for q in 0..work.cells {
                             batch.put(raw_key(&row, q), value);
                         }
                         raw.write_opt(batch, sync).expect("raw write");
+                        progress.inc(1);
                     }
                 });
             }
         });
         let r = total as f64 / start.elapsed().as_secs_f64();
+        drop(progress);
         lines.push(Line {
-            workload: format!("durable writes, 1 row each, {} writers", args.writers),
+            workload: format!("durable writes, 1 row each, {} writers", work.writers),
             penchant: p,
             raw: r,
             unit: "rows/s",
         });
 
         // 2. Batched durable writes.
-        let p = write_batches(&store, &args, &value).await?;
+        let progress = bar(
+            format!("store: durable writes, batches of {BATCH_ROWS} rows"),
+            2 * work.rows as u64,
+        );
+        let p = write_batches(&store, &work, &value, &progress).await?;
         let start = Instant::now();
-        for chunk in (0..args.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
+        for chunk in (0..work.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
             let mut batch = WriteBatch::default();
             for i in chunk {
                 let row = row_key("b", *i);
-                for q in 0..args.cells {
+                for q in 0..work.cells {
                     batch.put(raw_key(&row, q), &value);
                 }
             }
             raw.write_opt(batch, &sync)?;
+            progress.inc(chunk.len() as u64);
         }
-        let r = args.rows as f64 / start.elapsed().as_secs_f64();
+        let r = work.rows as f64 / start.elapsed().as_secs_f64();
+        drop(progress);
         lines.push(Line {
             workload: format!("durable writes, batches of {BATCH_ROWS} rows"),
             penchant: p,
@@ -178,18 +225,30 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         });
 
         // Same physical state on both sides before reading: everything in SST files.
+        let progress = spinner("store: compacting both databases");
         rocks.compact()?;
         raw.flush()?;
         raw.compact_range(None::<&[u8]>, None::<&[u8]>);
-        let total_cells = (total + args.rows) * args.cells;
+        drop(progress);
+        let total_cells = (total + work.rows) * work.cells;
 
         // 3. Full scans, without and with a qualifier filter (one qualifier of N).
         for filtered in [false, true] {
+            let workload = if filtered {
+                format!("scan, qualifier filter (1 of {})", work.cells)
+            } else {
+                "scan, all cells".into()
+            };
+            let progress = bar(
+                format!("store: {workload}, {SCAN_ROUNDS} rounds each"),
+                2 * SCAN_ROUNDS as u64,
+            );
             // Each side scans SCAN_ROUNDS times, alternating; the best round counts.
             let (mut p, mut r) = (0f64, 0f64);
             for _ in 0..SCAN_ROUNDS {
                 let (rate, cells) = scan(&store, filtered, total_cells).await?;
                 p = p.max(rate);
+                progress.inc(1);
                 let start = Instant::now();
                 let mut raw_cells = 0usize;
                 let mut it = raw.raw_iterator();
@@ -207,14 +266,11 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
                 }
                 it.status()?;
                 r = r.max(total_cells as f64 / start.elapsed().as_secs_f64());
+                progress.inc(1);
                 anyhow::ensure!(cells == raw_cells, "scan mismatch: {cells} vs {raw_cells}");
             }
             lines.push(Line {
-                workload: if filtered {
-                    format!("scan, qualifier filter (1 of {})", args.cells)
-                } else {
-                    "scan, all cells".into()
-                },
+                workload,
                 penchant: p,
                 raw: r,
                 unit: "cells scanned/s",
@@ -223,29 +279,32 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
 
         // 4. Point reads of random rows.
         let mut rng = rand::rng();
-        let keys: Vec<usize> = (0..args.reads)
-            .map(|_| rng.random_range(0..args.rows))
+        let keys: Vec<usize> = (0..work.reads)
+            .map(|_| rng.random_range(0..work.rows))
             .collect();
-        let (p_rate, p_hist) = point_reads(&store, &keys, args.cells).await?;
+        let progress = bar("store: point reads", 2 * keys.len() as u64);
+        let (p_rate, p_hist) = point_reads(&store, &keys, work.cells, &progress).await?;
         let mut r_hist = Histogram::<u64>::new(3)?;
         let start = Instant::now();
-        for &i in &keys {
+        for (n, &i) in keys.iter().enumerate() {
             let t = Instant::now();
             let row = row_key("b", i);
             let mut opts = ReadOptions::default();
             opts.set_iterate_upper_bound(format!("{row}0"));
             let mut it = raw.raw_iterator_opt(opts);
             it.seek(format!("{row}/"));
-            let mut n = 0;
+            let mut cells = 0;
             while let Some(v) = it.value() {
                 std::hint::black_box(v);
-                n += 1;
+                cells += 1;
                 it.next();
             }
             r_hist.record(t.elapsed().as_nanos() as u64)?;
-            anyhow::ensure!(n == args.cells);
+            anyhow::ensure!(cells == work.cells);
+            tick(&progress, n);
         }
         let r_rate = keys.len() as f64 / start.elapsed().as_secs_f64();
+        drop(progress);
         lines.push(Line {
             workload: "point read, sequential".into(),
             penchant: p_rate,
@@ -263,45 +322,79 @@ pub fn run(args: StoreBenchArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
 
-    print_table(&lines, "penchant", "raw rocksdb");
+    let sizes = format!(
+        "{} rows x {} cells x {} B, {} writers, {} WAL",
+        rate(work.rows as f64),
+        work.cells,
+        work.value_bytes,
+        work.writers,
+        if args.no_sync { "unsynced" } else { "fsynced" },
+    );
+    let mut table = lines_table(
+        format!("store: Penchant's store beside raw RocksDB, {sizes}"),
+        &lines,
+        "penchant",
+        "raw rocksdb",
+    );
+    table.note(
+        "ratio: penchant / raw rocksdb (above 1 is better for throughput, worse for latency)",
+    );
+    report.table(table);
     if args.bigtable_emulator {
-        println!();
-        let bigtable = runtime.block_on(on_bigtable(&args, &value, &lines))?;
-        print_table(&bigtable, "bt emulator", "embedded");
+        let bigtable = runtime.block_on(on_bigtable(&work, &value, &lines))?;
+        let mut table = lines_table(
+            format!(
+                "store: the Bigtable backend on an emulator beside the embedded store, {sizes}"
+            ),
+            &bigtable,
+            "bt emulator",
+            "embedded",
+        );
+        table.note("informative only: the emulator is an in-memory test server, not Bigtable");
+        report.table(table);
     }
     Ok(())
+}
+
+/// Advance `progress` by a batch of point reads every 256 (so the reads' loop stays tight).
+fn tick(progress: &ProgressBar, n: usize) {
+    if n % 256 == 255 {
+        progress.inc(256);
+    }
 }
 
 fn micros(h: &Histogram<u64>, q: f64) -> f64 {
     Duration::from_nanos(h.value_at_quantile(q)).as_secs_f64() * 1e6
 }
 
-fn mutations(args: &StoreBenchArgs, value: &Bytes, row: &str) -> RowMutation {
+fn mutations(work: &Work, value: &Bytes, row: &str) -> RowMutation {
     RowMutation::new(
         Bytes::from(row.to_owned()),
-        (0..args.cells)
+        (0..work.cells)
             .map(|q| Mutation::set(FAMILY, Bytes::from(format!("q{q}")), TS, value.clone()))
             .collect(),
     )
 }
 
-/// Single-row writes from `args.writers` concurrent writers, in rows/s.
+/// Single-row writes from `work.writers` concurrent writers, in rows/s.
 async fn write_single(
     store: Arc<dyn Store>,
-    args: &StoreBenchArgs,
+    work: &Work,
     value: &Bytes,
+    progress: &ProgressBar,
 ) -> anyhow::Result<f64> {
-    let per_writer = args.rows / args.writers.max(1);
+    let per_writer = work.rows / work.writers;
     let start = Instant::now();
-    let tasks: Vec<_> = (0..args.writers)
+    let tasks: Vec<_> = (0..work.writers)
         .map(|w| {
-            let store = store.clone();
+            let (store, progress) = (store.clone(), progress.clone());
             let rows: Vec<RowMutation> = (0..per_writer)
-                .map(|i| mutations(args, value, &row_key("s", w * per_writer + i)))
+                .map(|i| mutations(work, value, &row_key("s", w * per_writer + i)))
                 .collect();
             tokio::spawn(async move {
                 for r in rows {
                     store.mutate_row(TABLE, r.row_key, r.mutations).await?;
+                    progress.inc(1);
                 }
                 anyhow::Ok(())
             })
@@ -310,26 +403,28 @@ async fn write_single(
     for t in tasks {
         t.await??;
     }
-    Ok((per_writer * args.writers) as f64 / start.elapsed().as_secs_f64())
+    Ok((per_writer * work.writers) as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Batches of `BATCH_ROWS` rows, in rows/s.
 async fn write_batches(
     store: &Arc<dyn Store>,
-    args: &StoreBenchArgs,
+    work: &Work,
     value: &Bytes,
+    progress: &ProgressBar,
 ) -> anyhow::Result<f64> {
     let start = Instant::now();
-    for chunk in (0..args.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
+    for chunk in (0..work.rows).collect::<Vec<_>>().chunks(BATCH_ROWS) {
         let entries = chunk
             .iter()
-            .map(|i| mutations(args, value, &row_key("b", *i)))
+            .map(|i| mutations(work, value, &row_key("b", *i)))
             .collect();
         for status in store.mutate_rows(TABLE, entries).await? {
             status?;
         }
+        progress.inc(chunk.len() as u64);
     }
-    Ok(args.rows as f64 / start.elapsed().as_secs_f64())
+    Ok(work.rows as f64 / start.elapsed().as_secs_f64())
 }
 
 /// One full scan, optionally keeping one qualifier: (cells scanned/s, cells returned).
@@ -356,10 +451,11 @@ async fn point_reads(
     store: &Arc<dyn Store>,
     keys: &[usize],
     cells: usize,
+    progress: &ProgressBar,
 ) -> anyhow::Result<(f64, Histogram<u64>)> {
     let mut hist = Histogram::<u64>::new(3)?;
     let start = Instant::now();
-    for &i in keys {
+    for (n, &i) in keys.iter().enumerate() {
         let t = Instant::now();
         let row = store
             .read_row(TABLE, Bytes::from(row_key("b", i)), None)
@@ -367,42 +463,55 @@ async fn point_reads(
             .context("row missing")?;
         hist.record(t.elapsed().as_nanos() as u64)?;
         anyhow::ensure!(row.cells.len() == cells);
+        tick(progress, n);
     }
     Ok((keys.len() as f64 / start.elapsed().as_secs_f64(), hist))
 }
 
 /// The same workloads on a Bigtable emulator, beside the embedded store's numbers.
-async fn on_bigtable(
-    args: &StoreBenchArgs,
-    value: &Bytes,
-    embedded: &[Line],
-) -> anyhow::Result<Vec<Line>> {
+async fn on_bigtable(work: &Work, value: &Bytes, embedded: &[Line]) -> anyhow::Result<Vec<Line>> {
     use penchant_store_bigtable::emulator::Emulator;
+    let progress = spinner("store: starting a Bigtable emulator");
     let emulator = Emulator::start();
-    eprintln!("Bigtable emulator on {}", emulator.addr());
     let store: Arc<dyn Store> =
         Arc::new(penchant_store_bigtable::BigtableStore::connect(emulator.config("")).await?);
     store
         .create_table(TABLE, [(FAMILY.to_string(), GcRule::None)].into())
         .await?;
+    drop(progress);
+    let per_writer = work.rows / work.writers;
+    let progress = bar(
+        "store: durable writes on the Bigtable emulator",
+        (per_writer * work.writers + work.rows) as u64,
+    );
     let mut results = vec![
-        write_single(store.clone(), args, value).await?,
-        write_batches(&store, args, value).await?,
+        write_single(store.clone(), work, value, &progress).await?,
+        write_batches(&store, work, value, &progress).await?,
     ];
-    let per_writer = args.rows / args.writers.max(1);
-    let total_cells = (per_writer * args.writers + args.rows) * args.cells;
+    drop(progress);
+    let total_cells = (per_writer * work.writers + work.rows) * work.cells;
+    let progress = bar(
+        "store: scans on the Bigtable emulator",
+        2 * SCAN_ROUNDS as u64,
+    );
     for filtered in [false, true] {
         let mut best = 0f64;
         for _ in 0..SCAN_ROUNDS {
             best = best.max(scan(&store, filtered, total_cells).await?.0);
+            progress.inc(1);
         }
         results.push(best);
     }
+    drop(progress);
     let mut rng = rand::rng();
-    let keys: Vec<usize> = (0..args.reads)
-        .map(|_| rng.random_range(0..args.rows))
+    let keys: Vec<usize> = (0..work.reads)
+        .map(|_| rng.random_range(0..work.rows))
         .collect();
-    let (rate, hist) = point_reads(&store, &keys, args.cells).await?;
+    let progress = bar(
+        "store: point reads on the Bigtable emulator",
+        keys.len() as u64,
+    );
+    let (rate, hist) = point_reads(&store, &keys, work.cells, &progress).await?;
     results.extend([rate, micros(&hist, 0.5), micros(&hist, 0.99)]);
     Ok(embedded
         .iter()
@@ -416,26 +525,24 @@ async fn on_bigtable(
         .collect())
 }
 
-fn print_table(lines: &[Line], left: &str, right: &str) {
-    println!(
-        "{:<44} {:>16} {:>16} {:>9}  unit",
-        "workload", left, right, "ratio"
-    );
+/// The lines as a table: each workload, both sides' figures and their ratio.
+fn lines_table(title: String, lines: &[Line], left: &str, right: &str) -> Table {
+    let mut table = Table::new(title, &["workload", left, right, "ratio", "unit"]);
     for l in lines {
-        let fmt = |v: f64| {
+        let cell = |v: f64| {
             if l.unit == "µs" {
-                format!("{v:.1}")
+                Cell::fixed(v, 1)
             } else {
-                rate(v)
+                Cell::int(v)
             }
         };
-        println!(
-            "{:<44} {:>16} {:>16} {:>9.2}  {}",
-            l.workload,
-            fmt(l.penchant),
-            fmt(l.raw),
-            l.penchant / l.raw,
-            l.unit
-        );
+        table.row(vec![
+            l.workload.as_str().into(),
+            cell(l.penchant),
+            cell(l.raw),
+            Cell::fixed(l.penchant / l.raw, 2),
+            l.unit.into(),
+        ]);
     }
+    table
 }

@@ -4,7 +4,8 @@
 //! The seed's case is "10k candidates × 100 floats": score every item vector against a query
 //! and keep the best 30, within a request's budget (aim: under 0.5 ms at the median). The suite
 //! fills a [`Matrix`] with random unit vectors of 100 dimensions (Gaussian components,
-//! normalized) — 10,000 and 100,000 items, and 1,000,000 with `--scale large` — and times
+//! normalized) — 10,000 and 100,000 items at `--scale medium`, 10,000 at `small`, and also
+//! 1,000,000 at `large` — and times
 //! `top_k` by cosine for `--queries` random unit queries (at most 200 at a million items),
 //! after a few untimed warm-up queries. The reference is the plain way: a loop scoring each row
 //! with `kernels::dot_naive` (a left-to-right scalar sum) times the precomputed inverse norms,
@@ -19,19 +20,22 @@
 //! a server's L3 cache; 100,000 (40 MB) and 1,000,000 (400 MB) stream from memory.
 //!
 //! Then approximate search: Penchant's HNSW graph ([`Hnsw`]) and the `hnsw_rs` crate, built
-//! with the same `m` and `efConstruction`, over 100,000 clustered unit vectors (and 1,000,000
-//! with `--scale large`; plus 100,000 structureless ones, the worst case): build time, memory,
-//! p50/p99 at several `ef`, and recall@k against the exact scan of the same run.
+//! with the same `m` and `efConstruction`, over 100,000 clustered unit vectors (10,000 at
+//! `--scale small`, and also 1,000,000 at `large`; plus as many structureless ones, the worst
+//! case, up to 100,000): build time, memory, p50/p99 at several `ef`, and recall@k against the
+//! exact scan of the same run.
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
 use penchant_vectors::{Aggregate, Hnsw, HnswConfig, Matrix, Metric, kernels};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::rate;
+use crate::report::{bar, spinner};
+use crate::{Bench, Cell, CommonArgs, Report, Table, rate};
 
 /// Queries timed before any are recorded.
 const WARM_UP: usize = 5;
@@ -39,29 +43,58 @@ const WARM_UP: usize = 5;
 /// Queries of the multi-query search.
 const MULTI: usize = 5;
 
-/// Catalogue sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scale {
-    /// 10,000 and 100,000 items.
-    Small,
-    /// 10,000, 100,000 and 1,000,000 items.
-    Large,
-}
-
+/// `penchant-bench topk`'s flags.
 #[derive(Debug, clap::Args)]
 pub struct TopkBenchArgs {
-    /// Catalogue sizes: small 10k and 100k items, large also 1M.
-    #[arg(long, value_enum, default_value_t = Scale::Small)]
-    scale: Scale,
-    /// Queries timed per size (at least 200; at most 200 at a million items).
-    #[arg(long, default_value_t = 1000)]
-    queries: usize,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Queries timed per size (at least 200; at most 200 at a million items) [default by
+    /// scale: small 200, medium and large 1,000].
+    #[arg(long)]
+    queries: Option<usize>,
     /// Results per query.
     #[arg(long, default_value_t = 30)]
     k: usize,
     /// Dimensions of the vectors.
     #[arg(long, default_value_t = 100)]
     dim: usize,
+}
+
+impl Bench for TopkBenchArgs {
+    const NAME: &'static str = "topk";
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn run(self, report: &mut Report) -> anyhow::Result<()> {
+        run(&self, report)
+    }
+}
+
+/// The run's sizes, from the scale (and `--queries`).
+struct Plan {
+    /// Queries timed per size.
+    queries: usize,
+    k: usize,
+    dim: usize,
+    /// Catalogue sizes of the exact search.
+    exact: &'static [usize],
+    /// Catalogue sizes of the approximate search.
+    approximate: &'static [usize],
+}
+
+impl Plan {
+    fn of(args: &TopkBenchArgs) -> Self {
+        let scale = args.common.scale;
+        Self {
+            queries: args.queries.unwrap_or(scale.pick(200, 1000, 1000)),
+            k: args.k,
+            dim: args.dim,
+            exact: scale.pick(&[10_000], &[10_000, 100_000], &[10_000, 100_000, 1_000_000]),
+            approximate: scale.pick(&[10_000], &[100_000], &[100_000, 1_000_000]),
+        }
+    }
 }
 
 /// Latency percentiles of one workload, in seconds.
@@ -79,168 +112,192 @@ impl Latency {
     }
 }
 
-pub fn run(args: TopkBenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.queries >= 200, "--queries must be at least 200");
+fn run(args: &TopkBenchArgs, report: &mut Report) -> anyhow::Result<()> {
+    let plan = Plan::of(args);
+    anyhow::ensure!(plan.queries >= 200, "--queries must be at least 200");
     anyhow::ensure!(
-        args.k > 0 && args.dim > 0,
+        plan.k > 0 && plan.dim > 0,
         "--k and --dim must be at least 1"
     );
-    let (cpu, cores) = crate::ingest::cpu();
-    println!(
-        "penchant bench topk: {cpu}, {cores} cores, one thread, SIMD {}",
-        crate::als::simd()
+    let (k, dim) = (plan.k, plan.dim);
+    let mut table = Table::new(
+        format!(
+            "topk: exact top-{k} by cosine over random unit vectors of {dim} dimensions, one \
+             thread; reference: kernels::dot_naive per row + full sort"
+        ),
+        &[
+            "search",
+            "p50 ms",
+            "p99 ms",
+            "GB/s",
+            "naive p50 ms",
+            "naive p99 ms",
+            "naive GB/s",
+            "speed-up",
+            "agree",
+        ],
     );
-    println!(
-        "exact top-{} by cosine over random unit vectors of {} dimensions; reference: \
-         kernels::dot_naive per row + full sort",
-        args.k, args.dim
-    );
-    let mut sizes = vec![10_000, 100_000];
-    if args.scale == Scale::Large {
-        sizes.push(1_000_000);
-    }
     let mut rng = StdRng::seed_from_u64(7);
-    println!(
-        "\n{:<30} {:>9} {:>9} {:>8}  {:>9} {:>9} {:>8}  {:>8}  {:>7}",
-        "search", "p50 ms", "p99 ms", "GB/s", "naive p50", "naive p99", "GB/s", "speed-up", "agree"
-    );
-    for &n in &sizes {
-        let matrix = Matrix::from_rows(args.dim, unit_vectors(&mut rng, n, args.dim));
-        let queries_n = if n >= 1_000_000 { 200 } else { args.queries };
+    for &n in plan.exact {
+        let matrix = Matrix::from_rows(dim, unit_vectors(&mut rng, n, dim));
+        let queries_n = if n >= 1_000_000 { 200 } else { plan.queries };
         let queries: Vec<Vec<f32>> = (0..queries_n)
-            .map(|_| unit_vectors(&mut rng, 1, args.dim))
+            .map(|_| unit_vectors(&mut rng, 1, dim))
             .collect();
         let naive = Naive::new(&matrix);
 
-        let (ours, ours_results) = time(&queries, |q| {
+        let progress = bar(
+            format!("topk: top_k, {} items, then the naive scan", rate(n as f64)),
+            2 * (WARM_UP + queries_n) as u64,
+        );
+        let (ours, ours_results) = time(&queries, &progress, |q| {
             matrix
-                .top_k(Metric::Cosine, q, args.k, |_| false)
+                .top_k(Metric::Cosine, q, k, |_| false)
                 .into_iter()
                 .map(|(i, _)| i)
                 .collect()
         })?;
-        let (theirs, theirs_results) = time(&queries, |q| naive.top_k(&[q.as_slice()], args.k))?;
-        print_row(
+        let (theirs, theirs_results) =
+            time(&queries, &progress, |q| naive.top_k(&[q.as_slice()], k))?;
+        drop(progress);
+        exact_row(
+            &mut table,
             &format!("top_k, {} items", rate(n as f64)),
-            n * args.dim * 4,
+            n * dim * 4,
             &ours,
             &theirs,
             agreement(&ours_results, &theirs_results),
         );
         if n == 10_000 {
             let groups: Vec<Vec<f32>> = (0..queries_n)
-                .map(|_| unit_vectors(&mut rng, MULTI, args.dim))
+                .map(|_| unit_vectors(&mut rng, MULTI, dim))
                 .collect();
-            let (ours, ours_results) = time(&groups, |g| {
-                let queries: Vec<&[f32]> = g.chunks_exact(args.dim).collect();
+            let progress = bar(
+                format!("topk: top_k_multi x{MULTI}, {} items", rate(n as f64)),
+                2 * (WARM_UP + queries_n) as u64,
+            );
+            let (ours, ours_results) = time(&groups, &progress, |g| {
+                let queries: Vec<&[f32]> = g.chunks_exact(dim).collect();
                 matrix
-                    .top_k_multi(Metric::Cosine, &queries, Aggregate::Mean, args.k, |_| false)
+                    .top_k_multi(Metric::Cosine, &queries, Aggregate::Mean, k, |_| false)
                     .into_iter()
                     .map(|(i, _)| i)
                     .collect()
             })?;
-            let (theirs, theirs_results) = time(&groups, |g| {
-                let queries: Vec<&[f32]> = g.chunks_exact(args.dim).collect();
-                naive.top_k(&queries, args.k)
+            let (theirs, theirs_results) = time(&groups, &progress, |g| {
+                let queries: Vec<&[f32]> = g.chunks_exact(dim).collect();
+                naive.top_k(&queries, k)
             })?;
-            print_row(
+            drop(progress);
+            exact_row(
+                &mut table,
                 &format!("top_k_multi x{MULTI} (mean), {}", rate(n as f64)),
-                n * args.dim * 4,
+                n * dim * 4,
                 &ours,
                 &theirs,
                 agreement(&ours_results, &theirs_results),
             );
         }
     }
-    println!(
-        "(GB/s: the matrix's bytes over the p50; a query of the multi search reads it once; \
-         agree: queries whose {} results are identical, in order)",
-        args.k
-    );
-    approximate(&args, &mut rng)
-}
-
-/// Catalogue sizes of the approximate search.
-fn approximate_sizes(scale: Scale) -> Vec<usize> {
-    match scale {
-        Scale::Small => vec![100_000],
-        Scale::Large => vec![100_000, 1_000_000],
-    }
+    table.note(format!(
+        "GB/s: the matrix's bytes over the p50; a query of the multi search reads it once; \
+         agree: queries whose {k} results are identical, in order"
+    ));
+    table.note(format!("SIMD: {}", crate::report::simd()));
+    report.table(table);
+    report.table(approximate(&plan, &mut rng)?);
+    Ok(())
 }
 
 /// Penchant's HNSW graph beside `hnsw_rs` and beside exact search, on clustered vectors (and on
-/// structureless random ones, the worst case, at the smaller size).
-fn approximate(args: &TopkBenchArgs, rng: &mut StdRng) -> anyhow::Result<()> {
+/// structureless random ones, the worst case, at 100,000 items or fewer).
+fn approximate(plan: &Plan, rng: &mut StdRng) -> anyhow::Result<Table> {
     let config = HnswConfig::default();
-    println!(
-        "\napproximate top-{} by cosine: HNSW m={} efConstruction={} (both graphs), each answer's \
-         ef candidates rescored exactly; recall@{}: share of the exact top-{} found",
-        args.k, config.m, config.ef_construction, args.k, args.k
+    let (k, dim) = (plan.k, plan.dim);
+    let mut table = Table::new(
+        format!(
+            "topk: approximate top-{k} by cosine, HNSW m={} efConstruction={} (both graphs), each \
+             answer's ef candidates rescored exactly; recall@{k}: share of the exact top-{k} found",
+            config.m, config.ef_construction
+        ),
+        &[
+            "index",
+            "items",
+            "build s",
+            "MB",
+            "ef",
+            "p50 ms",
+            "p99 ms",
+            "recall",
+            "exact p50 ms",
+            "speed-up",
+        ],
     );
-    println!(
+    table.note(format!(
         "data: unit vectors around {CLUSTERS} random centres (an item = its centre + noise of the \
          same size, normalized); queries drawn the same way; 'random': no structure"
-    );
-    println!(
+    ));
+    table.note(format!(
         "hnsw_rs {HNSW_RS_VERSION} runs with Penchant's SIMD dot product as its distance and \
          builds on {} threads (parallel_insert); Penchant's graph builds on one",
         std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
-    println!(
-        "\n{:<18} {:>6} {:>8} {:>8} {:>5} {:>8} {:>8} {:>9} {:>9} {:>8}",
-        "index",
-        "items",
-        "build s",
-        "MB",
-        "ef",
-        "p50 ms",
-        "p99 ms",
-        "recall",
-        "exact p50",
-        "speed-up"
-    );
-    for n in approximate_sizes(args.scale) {
-        let mut datasets = vec![("", clustered(rng, n, args.dim))];
+    ));
+    for &n in plan.approximate {
+        let mut datasets = vec![("", clustered(rng, n, dim))];
         if n <= 100_000 {
-            datasets.push((" random", unit_vectors(rng, n, args.dim)));
+            datasets.push((" random", unit_vectors(rng, n, dim)));
         }
         for (label, data) in datasets {
-            let matrix = Matrix::from_rows(args.dim, data);
-            let queries_n = args.queries.min(if n >= 1_000_000 { 200 } else { 1000 });
+            let matrix = Matrix::from_rows(dim, data);
+            let queries_n = plan.queries.min(if n >= 1_000_000 { 200 } else { 1000 });
             let queries: Vec<Vec<f32>> = if label.is_empty() {
-                (0..queries_n)
-                    .map(|_| clustered(rng, 1, args.dim))
-                    .collect()
+                (0..queries_n).map(|_| clustered(rng, 1, dim)).collect()
             } else {
-                (0..queries_n)
-                    .map(|_| unit_vectors(rng, 1, args.dim))
-                    .collect()
+                (0..queries_n).map(|_| unit_vectors(rng, 1, dim)).collect()
             };
-            let (exact, truth) = time(&queries, |q| {
+            let progress = bar(
+                format!("topk: exact answers, {}{label} items", rate(n as f64)),
+                (WARM_UP + queries_n) as u64,
+            );
+            let (exact, truth) = time(&queries, &progress, |q| {
                 matrix
-                    .top_k(Metric::Cosine, q, args.k, |_| false)
+                    .top_k(Metric::Cosine, q, k, |_| false)
                     .into_iter()
                     .map(|(i, _)| i)
                     .collect()
             })?;
+            drop(progress);
 
+            let progress = spinner(format!(
+                "topk: building Penchant's HNSW over {}{label} items",
+                rate(n as f64)
+            ));
             let start = Instant::now();
             let graph = Hnsw::build(&matrix, Metric::Cosine, config);
             let built = start.elapsed().as_secs_f64();
+            drop(progress);
+            let progress = bar(
+                format!(
+                    "topk: Penchant's HNSW queries, {}{label} items",
+                    rate(n as f64)
+                ),
+                (EFS.len() * (WARM_UP + queries_n)) as u64,
+            );
             for ef in EFS {
-                let (latency, found) = time(&queries, |q| {
+                let (latency, found) = time(&queries, &progress, |q| {
                     let candidates: Vec<usize> = graph
-                        .search(&matrix, q, ef.max(args.k), |_| false)
+                        .search(&matrix, q, ef.max(k), |_| false)
                         .into_iter()
                         .map(|(i, _)| i)
                         .collect();
                     matrix
-                        .top_k_among(Metric::Cosine, q, args.k, &candidates)
+                        .top_k_among(Metric::Cosine, q, k, &candidates)
                         .into_iter()
                         .map(|(i, _)| i)
                         .collect()
                 })?;
-                print_approximate(
+                approximate_row(
+                    &mut table,
                     &format!("penchant{label}"),
                     n,
                     built,
@@ -251,25 +308,36 @@ fn approximate(args: &TopkBenchArgs, rng: &mut StdRng) -> anyhow::Result<()> {
                     &exact,
                 );
             }
+            drop(progress);
             drop(graph);
 
+            let progress = spinner(format!(
+                "topk: building hnsw_rs over {}{label} items",
+                rate(n as f64)
+            ));
             let start = Instant::now();
             let reference = reference_graph(&matrix, config);
             let built = start.elapsed().as_secs_f64();
+            drop(progress);
+            let progress = bar(
+                format!("topk: hnsw_rs queries, {}{label} items", rate(n as f64)),
+                (EFS.len() * (WARM_UP + queries_n)) as u64,
+            );
             for ef in EFS {
-                let (latency, found) = time(&queries, |q| {
+                let (latency, found) = time(&queries, &progress, |q| {
                     let candidates: Vec<usize> = reference
-                        .search(q, ef.max(args.k), ef.max(args.k))
+                        .search(q, ef.max(k), ef.max(k))
                         .into_iter()
                         .map(|n| n.d_id)
                         .collect();
                     matrix
-                        .top_k_among(Metric::Cosine, q, args.k, &candidates)
+                        .top_k_among(Metric::Cosine, q, k, &candidates)
                         .into_iter()
                         .map(|(i, _)| i)
                         .collect()
                 })?;
-                print_approximate(
+                approximate_row(
+                    &mut table,
                     &format!("hnsw_rs{label}"),
                     n,
                     built,
@@ -282,16 +350,18 @@ fn approximate(args: &TopkBenchArgs, rng: &mut StdRng) -> anyhow::Result<()> {
             }
         }
     }
-    println!(
-        "(MB: Penchant's graph plus the matrix it searches in place; hnsw_rs keeps its own copy \
+    table.note(
+        "MB: Penchant's graph plus the matrix it searches in place; hnsw_rs keeps its own copy \
          of every vector in its nodes, its memory is not reported by the crate: see the process's \
-         peak RSS)"
+         peak RSS",
     );
-    Ok(())
+    Ok(table)
 }
 
+/// One row of the approximate table (`bytes` 0: not known).
 #[allow(clippy::too_many_arguments)]
-fn print_approximate(
+fn approximate_row(
+    table: &mut Table,
     name: &str,
     n: usize,
     built: f64,
@@ -302,23 +372,22 @@ fn print_approximate(
     exact: &Latency,
 ) {
     let mb = if bytes == 0 {
-        "-".to_owned()
+        Cell::Empty
     } else {
-        format!("{:.0}", bytes as f64 / 1e6)
+        Cell::fixed(bytes as f64 / 1e6, 0)
     };
-    println!(
-        "{:<18} {:>6} {:>8.1} {:>8} {:>5} {:>8.3} {:>8.3} {:>8.1}% {:>9.3} {:>7.1}x",
-        name,
-        rate(n as f64),
-        built,
+    table.row(vec![
+        name.into(),
+        Cell::int(n as f64),
+        Cell::fixed(built, 1),
         mb,
-        ef,
-        latency.p50 * 1e3,
-        latency.p99 * 1e3,
-        100.0 * recall,
-        exact.p50 * 1e3,
-        exact.p50 / latency.p50,
-    );
+        Cell::int(ef as f64),
+        Cell::fixed(latency.p50 * 1e3, 3),
+        Cell::fixed(latency.p99 * 1e3, 3),
+        Cell::percent(100.0 * recall, 1),
+        Cell::fixed(exact.p50 * 1e3, 3),
+        Cell::times(exact.p50 / latency.p50, 1),
+    ]);
 }
 
 /// Candidates asked of each graph per query.
@@ -383,31 +452,40 @@ fn reference_graph(
     graph
 }
 
-fn print_row(name: &str, bytes: usize, ours: &Latency, theirs: &Latency, agree: f64) {
-    let gbs = |l: &Latency| bytes as f64 / l.p50 / 1e9;
-    println!(
-        "{:<30} {:>9.3} {:>9.3} {:>8.1}  {:>9.3} {:>9.3} {:>8.1}  {:>7.1}x  {:>6.1}%",
-        name,
-        ours.p50 * 1e3,
-        ours.p99 * 1e3,
+/// One row of the exact table: ours beside the naive scan, over a matrix of `bytes`.
+fn exact_row(
+    table: &mut Table,
+    name: &str,
+    bytes: usize,
+    ours: &Latency,
+    theirs: &Latency,
+    agree: f64,
+) {
+    let gbs = |l: &Latency| Cell::fixed(bytes as f64 / l.p50 / 1e9, 1);
+    table.row(vec![
+        name.into(),
+        Cell::fixed(ours.p50 * 1e3, 3),
+        Cell::fixed(ours.p99 * 1e3, 3),
         gbs(ours),
-        theirs.p50 * 1e3,
-        theirs.p99 * 1e3,
+        Cell::fixed(theirs.p50 * 1e3, 3),
+        Cell::fixed(theirs.p99 * 1e3, 3),
         gbs(theirs),
-        theirs.p50 / ours.p50,
-        100.0 * agree,
-    );
+        Cell::times(theirs.p50 / ours.p50, 1),
+        Cell::percent(100.0 * agree, 1),
+    ]);
 }
 
-/// Times `search` on every query (after [`WARM_UP`] untimed ones): the latencies and the
-/// results.
+/// Times `search` on every query (after [`WARM_UP`] untimed ones), advancing `progress` by
+/// each: the latencies and the results.
 fn time<Q>(
     queries: &[Q],
+    progress: &ProgressBar,
     mut search: impl FnMut(&Q) -> Vec<usize>,
 ) -> anyhow::Result<(Latency, Vec<Vec<usize>>)> {
     for q in queries.iter().take(WARM_UP) {
         black_box(search(q));
     }
+    progress.inc(WARM_UP as u64);
     let mut hist = Histogram::<u64>::new(3)?;
     let mut results = Vec::with_capacity(queries.len());
     for q in queries {
@@ -415,6 +493,7 @@ fn time<Q>(
         let result = black_box(search(q));
         hist.record(start.elapsed().as_nanos() as u64)?;
         results.push(result);
+        progress.inc(1);
     }
     Ok((Latency::of(&hist), results))
 }

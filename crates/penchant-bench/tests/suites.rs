@@ -37,6 +37,128 @@ fn help_lists_the_suites_and_a_missing_suite_is_a_usage_error() {
     assert_eq!(bench(&["nope"]).status.code(), Some(2));
 }
 
+/// Every suite, as `all` runs them.
+const SUITES: [&str; 7] = [
+    "store",
+    "bloom",
+    "personalization",
+    "ingest",
+    "als",
+    "topk",
+    "recommend",
+];
+
+#[test]
+fn every_suite_and_all_take_the_scale_and_json_flags() {
+    for suite in SUITES.iter().chain(&["all"]) {
+        let help = ok(&[suite, "--help"]);
+        for flag in ["--scale", "--json", "small", "medium", "large"] {
+            assert!(help.contains(flag), "{suite} --help has no {flag}:\n{help}");
+        }
+    }
+    let all = ok(&["all", "--help"]);
+    for suite in SUITES {
+        assert!(
+            all.contains(suite),
+            "all --help does not name {suite}:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_scale_is_a_usage_error() {
+    for args in [
+        &["store", "--scale", "huge"][..],
+        &["all", "--scale", "huge"],
+        &["ingest", "--scale", "xl"],
+    ] {
+        let out = bench(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("possible values"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing runs");
+    }
+}
+
+#[test]
+fn json_holds_the_machine_the_scale_and_the_suites_tables_with_numbers_as_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.json");
+    let table = ok(&[
+        "store",
+        "--scale",
+        "small",
+        "--rows",
+        "1000",
+        "--writers",
+        "2",
+        "--reads",
+        "200",
+        "--no-sync",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let machine = &json["machine"];
+    assert!(machine["cores"].as_u64().unwrap() >= 1, "{json}");
+    assert!(
+        machine["cpu"].as_str().is_some_and(|c| !c.is_empty()),
+        "{json}"
+    );
+    assert!(machine["avx512"].is_boolean(), "{json}");
+    assert!(machine["os"].is_string(), "{json}");
+    assert_eq!(json["scale"], "small");
+    assert!(json["started"].as_str().unwrap().ends_with('Z'), "{json}");
+    let suites = json["suites"].as_array().unwrap();
+    assert_eq!(suites.len(), 1);
+    let store = &suites[0];
+    assert_eq!(store["suite"], "store");
+    assert_eq!(store["status"], "ok");
+    assert!(store["seconds"].as_f64().unwrap() > 0.0);
+    let tables = store["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 1, "{store}");
+    let columns: Vec<&str> = tables[0]["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        ["workload", "penchant", "raw rocksdb", "ratio", "unit"]
+    );
+    let rows = tables[0]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7, "{store}");
+    // --rows and --reads override the scale's sizes: 1,000 rows, not small's 2,000.
+    assert!(tables[0]["title"].as_str().unwrap().contains("1,000 rows"));
+    for row in rows {
+        let workload = row[0].as_str().unwrap();
+        assert!(table.contains(workload), "{workload} printed: {table}");
+        for cell in &row.as_array().unwrap()[1..4] {
+            assert!(cell.as_f64().is_some_and(|x| x > 0.0), "{row}");
+        }
+    }
+    assert!(tables[0]["notes"].is_array());
+}
+
+#[test]
+fn a_suite_whose_data_is_missing_fails_alone_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.json");
+    let out = bench(&[
+        "personalization",
+        "--movielens",
+        dir.path().to_str().unwrap(),
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("MovieLens 100k not found"), "{stdout}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(json["suites"][0]["status"], "skipped", "{json}");
+}
+
 #[test]
 fn store_suite_prints_every_workload_beside_raw_rocksdb() {
     let table = ok(&[
