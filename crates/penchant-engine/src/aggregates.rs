@@ -32,7 +32,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
+use penchant_store::{
+    GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange,
+};
 
 use crate::events::{self, EVENTS_TABLE, Layout, RETENTION, Stored};
 use crate::sets::write_if_version;
@@ -59,6 +61,12 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
 /// The day (since the epoch) of a time in ms.
 pub fn day_of(ms: i64) -> i64 {
     ms.div_euclid(DAY_MS)
+}
+
+/// Whether the event of this row key folds its day's deltas when it is added (one in
+/// [`FOLD_EVERY`]).
+pub fn folds_day(event_key: &[u8]) -> bool {
+    xxhash_rust::xxh3::xxh3_64(event_key).is_multiple_of(FOLD_EVERY)
 }
 
 /// The raw event rows of one user's day.
@@ -123,14 +131,25 @@ impl Sums {
     }
 
     /// The row mutations that make these sums a row's base, replacing `old` (its columns as
-    /// read: each is deleted, so that no second version of a column remains).
+    /// read: each is deleted, so that no second version of a column remains). `_last` is the one
+    /// column events write unconditionally: only its versions older than the sums' are deleted,
+    /// so the version of an event added since the row was read stays.
     fn into_base(self, old: &[Bytes]) -> Result<Vec<Mutation>> {
         let mut mutations: Vec<Mutation> = old
             .iter()
+            .filter(|q| &q[..] != LAST || self.last.is_none())
             .map(|q| Mutation::delete_column(FAMILY, q.clone()))
             .collect();
         mutations.push(Mutation::delete_column(FAMILY, VERSION));
         if let Some(ts) = self.last {
+            mutations.push(Mutation::DeleteFromColumn {
+                family: FAMILY.to_owned(),
+                qualifier: Bytes::from_static(LAST),
+                range: TimeRange {
+                    start: None,
+                    end: Some(ts),
+                },
+            });
             for (qualifier, counts) in &self.counts {
                 mutations.push(Mutation::set(FAMILY, qualifier.clone(), ts, json(counts)?));
             }
@@ -190,7 +209,7 @@ impl Aggregates {
                 ts,
                 s.event.timestamp.to_string(),
             ));
-            if xxhash_rust::xxh3::xxh3_64(&s.key).is_multiple_of(FOLD_EVERY) {
+            if folds_day(&s.key) {
                 folds.push(day);
             }
         }

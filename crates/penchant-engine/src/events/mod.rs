@@ -120,7 +120,8 @@ pub fn qualifier(event_type: EventType, event_name: &str, facet: &str) -> Bytes 
     keys::event_qualifier(event_type.as_str(), event_name, facet)
 }
 
-fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
+/// The row key of an event at `position` in its request.
+pub fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
     let canonical = serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
     let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(&canonical, position as u64);
     Ok(keys::event(
