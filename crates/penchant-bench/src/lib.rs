@@ -24,6 +24,9 @@
 //! - [`recommend`]: one user's queue rebuilt from 10k candidates (p50/p99), the Recommend API
 //!   over loopback for each model beside Redis `ZRANGE`, and `recommended-for-you` against
 //!   trending on a time-ordered MovieLens holdout.
+//! - [`schema`]: the seed's experiment: a full profile build from narrow events, wide events and
+//!   per-day aggregates, per application profile (a few heavy users to many light ones), on the
+//!   embedded store and a Bigtable emulator; the share of facets weighed; bytes per event.
 //!
 //! `redis` holds the Redis references' `redis-server` launcher and minimal RESP client;
 //! [`report`] what every suite shares: the scale, the `--scale`/`--json` flags, tables, the
@@ -67,6 +70,7 @@ pub mod personalization;
 pub mod recommend;
 mod redis;
 pub mod report;
+pub mod schema;
 pub mod store;
 pub mod topk;
 
@@ -132,7 +136,13 @@ pub enum Suite {
     /// Scale: candidates (the shop's items) small 1,000, medium 10,000, large 100,000; queue
     /// rebuilds 20, 200, 200; requests per API workload 200, 4,000, 4,000.
     Recommend(recommend::RecommendBenchArgs),
-    /// Every suite in turn (store, bloom, personalization, ingest, als, topk, recommend), each
+    /// The seed's narrow and wide event layouts: a full profile build from each, and from the
+    /// per-day aggregates, per application profile (a few heavy users to many light ones), on
+    /// the embedded store and a Bigtable emulator; the share of facets weighed; bytes per event.
+    ///
+    /// Scale: events per application profile small 10,000, medium 200,000, large 2,000,000.
+    Schema(schema::SchemaBenchArgs),
+    /// Every suite in turn (store, bloom, personalization, ingest, als, topk, recommend, schema), each
     /// with its default flags at the scale.
     ///
     /// References are used where found, never installed (als runs with --no-install): a suite
@@ -153,6 +163,7 @@ impl Suite {
             Suite::Als(args) => one(args),
             Suite::Topk(args) => one(args),
             Suite::Recommend(args) => one(args),
+            Suite::Schema(args) => one(args),
             Suite::All(common) => all(&common),
         }
     }
@@ -168,6 +179,7 @@ pub const ALL: &[fn(&mut Report) -> Outcome] = &[
     in_all::<als::AlsBenchArgs>,
     in_all::<topk::TopkBenchArgs>,
     in_all::<recommend::RecommendBenchArgs>,
+    in_all::<schema::SchemaBenchArgs>,
 ];
 
 /// Run one suite on its own: its report written where `--json` says, its failure (or the
@@ -392,5 +404,6 @@ mod tests {
         check::<als::AlsBenchArgs>();
         check::<topk::TopkBenchArgs>();
         check::<recommend::RecommendBenchArgs>();
+        check::<schema::SchemaBenchArgs>();
     }
 }

@@ -38,7 +38,7 @@ fn help_lists_the_suites_and_a_missing_suite_is_a_usage_error() {
 }
 
 /// Every suite, as `all` runs them.
-const SUITES: [&str; 7] = [
+const SUITES: [&str; 8] = [
     "store",
     "bloom",
     "personalization",
@@ -46,6 +46,7 @@ const SUITES: [&str; 7] = [
     "als",
     "topk",
     "recommend",
+    "schema",
 ];
 
 #[test]
@@ -283,4 +284,30 @@ fn recommend_suite_prints_rebuilds_every_model_and_the_quality_table() {
     ] {
         assert!(table.contains(row), "no «{row}» in:\n{table}");
     }
+}
+
+#[test]
+fn schema_suite_times_both_layouts_and_the_aggregates_per_application_profile() {
+    // The Bigtable emulator's tables too where one is found (`scripts/test.sh` sets
+    // BIGTABLE_EMULATOR_BINARY).
+    let emulator = std::env::var_os("BIGTABLE_EMULATOR_BINARY").is_some();
+    let table = ok(&["schema", "--events", "3000", "--runs", "1"]);
+    for needle in [
+        "full profile build on the embedded store",
+        "heavy: a few users, many events",
+        "light: many users, a few events",
+        "wide/narrow",
+        "aggregates/wide",
+        "1 of 10",
+        "10 of 10",
+        "bytes stored per event",
+        "on disk (RocksDB",
+    ] {
+        assert!(table.contains(needle), "no {needle:?} in:\n{table}");
+    }
+    assert_eq!(
+        table.contains("on the Bigtable emulator store"),
+        emulator,
+        "{table}"
+    );
 }

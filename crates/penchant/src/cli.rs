@@ -153,7 +153,9 @@ struct ServeArgs {
 }
 
 const BENCH_HELP: &str = "\
-`penchant bench <SUITE> --help` lists a suite's flags.
+`penchant bench <SUITE> [--scale small|medium|large] [--json FILE]` runs one suite (store, bloom,
+personalization, ingest, als, topk, recommend, schema), `penchant bench all` every one;
+`penchant bench <SUITE> --help` lists a suite's flags. docs/BENCHMARKS.md holds the latest tables.
 
 The benchmarks are a separate executable, so that the server does not link them: this command
 runs `penchant-bench` from the folder of this `penchant` executable, with the arguments as given,
