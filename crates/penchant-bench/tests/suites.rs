@@ -291,7 +291,7 @@ fn schema_suite_times_both_layouts_and_the_aggregates_per_application_profile() 
     // The Bigtable emulator's tables too where one is found (`scripts/test.sh` sets
     // BIGTABLE_EMULATOR_BINARY).
     let emulator = std::env::var_os("BIGTABLE_EMULATOR_BINARY").is_some();
-    let table = ok(&["schema", "--events", "3000", "--runs", "1"]);
+    let table = ok(&["schema", "--scale", "small", "--events", "3000"]);
     for needle in [
         "full profile build on the embedded store",
         "heavy: a few users, many events",
