@@ -48,6 +48,38 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
     )]
 }
 
+/// An app's job status in `column` of table `jobs` (a training, a build, a migration), as last
+/// saved by whichever node runs the job.
+pub(crate) async fn saved_status<T: serde::de::DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    app: &str,
+    column: &[u8],
+) -> Result<Option<T>> {
+    let filter = RowFilter::column(FAMILY, column.to_vec());
+    let row = store
+        .read_row(JOBS_TABLE, keys::app(app), Some(filter))
+        .await?;
+    row.and_then(|r| r.latest(FAMILY, column).map(|c| c.value.clone()))
+        .map(|v| serde_json::from_slice(&v))
+        .transpose()
+        .map_err(|e| crate::internal("corrupt job status", e))
+}
+
+/// Save an app's job status in `column` of table `jobs`.
+pub(crate) async fn save_status<T: Serialize>(
+    store: &Arc<dyn Store>,
+    app: &str,
+    column: &[u8],
+    status: &T,
+) -> Result<()> {
+    let json = serde_json::to_vec(status).map_err(|e| crate::internal("serialization", e))?;
+    let cell = Mutation::set_now(FAMILY, column.to_vec(), json);
+    store
+        .mutate_row(JOBS_TABLE, keys::app(app), vec![cell])
+        .await?;
+    Ok(())
+}
+
 /// The apps whose job status in `column` of table `jobs` is running, with that status
 /// (statuses that do not parse are left out).
 pub(crate) async fn running<T: serde::de::DeserializeOwned>(

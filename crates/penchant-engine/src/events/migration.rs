@@ -38,14 +38,13 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use parking_lot::Mutex;
 use penchant_store::{
-    Mutation, ReadRows, RowFilter, RowMutation, RowRange, RowSet, Store, TimeRange, Workload,
-    for_workload,
+    ReadRows, RowFilter, RowMutation, RowRange, RowSet, Store, TimeRange, Workload, for_workload,
 };
 use serde::{Deserialize, Serialize};
 
 use super::{EVENTS_TABLE, Layout};
 use crate::clock::Clock;
-use crate::jobs::{FAMILY, JOBS_TABLE, JobState};
+use crate::jobs::JobState;
 use crate::leases::{Claims, Leases};
 use crate::supervisor::Supervisor;
 use crate::tenancy::Tenancy;
@@ -233,24 +232,11 @@ impl Migrations {
 
     /// The app's latest migration, as last saved.
     pub async fn status(&self, app: &str) -> Result<Option<MigrationStatus>> {
-        let filter = RowFilter::column(FAMILY, COLUMN);
-        let row = self
-            .store
-            .read_row(JOBS_TABLE, keys::app(app), Some(filter))
-            .await?;
-        row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
-            .map(|v| serde_json::from_slice(&v))
-            .transpose()
-            .map_err(|e| internal("corrupt migration status", e))
+        crate::jobs::saved_status(&self.store, app, COLUMN).await
     }
 
     async fn save(&self, app: &str, status: &MigrationStatus) -> Result<()> {
-        let json = serde_json::to_vec(status).map_err(|e| internal("serialization", e))?;
-        let cell = Mutation::set_now(FAMILY, COLUMN, json);
-        self.store
-            .mutate_row(JOBS_TABLE, keys::app(app), vec![cell])
-            .await?;
-        Ok(())
+        crate::jobs::save_status(&self.store, app, COLUMN, status).await
     }
 
     async fn unclaim(&self, app: &str) {

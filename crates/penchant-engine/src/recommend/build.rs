@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
-use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Workload};
+use penchant_store::{ReadRows, RowFilter, RowSet, Workload};
 use serde::{Deserialize, Serialize};
 
 use super::QueueDefinition;
-use crate::jobs::{FAMILY, JOBS_TABLE, JobState};
-use crate::{Engine, EngineError, Result, internal, keys};
+use crate::jobs::JobState;
+use crate::{Engine, EngineError, Result, keys};
 
 pub(crate) const LEASE: &str = "recommend";
 const COLUMN: &[u8] = b"recommend";
@@ -90,24 +90,11 @@ impl Engine {
 
     /// The app's latest build, as last saved.
     pub async fn build_status(&self, app: &str) -> Result<Option<BuildStatus>> {
-        let filter = RowFilter::column(FAMILY, COLUMN);
-        let row = self
-            .store
-            .read_row(JOBS_TABLE, keys::app(app), Some(filter))
-            .await?;
-        row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
-            .map(|v| serde_json::from_slice(&v))
-            .transpose()
-            .map_err(|e| internal("corrupt build status", e))
+        crate::jobs::saved_status(&self.store, app, COLUMN).await
     }
 
     async fn save_build(&self, app: &str, status: &BuildStatus) -> Result<()> {
-        let json = serde_json::to_vec(status).map_err(|e| internal("serialization", e))?;
-        let cell = Mutation::set_now(FAMILY, COLUMN, json);
-        self.store
-            .mutate_row(JOBS_TABLE, keys::app(app), vec![cell])
-            .await?;
-        Ok(())
+        crate::jobs::save_status(&self.store, app, COLUMN, status).await
     }
 
     async fn unclaim_build(&self, app: &str) {

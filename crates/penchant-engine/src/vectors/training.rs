@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
+use penchant_store::{ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
 use penchant_vectors::als::{self, AlsConfig, Interactions};
 use penchant_vectors::{Metric, eval};
 use serde::{Deserialize, Serialize};
@@ -35,14 +35,13 @@ use serde::{Deserialize, Serialize};
 use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
-use crate::jobs::{JOBS_TABLE, JobState};
+use crate::jobs::JobState;
 use crate::leases::{Claims, Leases};
 use crate::strategy::Strategies;
 use crate::supervisor::Supervisor;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, internal, keys};
 
-const FAMILY: &str = crate::jobs::FAMILY;
 const COLUMN: &[u8] = b"train";
 const LEASE: &str = "train";
 const SAVE_EVERY: Duration = Duration::from_millis(500);
@@ -346,30 +345,11 @@ impl Trainings {
 
     /// The app's latest training, as last saved.
     pub async fn status(&self, app: &str) -> Result<Option<TrainingStatus>> {
-        let row = self
-            .store
-            .read_row(
-                JOBS_TABLE,
-                keys::app(app),
-                Some(RowFilter::column(FAMILY, COLUMN)),
-            )
-            .await?;
-        row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
-            .map(|v| serde_json::from_slice(&v))
-            .transpose()
-            .map_err(|e| internal("corrupt training status", e))
+        crate::jobs::saved_status(&self.store, app, COLUMN).await
     }
 
     async fn save(&self, app: &str, status: &TrainingStatus) -> Result<()> {
-        let json = serde_json::to_vec(status).map_err(|e| internal("serialization", e))?;
-        self.store
-            .mutate_row(
-                JOBS_TABLE,
-                keys::app(app),
-                vec![Mutation::set_now(FAMILY, COLUMN, json)],
-            )
-            .await?;
-        Ok(())
+        crate::jobs::save_status(&self.store, app, COLUMN, status).await
     }
 
     async fn unclaim(&self, app: &str) {
