@@ -6,37 +6,14 @@ mod common;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use common::{Hook, Hooked, Op};
+use common::{Gate, Hooked, Op};
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::profiles::{PROFILES_TABLE, Source};
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
 use penchant_engine::{Engine, EngineConfig};
-use tokio::sync::{Mutex, oneshot};
 
 const APP: &str = "APP";
 const USER: &str = "u1";
-
-/// Once armed, stops the next batch write of profiles (`mutate_rows` on the profiles table)
-/// until the test lets it go.
-#[derive(Debug, Default)]
-struct Gate {
-    /// (tells the test the write is waiting, lets the write go on).
-    armed: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
-}
-
-#[async_trait]
-impl Hook for Gate {
-    async fn before(&self, op: Op, table: &str) {
-        if op == Op::WriteRows && table == PROFILES_TABLE {
-            let gate = self.armed.lock().await.take();
-            if let Some((waiting, go)) = gate {
-                waiting.send(()).unwrap();
-                go.await.unwrap();
-            }
-        }
-    }
-}
 
 fn strategy(brand_score: u32) -> Strategy {
     Strategy {
@@ -74,7 +51,11 @@ fn view(brand: &str, timestamp: i64) -> Event {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_during_a_batch_is_not_overwritten() {
     for source in [Source::Raw, Source::Aggregates] {
-        let store = Arc::new(Hooked::<Gate>::default());
+        // The batch's write of profiles waits at the gate.
+        let store = Arc::new(Hooked {
+            inner: Default::default(),
+            hook: Gate::new(Op::WriteRows, PROFILES_TABLE),
+        });
         let engine = Engine::open(store.clone(), EngineConfig::default())
             .await
             .unwrap();
@@ -92,9 +73,7 @@ async fn a_refresh_during_a_batch_is_not_overwritten() {
 
         // A new strategy, recomputed by a batch that stops before it writes.
         let versioned = engine.strategies().set(APP, strategy(20)).await.unwrap();
-        let (waiting, batch_waits) = oneshot::channel();
-        let (go, gate) = oneshot::channel();
-        *store.hook.armed.lock().await = Some((waiting, gate));
+        let (batch_waits, go) = store.hook.arm().await;
         let batch = {
             let engine = engine.clone();
             tokio::spawn(async move {

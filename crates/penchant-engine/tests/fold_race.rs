@@ -9,37 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{Hook, Hooked, Op};
+use common::{Gate, Hooked, Op};
 use penchant_engine::aggregates::{self, AGGREGATES_TABLE};
 use penchant_engine::events::{self, Event, EventType, Target};
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
 use penchant_engine::{Engine, EngineConfig};
-use tokio::sync::{Mutex, oneshot};
 
 const APP: &str = "APP";
 const USER: &str = "u1";
-
-/// Once armed, stops the next fold's conditional write of an aggregate row until the test lets
-/// it go.
-#[derive(Debug, Default)]
-struct Gate {
-    /// (tells the test the write is waiting, lets the write go on).
-    armed: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
-}
-
-#[async_trait]
-impl Hook for Gate {
-    async fn before(&self, op: Op, table: &str) {
-        if op == Op::Conditional && table == AGGREGATES_TABLE {
-            let gate = self.armed.lock().await.take();
-            if let Some((waiting, go)) = gate {
-                waiting.send(()).unwrap();
-                go.await.unwrap();
-            }
-        }
-    }
-}
 
 fn view(brand: &str, timestamp: i64) -> Event {
     Event {
@@ -61,7 +38,11 @@ fn view(brand: &str, timestamp: i64) -> Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_added_while_its_day_folds_keeps_its_time() {
-    let store = Arc::new(Hooked::<Gate>::default());
+    // A fold's conditional write waits at the gate.
+    let store = Arc::new(Hooked {
+        inner: Default::default(),
+        hook: Gate::new(Op::Conditional, AGGREGATES_TABLE),
+    });
     let engine = Engine::open(store.clone(), EngineConfig::default())
         .await
         .unwrap();
@@ -84,9 +65,7 @@ async fn an_event_added_while_its_day_folds_keeps_its_time() {
     let day = noon.min(now - 60_000);
 
     // Batches of the day until one folds (one event in 16 does), which the gate stops.
-    let (waiting, fold_waits) = oneshot::channel();
-    let (go, gate) = oneshot::channel();
-    *store.hook.armed.lock().await = Some((waiting, gate));
+    let (fold_waits, go) = store.hook.arm().await;
     let stop = Arc::new(AtomicBool::new(false));
     let folding = {
         let (engine, stop) = (engine.clone(), stop.clone());

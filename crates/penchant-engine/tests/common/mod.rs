@@ -8,6 +8,7 @@ use penchant_store::{
     FamilyChange, GcRule, KeySample, MemStore, Mutation, ReadModifyWriteRule, ReadRows, Result,
     Row, RowFilter, RowMutation, RowStream, Store, TableSchema,
 };
+use tokio::sync::oneshot;
 
 /// The operations a hook sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +19,48 @@ pub enum Op {
     WriteRows,
     Conditional,
     Increment,
+}
+
+/// Once armed, stops the next operation `op` on `table` until the test lets it go.
+#[derive(Debug)]
+#[allow(dead_code)]
+pub struct Gate {
+    op: Op,
+    table: &'static str,
+    /// (tells the test the operation is waiting, lets it go on).
+    armed: tokio::sync::Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+}
+
+#[allow(dead_code)]
+impl Gate {
+    pub fn new(op: Op, table: &'static str) -> Self {
+        Self {
+            op,
+            table,
+            armed: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Arm the gate: the first receiver hears when the operation waits, the sender lets it go.
+    pub async fn arm(&self) -> (oneshot::Receiver<()>, oneshot::Sender<()>) {
+        let (waiting, waits) = oneshot::channel();
+        let (go, gate) = oneshot::channel();
+        *self.armed.lock().await = Some((waiting, gate));
+        (waits, go)
+    }
+}
+
+#[async_trait]
+impl Hook for Gate {
+    async fn before(&self, op: Op, table: &str) {
+        if op == self.op && table == self.table {
+            let gate = self.armed.lock().await.take();
+            if let Some((waiting, go)) = gate {
+                waiting.send(()).unwrap();
+                go.await.unwrap();
+            }
+        }
+    }
 }
 
 /// Called before every data operation on a table.
