@@ -1,0 +1,121 @@
+//! Many requests at once for the same few users and days, on a store whose every operation takes
+//! a random while (as a remote store's do): each day's aggregate still sums exactly its raw
+//! events — folds racing with deltas and with each other count no event twice and lose none.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{Hook, Hooked, Op};
+use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::{Engine, EngineConfig, aggregates, keys};
+use penchant_store::{ReadRows, RowSet, Store};
+use rand::{Rng, SeedableRng};
+
+const APP: &str = "APP";
+
+/// Every operation waits 0 to 3 ms first.
+#[derive(Debug, Default)]
+struct Jitter;
+
+#[async_trait]
+impl Hook for Jitter {
+    async fn before(&self, _: Op, _: &str) {
+        let wait = rand::rng().random_range(0..3_000);
+        tokio::time::sleep(Duration::from_micros(wait)).await;
+    }
+}
+
+fn event(user: usize, brand: usize, timestamp: i64) -> Event {
+    Event {
+        event_type: EventType::View,
+        event_subtype: None,
+        event_name: "Viewed".into(),
+        index: "items".into(),
+        user_token: format!("u{user}"),
+        authenticated_user_token: None,
+        timestamp,
+        target: Target::Filters(vec![("brand".into(), format!("b{brand}"))]),
+        query_id: None,
+        positions: None,
+        object_data: None,
+        value: None,
+        currency: None,
+    }
+}
+
+type Sums = BTreeMap<(bytes::Bytes, bytes::Bytes), u64>;
+
+fn add(sums: &mut Sums, row: bytes::Bytes, qualifier: &[u8], value: &[u8]) {
+    let counts: BTreeMap<String, u64> = serde_json::from_slice(value).unwrap();
+    *sums
+        .entry((row, bytes::Bytes::copy_from_slice(qualifier)))
+        .or_default() += counts.values().sum::<u64>();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_of_the_same_days_count_every_event_once() {
+    let store = Arc::new(Hooked {
+        inner: Default::default(),
+        hook: Jitter,
+    });
+    let engine = Engine::open(store.clone(), EngineConfig::default())
+        .await
+        .unwrap();
+    let now = penchant_store::validate::now_micros() / 1000;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    // 2 users, 3 days, 6,000 events in batches of 100, 8 batches in flight.
+    let events: Vec<Event> = (0..6_000)
+        .map(|_| {
+            let user = rng.random_range(0..2);
+            let at = now - rng.random_range(0..3 * 86_400_000);
+            event(user, rng.random_range(0..20), at)
+        })
+        .collect();
+    let batches: Vec<Vec<Event>> = events.chunks(100).map(<[Event]>::to_vec).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    let queue = Arc::new(tokio::sync::Mutex::new(batches));
+    for _ in 0..8 {
+        let (engine, queue) = (engine.clone(), queue.clone());
+        tasks.spawn(async move {
+            loop {
+                let Some(batch) = queue.lock().await.pop() else {
+                    return;
+                };
+                engine.push_events(APP, &batch).await.unwrap();
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+
+    let all = || ReadRows::new(RowSet::all());
+    let mut aggregated = Sums::new();
+    for row in store.read_all("aggregates", all()).await.unwrap() {
+        for cell in &row.cells {
+            if cell.qualifier.contains(&b',') {
+                let q = keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
+                add(&mut aggregated, row.key.clone(), q, &cell.value);
+            }
+        }
+    }
+    let mut raw = Sums::new();
+    let mut rows = 0;
+    for row in store.read_all("events", all()).await.unwrap() {
+        let Some(user) = keys::user_of(APP, &row.key) else {
+            continue;
+        };
+        rows += 1;
+        let ms = u64::from_be_bytes(row.key[row.key.len() - 16..][..8].try_into().unwrap());
+        let day = keys::day(APP, user, aggregates::day_of(ms as i64));
+        for cell in row.cells.iter().filter(|c| c.qualifier.contains(&b',')) {
+            add(&mut raw, day.clone(), &cell.qualifier, &cell.value);
+        }
+    }
+    assert_eq!(rows, events.len());
+    assert_eq!(aggregated, raw);
+}
