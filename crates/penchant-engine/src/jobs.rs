@@ -38,6 +38,10 @@ const COLUMN: &[u8] = b"recompute";
 const VERSION: &[u8] = b"version";
 /// The lease of an app's recompute.
 const LEASE: &str = "recompute";
+/// Past recomputes, one column each: this prefix, then the job's strategy version (i64 BE).
+const HISTORY: &[u8] = b"recompute/";
+/// How many past recomputes an app keeps.
+const HISTORY_KEPT: usize = 20;
 const SAVE_EVERY: Duration = Duration::from_millis(500);
 
 /// The tables this module needs.
@@ -232,6 +236,39 @@ impl Jobs {
             .map_err(|e| crate::internal("corrupt job", e))
     }
 
+    /// The app's recomputes, newest first: the current or last one, then past ones (at most
+    /// 20 of those).
+    pub async fn history(&self, app: &str) -> Result<Vec<JobStatus>> {
+        let (current, past) = self.saved(app).await?;
+        Ok(current.into_iter().chain(past).collect())
+    }
+
+    /// The job in the row, and the past ones, newest first.
+    async fn saved(&self, app: &str) -> Result<(Option<JobStatus>, Vec<JobStatus>)> {
+        let Some(row) = self
+            .store
+            .read_row(JOBS_TABLE, keys::app(app), None)
+            .await?
+        else {
+            return Ok((None, Vec::new()));
+        };
+        let parse = |v: &[u8]| {
+            serde_json::from_slice::<JobStatus>(v).map_err(|e| crate::internal("corrupt job", e))
+        };
+        let current = row
+            .latest(FAMILY, COLUMN)
+            .map(|c| parse(&c.value))
+            .transpose()?;
+        let mut past = row
+            .family(FAMILY)
+            .filter(|c| c.qualifier.starts_with(HISTORY))
+            .map(|c| parse(&c.value))
+            .collect::<Result<Vec<_>>>()?;
+        past.sort_by_key(|j| std::cmp::Reverse(j.strategy_version));
+        past.dedup_by_key(|j| j.strategy_version);
+        Ok((current, past))
+    }
+
     fn cells(status: &JobStatus) -> Result<Vec<Mutation>> {
         let json = serde_json::to_vec(status).map_err(|e| crate::internal("serialization", e))?;
         Ok(vec![
@@ -279,9 +316,28 @@ impl Jobs {
             finished_at: None,
             error: None,
         };
-        // The newest strategy's job replaces whatever job the row held.
+        // The newest strategy's job replaces whatever job the row held, which joins the
+        // history (a job still running is superseded by this one).
+        let (previous, past) = self.saved(app).await?;
+        let mut cells = Self::cells(&status)?;
+        if let Some(mut previous) = previous {
+            if previous.state == JobState::Running {
+                previous.state = JobState::Superseded;
+                previous.finished_at = Some(status.started_at);
+            }
+            let json =
+                serde_json::to_vec(&previous).map_err(|e| crate::internal("serialization", e))?;
+            let mut qualifier = HISTORY.to_vec();
+            qualifier.extend_from_slice(&previous.strategy_version.to_be_bytes());
+            cells.push(Mutation::set_now(FAMILY, qualifier, json));
+            for old in past.iter().skip(HISTORY_KEPT - 1) {
+                let mut qualifier = HISTORY.to_vec();
+                qualifier.extend_from_slice(&old.strategy_version.to_be_bytes());
+                cells.push(Mutation::delete_column(FAMILY, qualifier));
+            }
+        }
         self.store
-            .mutate_row(JOBS_TABLE, keys::app(app), Self::cells(&status)?)
+            .mutate_row(JOBS_TABLE, keys::app(app), cells)
             .await?;
         // A job of the app still running here starts this one when it ends.
         if self.claim(app).await? {

@@ -20,6 +20,7 @@ pub mod recommend;
 pub mod rerank;
 pub mod seen;
 pub mod sets;
+pub mod stats;
 pub mod strategy;
 pub mod supervisor;
 pub mod tenancy;
@@ -238,7 +239,8 @@ impl Engine {
             .chain(seen::tables())
             .chain(leases::tables())
             .chain(vectors::tables())
-            .chain(recommend::tables());
+            .chain(recommend::tables())
+            .chain(stats::tables());
         for (name, families) in tables {
             match store.create_table(name, families.clone()).await {
                 Ok(()) => {}
@@ -363,7 +365,12 @@ impl Engine {
             self.refresh_latency.observe(started.elapsed());
             Ok(())
         };
-        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
+        let traffic = stats::count(&self.store, app, &counted, self.clock.now_ms());
+        futures::try_join!(
+            aggregates_then_profiles,
+            self.mark_events_seen(app, events),
+            traffic
+        )?;
         // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
         // that is already done, which changes nothing.
         let (pending, app) = (self.pending.clone(), app.to_owned());
@@ -624,6 +631,11 @@ impl Engine {
         self.jobs.status(app).await
     }
 
+    /// The app's recomputes, newest first: the current or last one, then up to 20 past ones.
+    pub async fn recompute_history(&self, app: &str) -> Result<Vec<jobs::JobStatus>> {
+        self.jobs.history(app).await
+    }
+
     /// A user's profile; `None` when no counted event gives it a score.
     pub async fn profile(&self, app: &str, user: &str) -> Result<Option<Profile>> {
         keys::check_user_token(user)?;
@@ -659,13 +671,65 @@ impl Engine {
         impact: Option<u32>,
     ) -> Result<(u32, Vec<(usize, rerank::Personalization)>)> {
         keys::check_user_token(user)?;
+        let records = self.complete_hits(app, index, hits).await?;
+        let strategy = self.strategies.get(app).await?;
+        let impact = impact
+            .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
+            .unwrap_or(0);
+        let scores = self.scores(app, user).await?;
+        Ok((impact, rerank::rerank(&records, &scores, impact)))
+    }
+
+    /// What the simulator shows: `hits` re-ranked for a user under the saved strategy (as
+    /// [`Engine::rerank`] does; `None` without one) and under `edited`, an unsaved strategy,
+    /// with the profile each gives, and the hits completed from the catalog. Nothing is stored.
+    pub async fn simulate(
+        &self,
+        app: &str,
+        index: &str,
+        hits: &[Record],
+        user: &str,
+        edited: &Strategy,
+    ) -> Result<Simulation> {
+        keys::check_user_token(user)?;
+        edited.check()?;
+        let records = self.complete_hits(app, index, hits).await?;
+        let saved = match self.strategies.get(app).await? {
+            Some(saved) => {
+                let impact = saved.strategy.personalization_impact;
+                let scores = self.scores(app, user).await?;
+                let ranked = rerank::rerank(&records, &scores, impact);
+                Some(Ranking {
+                    impact,
+                    scores,
+                    ranked,
+                })
+            }
+            None => None,
+        };
+        let scores = self.profiles.preview(app, user, edited).await?.scores;
+        let impact = edited.personalization_impact;
+        let ranked = rerank::rerank(&records, &scores, impact);
+        Ok(Simulation {
+            records,
+            saved,
+            edited: Ranking {
+                impact,
+                scores,
+                ranked,
+            },
+        })
+    }
+
+    /// Hits as given, those holding only an `objectID` replaced by the catalog's record.
+    async fn complete_hits(&self, app: &str, index: &str, hits: &[Record]) -> Result<Vec<Record>> {
         let wanted: Vec<String> = hits
             .iter()
             .filter(|h| h.len() == 1)
             .filter_map(|h| h.get("objectID")?.as_str().map(str::to_owned))
             .collect();
         let catalog = self.catalog.get_many(app, index, &wanted).await?;
-        let records: Vec<Record> = hits
+        Ok(hits
             .iter()
             .map(|h| {
                 let id = h.get("objectID").and_then(|v| v.as_str());
@@ -674,13 +738,28 @@ impl Engine {
                     _ => h.clone(),
                 }
             })
-            .collect();
-        let strategy = self.strategies.get(app).await?;
-        let impact = impact
-            .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
-            .unwrap_or(0);
-        let scores = self.scores(app, user).await?;
-        Ok((impact, rerank::rerank(&records, &scores, impact)))
+            .collect())
+    }
+
+    /// An app's events per minute by type over the last `hours` (1–48), as received.
+    pub async fn events_per_minute(&self, app: &str, hours: u32) -> Result<stats::EventsPerMinute> {
+        stats::events_per_minute(&self.store, app, hours, self.clock.now_ms()).await
+    }
+
+    /// How many users of the app have a stored profile, counted up to `cap`: `(n, exact)`.
+    pub async fn count_profiles(&self, app: &str, cap: usize) -> Result<(usize, bool)> {
+        self.profiles.count(app, cap).await
+    }
+
+    /// A user's latest events (at most `limit`), newest first, as stored.
+    pub async fn recent_events(
+        &self,
+        app: &str,
+        user: &str,
+        limit: usize,
+    ) -> Result<Vec<events::Event>> {
+        keys::check_user_token(user)?;
+        self.profiles.recent_events(app, user, limit).await
     }
 
     /// A user's profile as Algolia `optionalFilters` (`facet:value<score=n>`).
@@ -784,6 +863,26 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 19);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 20);
     }
+}
+
+/// A ranking of hits for one user under one strategy (the simulator's).
+#[derive(Debug, Clone)]
+pub struct Ranking {
+    /// The strategy's `personalizationImpact`.
+    pub impact: u32,
+    /// The user's profile under the strategy.
+    pub scores: profiles::Scores,
+    /// Best first: each hit's position in the request, with its personalization.
+    pub ranked: Vec<(usize, rerank::Personalization)>,
+}
+
+/// The simulator's answer: the saved strategy's ranking (none without one) beside an edited one's.
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    /// The hits, those given by `objectID` alone completed from the catalog.
+    pub records: Vec<Record>,
+    pub saved: Option<Ranking>,
+    pub edited: Ranking,
 }

@@ -42,9 +42,9 @@ pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, aggregate_filter, com
 
 use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
 use crate::clock::Clock;
-use crate::events::{EVENTS_TABLE, Layout};
+use crate::events::{EVENT_COLUMN, EVENTS_TABLE, Event, FAMILY as EVENTS_FAMILY, Layout};
 use crate::keys;
-use crate::strategy::{Strategies, Versioned};
+use crate::strategy::{Strategies, Strategy};
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result};
 
@@ -292,7 +292,7 @@ impl Profiles {
                 let rows = days.get(user).map_or(&[][..], Vec::as_slice);
                 let stored = stored.get(user).unwrap_or(&Stored::EMPTY);
                 let cut = self
-                    .cut_days(app, user, rows, &strategy, stored, since)
+                    .cut_days(app, user, rows, &strategy.strategy, stored, since)
                     .await?;
                 let computed = scorer.compute(
                     user,
@@ -353,6 +353,62 @@ impl Profiles {
         )))
     }
 
+    /// The profile a strategy — saved or not — gives a user now, computed as the event path
+    /// computes it (aggregates, cut days raw), without storing anything: the simulator's.
+    pub async fn preview(&self, app: &str, user: &str, strategy: &Strategy) -> Result<Profile> {
+        let stored = self.stored(app, user).await?;
+        let rows = self
+            .read_user(AGGREGATES_TABLE, app, user, aggregate_filter(strategy))
+            .await?;
+        let since = self.window_start(app).await?;
+        let cut = self
+            .cut_days(app, user, &rows, strategy, &stored, since)
+            .await?;
+        Ok(Scorer::new(strategy).compute(
+            user,
+            cut.as_deref().unwrap_or(&rows),
+            stored.deleted_until,
+            since,
+        ))
+    }
+
+    /// How many users of the app have a stored profile, counting up to `cap`: `(n, exact)`,
+    /// `exact` false when counting stopped at the cap (a keys-only scan of the app's profiles).
+    pub async fn count(&self, app: &str, cap: usize) -> Result<(usize, bool)> {
+        let request = ReadRows::new(RowSet::prefix(keys::app(app)))
+            .filter(RowFilter::column(FAMILY, PROFILE).and(RowFilter::StripValue))
+            .limit(cap as u64 + 1);
+        let n = self.store.read_all(PROFILES_TABLE, request).await?.len();
+        Ok((n.min(cap), n <= cap))
+    }
+
+    /// A user's latest events (at most `limit`), newest first, as stored: read back from now in
+    /// growing windows (an hour, a day, a week, the retention window), so a heavy user's
+    /// lookup reads about `limit` rows, not their whole history.
+    pub async fn recent_events(&self, app: &str, user: &str, limit: usize) -> Result<Vec<Event>> {
+        let now = self.clock.now_ms();
+        let since = self.window_start(app).await?;
+        let mut rows = Vec::new();
+        for hours in [1, 24, 24 * 7, i64::MAX / 3_600_000] {
+            let from = now
+                .saturating_sub(hours.saturating_mul(3_600_000))
+                .max(since);
+            let request = ReadRows::new(keys::events_between(app, user, from, i64::MAX))
+                .filter(RowFilter::column(EVENTS_FAMILY, EVENT_COLUMN));
+            rows = self.store.read_all(EVENTS_TABLE, request).await?;
+            if rows.len() >= limit || from == since {
+                break;
+            }
+        }
+        let mut events = Vec::with_capacity(limit.min(rows.len()));
+        for row in rows.iter().rev().take(limit) {
+            if let Some(cell) = row.latest(EVENTS_FAMILY, EVENT_COLUMN) {
+                events.push(serde_json::from_slice(&cell.value).map_err(corrupt)?);
+            }
+        }
+        Ok(events)
+    }
+
     /// Forget a user's events up to `until` (ms, inclusive): they no longer count, from now on.
     pub async fn delete_profile(&self, app: &str, user: &str, until: i64) -> Result<()> {
         self.store
@@ -398,7 +454,7 @@ impl Profiles {
         app: &str,
         user: &str,
         rows: &[Row],
-        strategy: &Versioned,
+        strategy: &Strategy,
         stored: &Stored,
         since: i64,
     ) -> Result<Option<Vec<Row>>> {
@@ -418,7 +474,7 @@ impl Profiles {
             .filter(|r| day(r).is_some_and(|d| !cut.contains(&d)))
             .cloned()
             .collect();
-        let filter = self.layout(app).await?.read_filter(&strategy.strategy);
+        let filter = self.layout(app).await?.read_filter(strategy);
         for d in cut {
             let request = ReadRows::new(aggregates::raw_day(app, user, d)).filter(filter.clone());
             out.extend(self.store.read_all(EVENTS_TABLE, request).await?);

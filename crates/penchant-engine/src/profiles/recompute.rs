@@ -252,7 +252,7 @@ impl Profiles {
                 Source::Raw => rows,
                 Source::Aggregates => {
                     cut = self
-                        .cut_days(app, user, rows, strategy, &stored, since)
+                        .cut_days(app, user, rows, &strategy.strategy, &stored, since)
                         .await?;
                     cut.as_deref().unwrap_or(rows)
                 }

@@ -1,26 +1,29 @@
 //! Apps (Penchant's own admin API; the global admin key only):
 //! `POST /1/apps`, `GET /1/apps`, `PUT /1/apps/{appID}`, `DELETE /1/apps/{appID}`, and the
-//! event layout's migration: `POST /1/apps/{appID}/layout` starts it, `GET` follows it.
+//! event layout's migration: `POST /1/apps/{appID}/layout` starts it, `GET` follows it. The two
+//! reads of one app, `GET /1/apps/{appID}` and `GET /1/apps/{appID}/layout`, also answer a key
+//! of that app with ACL `settings` (the dashboard's overview).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use penchant_engine::EngineError;
 use penchant_engine::events::Layout;
+use penchant_engine::tenancy::{Acl, App};
 
 use crate::AppState;
-use crate::auth::GlobalAdmin;
-use crate::error::{ApiError, to_json};
+use crate::auth::{Auth, GlobalAdmin};
+use crate::error::{ApiError, ErrorKind, to_json};
 use crate::json::JsonBody;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/1/apps", get(list).post(create))
-        .route("/1/apps/{app_id}", delete(remove).put(update))
+        .route("/1/apps/{app_id}", get(show).delete(remove).put(update))
         .route("/1/apps/{app_id}/layout", get(layout).post(migrate))
 }
 
@@ -115,17 +118,54 @@ async fn remove(
     Ok(Json(json!({ "deletedAt": crate::iso_now() })))
 }
 
-/// The app's layouts and its latest migration (`null` if none ran).
-async fn layout(
-    _: GlobalAdmin,
-    State(state): State<AppState>,
-    Path(app_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let app = state.engine.app(&app_id).await?.ok_or_else(|| {
+/// May the caller read `app_id`'s settings: the global admin key, or a key of that app with
+/// ACL `settings`?
+fn may_read(
+    app_id: &str,
+    admin: Result<GlobalAdmin, ApiError>,
+    auth: Result<Auth, ApiError>,
+) -> Result<(), ApiError> {
+    if admin.is_ok() {
+        return Ok(());
+    }
+    let caller = auth?;
+    if caller.require(Acl::Settings)?.app_id != app_id {
+        return Err(ApiError::kind(
+            ErrorKind::Forbidden,
+            "Method not allowed with this API key",
+        ));
+    }
+    Ok(())
+}
+
+async fn find(state: &AppState, app_id: &str) -> Result<App, ApiError> {
+    state.engine.app(app_id).await?.ok_or_else(|| {
         ApiError::from(EngineError::NotFound(format!(
             "app `{app_id}` does not exist"
         )))
-    })?;
+    })
+}
+
+/// One app's settings.
+async fn show(
+    admin: Result<GlobalAdmin, ApiError>,
+    auth: Result<Auth, ApiError>,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    may_read(&app_id, admin, auth)?;
+    to_json(&find(&state, &app_id).await?)
+}
+
+/// The app's layouts and its latest migration (`null` if none ran).
+async fn layout(
+    admin: Result<GlobalAdmin, ApiError>,
+    auth: Result<Auth, ApiError>,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    may_read(&app_id, admin, auth)?;
+    let app = find(&state, &app_id).await?;
     let migration = state.engine.layout_migration(&app_id).await?;
     Ok(Json(json!({
         "eventLayout": app.event_layout,

@@ -9,6 +9,7 @@ pub mod keys;
 pub mod manage;
 pub mod personalization;
 pub mod recommend;
+pub mod stats;
 pub mod vectors;
 
 #[cfg(test)]
@@ -26,6 +27,7 @@ mod tests {
             ("manage.rs", include_str!("manage.rs")),
             ("personalization.rs", include_str!("personalization.rs")),
             ("recommend.rs", include_str!("recommend.rs")),
+            ("stats.rs", include_str!("stats.rs")),
             ("vectors.rs", include_str!("vectors.rs")),
             ("auth.rs", include_str!("../auth.rs")),
         ];

@@ -9,13 +9,22 @@
 //! - `POST /1/indexes/{index}/rerank` (ACL `search`, Penchant's own): hits re-ranked for a user;
 //! - `GET /1/profiles/personalization/{userToken}/optionalFilters` (ACL `search`, Penchant's
 //!   own): the profile as Algolia `optionalFilters`, for searching with another engine.
+//!
+//! Penchant's own, for the dashboard (ACL `recommendation`):
+//! - `POST /1/strategies/personalization/simulate` `{strategy, userToken?, index?, hits?}`: the
+//!   strategy checked as a save checks it (same messages), and with a user, the hits (completed
+//!   from the catalog) re-ranked under the saved strategy and under this one; nothing is stored;
+//! - `GET /1/strategies/personalization/jobs`: the current or last recompute, then past ones;
+//! - `GET /1/profiles/personalization/{userToken}/events?limit=20`: the user's latest events.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use penchant_engine::Ranking;
 use penchant_engine::catalog::Record;
 use penchant_engine::keys;
+use penchant_engine::rerank::Personalization;
 use penchant_engine::strategy::Strategy;
 use penchant_engine::tenancy::Acl;
 use serde::Deserialize;
@@ -33,6 +42,12 @@ pub fn routes() -> Router<AppState> {
             get(get_strategy).post(set_strategy),
         )
         .route("/1/strategies/personalization/job", get(job))
+        .route("/1/strategies/personalization/jobs", get(jobs))
+        .route("/1/strategies/personalization/simulate", post(simulate))
+        .route(
+            "/1/profiles/personalization/{user_token}/events",
+            get(events),
+        )
         .route("/1/profiles/personalization/{user_token}", get(profile))
         .route("/1/profiles/{user_token}", delete(delete_profile))
         .route("/1/usertokens/{user_token}", delete(delete_user))
@@ -55,6 +70,33 @@ struct RerankBody {
 /// The largest number of hits one call re-ranks.
 const MAX_HITS: usize = 1000;
 
+/// Hits as records: objects with a string `objectID`, at most [`MAX_HITS`].
+fn records(hits: Vec<Value>) -> Result<Vec<Record>, ApiError> {
+    if hits.len() > MAX_HITS {
+        return Err(ApiError::bad_request("hits can contain at most 1000 hits"));
+    }
+    hits.into_iter()
+        .map(|hit| match hit {
+            Value::Object(map) if map.get("objectID").is_some_and(Value::is_string) => Ok(map),
+            _ => Err(ApiError::bad_request(
+                "every hit must be an object with a string objectID",
+            )),
+        })
+        .collect()
+}
+
+/// Re-ranked hits as the API shows them: each with its `_rankingInfo.personalization`.
+fn ranked_hits(hits: &[Record], ranked: Vec<(usize, Personalization)>) -> Vec<Value> {
+    ranked
+        .into_iter()
+        .map(|(i, p)| {
+            let mut hit = hits[i].clone();
+            hit.insert("_rankingInfo".into(), json!({ "personalization": p }));
+            Value::Object(hit)
+        })
+        .collect()
+}
+
 async fn rerank(
     auth: Auth,
     State(state): State<AppState>,
@@ -62,26 +104,11 @@ async fn rerank(
     JsonBody(body): JsonBody<RerankBody>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    if body.hits.len() > MAX_HITS {
-        return Err(ApiError::bad_request("hits can contain at most 1000 hits"));
-    }
+    let hits = records(body.hits)?;
     if body.personalization_impact.is_some_and(|i| i > 100) {
         return Err(ApiError::bad_request(
             "personalizationImpact must be between 0 and 100",
         ));
-    }
-    let mut hits: Vec<Record> = Vec::with_capacity(body.hits.len());
-    for hit in body.hits {
-        match hit {
-            Value::Object(map) if map.get("objectID").is_some_and(Value::is_string) => {
-                hits.push(map)
-            }
-            _ => {
-                return Err(ApiError::bad_request(
-                    "every hit must be an object with a string objectID",
-                ));
-            }
-        }
     }
     keys::check_user_token(&body.user_token)?;
     let (impact, ranked) = state
@@ -94,19 +121,94 @@ async fn rerank(
             body.personalization_impact,
         )
         .await?;
-    let out: Vec<Value> = ranked
-        .into_iter()
-        .map(|(i, p)| {
-            let mut hit = hits[i].clone();
-            hit.insert("_rankingInfo".into(), json!({ "personalization": p }));
-            Value::Object(hit)
-        })
-        .collect();
     Ok(Json(json!({
         "userToken": body.user_token,
         "personalizationImpact": impact,
-        "hits": out,
+        "hits": ranked_hits(&hits, ranked),
     })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SimulateBody {
+    /// Parsed apart, so that its errors read as a save's.
+    strategy: Value,
+    user_token: Option<String>,
+    #[serde(default)]
+    index: String,
+    #[serde(default)]
+    hits: Vec<Value>,
+}
+
+async fn simulate(
+    auth: Auth,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<SimulateBody>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Recommendation)?.app_id;
+    let strategy: Strategy = serde_json::from_value(body.strategy)
+        .map_err(|e| ApiError::bad_request(format!("Invalid JSON: {e}")))?;
+    strategy.check()?;
+    let hits = records(body.hits)?;
+    let Some(user) = body.user_token else {
+        return Ok(Json(json!({ "valid": true })));
+    };
+    keys::check_user_token(&user)?;
+    let simulation = state
+        .engine
+        .simulate(app, &body.index, &hits, &user, &strategy)
+        .await?;
+    // The records, completed from the catalog, so that the simulator can show them.
+    let records = &simulation.records;
+    let ranking = |r: Ranking| {
+        json!({
+            "personalizationImpact": r.impact,
+            "scores": r.scores,
+            "hits": ranked_hits(records, r.ranked),
+        })
+    };
+    Ok(Json(json!({
+        "userToken": user,
+        "saved": simulation.saved.map(ranking),
+        "edited": ranking(simulation.edited),
+    })))
+}
+
+async fn jobs(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Recommendation)?.app_id;
+    let jobs = state.engine.recompute_history(app).await?;
+    Ok(Json(json!({ "jobs": jobs })))
+}
+
+/// The query string of a user's latest events (credentials may be in it too).
+#[derive(Debug, Deserialize)]
+struct Recent {
+    limit: Option<String>,
+}
+
+/// The most events one call returns.
+const MAX_RECENT: usize = 1000;
+
+async fn events(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    Query(recent): Query<Recent>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Recommendation)?.app_id;
+    keys::check_user_token(&user)?;
+    let limit = match recent.limit.as_deref() {
+        None => 20,
+        Some(n) => n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_RECENT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("limit must be an integer from 1 to {MAX_RECENT}"))
+            })?,
+    };
+    let events = state.engine.recent_events(app, &user, limit).await?;
+    Ok(Json(json!({ "userToken": user, "events": events })))
 }
 
 async fn optional_filters(

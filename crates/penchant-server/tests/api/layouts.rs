@@ -65,8 +65,28 @@ async fn an_apps_layout_is_set_at_creation_and_migrated_with_a_job() {
         body,
         json!({"eventLayout": "narrow", "alsoWritten": null, "migration": null})
     );
-    // The global admin key only.
+    // The global admin key, or a key of the app with ACL `settings` (its admin key has it).
     let (status, _) = s.call(Method::GET, "/1/apps/SHOP/layout", app, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let (status, _) = s
+        .call(
+            Method::GET,
+            "/1/apps/SHOP/layout",
+            Some(("SHOP", search.as_str())),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Starting a migration takes the global admin key.
+    let (status, _) = s
+        .call(
+            Method::POST,
+            "/1/apps/SHOP/layout",
+            app,
+            Some(json!({"eventLayout": "wide"})),
+        )
+        .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     let path = "/1/strategies/personalization";

@@ -5,6 +5,7 @@ mod common;
 mod auth;
 mod bloom;
 mod catalog;
+mod dashboard_data;
 mod events;
 mod http;
 mod indexes;

@@ -309,11 +309,11 @@ async fn every_error_is_algolia_json() {
     let got = raw(&s, Method::POST, path, a, Some("{}")).await;
     assert_error(&got, StatusCode::BAD_REQUEST, "createIfNotExists");
     // A route without this method, and no route.
-    let got = raw(&s, Method::GET, "/1/apps/X", root, None).await;
+    let got = raw(&s, Method::PATCH, "/1/apps/X", root, None).await;
     assert_error(
         &got,
         StatusCode::METHOD_NOT_ALLOWED,
-        "method GET is not allowed on /1/apps/X",
+        "method PATCH is not allowed on /1/apps/X",
     );
     let allow = got.1.get(ALLOW).unwrap().to_str().unwrap();
     assert!(allow.contains("PUT") && allow.contains("DELETE"), "{allow}");
