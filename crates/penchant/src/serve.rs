@@ -111,6 +111,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(%addr, backend, "penchant listening");
     // A line for scripts and tests that start the server on port 0.
     println!("penchant listening on http://{addr}");
+    println!("dashboard: http://{addr}/dashboard");
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let shutdown = async move {
