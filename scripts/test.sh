@@ -5,7 +5,8 @@
 # exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+# Chromium and chromedriver: the dashboard's browser tests (crates/penchant-server/tests/dashboard).
+./scripts/install-deps.sh chromium chromium-driver
 BIGTABLE_EMULATOR_BINARY="$(./scripts/bigtable-emulator.sh)"
 export BIGTABLE_EMULATOR_BINARY
 echo "Bigtable emulator: $BIGTABLE_EMULATOR_BINARY" >&2

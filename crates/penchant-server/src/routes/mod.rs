@@ -2,6 +2,7 @@
 
 pub mod apps;
 pub mod bloom;
+pub mod dashboard;
 pub mod events;
 pub mod health;
 pub mod indexes;
@@ -20,6 +21,7 @@ mod tests {
         let routes = [
             ("apps.rs", include_str!("apps.rs")),
             ("bloom.rs", include_str!("bloom.rs")),
+            ("dashboard.rs", include_str!("dashboard.rs")),
             ("events.rs", include_str!("events.rs")),
             ("health.rs", include_str!("health.rs")),
             ("indexes.rs", include_str!("indexes.rs")),
