@@ -283,7 +283,9 @@ export function stateBadge(state) {
 
 export function recomputeView(job) {
   const now = job.finishedAt || Date.now();
-  const seconds = Math.max(0.001, (now - job.startedAt) / 1000);
+  const seconds = (now - job.startedAt) / 1000;
+  // Rates over less than half a second say little.
+  const rate = (n) => (seconds >= 0.5 ? num(Math.round(n / seconds)) : '—');
   const ranges = job.ranges || [];
   const fractions = ranges.map((r) => (r.done ? 1 : position(r.after, r.start, r.end)));
   const overall = ranges.length ? fractions.reduce((a, b) => a + b, 0) / ranges.length : job.state === 'done' ? 1 : 0;
@@ -294,8 +296,8 @@ export function recomputeView(job) {
       stat('users', num(job.users), { dataset: { users: job.users } }),
       stat('events', num(job.events)),
       stat('skipped', num(job.skipped)),
-      stat('users / s', num(Math.round(job.users / seconds))),
-      stat('events / s', num(Math.round(job.events / seconds))),
+      stat('users / s', rate(job.users)),
+      stat('events / s', rate(job.events)),
       stat('ranges done', `${job.rangesDone} / ${ranges.length}`),
       eta !== null ? stat('ETA', duration(eta)) : null,
     ),

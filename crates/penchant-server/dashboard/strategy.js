@@ -63,6 +63,15 @@ export function strategyPage(root, ctx) {
   const simItems = h('textarea', { id: 'sim-items', rows: 3, placeholder: 'iphone, galaxy, pixel' });
   const simFacet = h('input', { id: 'sim-facet', placeholder: 'brand:Apple', spellcheck: 'false' });
   const simOut = h('div', { id: 'sim-results', 'aria-live': 'polite' });
+  const itemsField = field('Object IDs (comma or newline separated)', simItems);
+  const facetField = field('Facet value (facet:value)', simFacet, 'its first 20 records (browse), in objectID order');
+  const showMode = () => {
+    itemsField.hidden = modeFacet.checked;
+    facetField.hidden = !modeFacet.checked;
+  };
+  showMode();
+  modeList.addEventListener('change', showMode);
+  modeFacet.addEventListener('change', showMode);
   const simForm = h(
     'form',
     { id: 'sim-form', class: 'stack' },
@@ -70,8 +79,8 @@ export function strategyPage(root, ctx) {
     h('fieldset', { class: 'models' }, h('legend', null, 'Items'),
       h('label', { class: 'check' }, modeList, 'these objectIDs'),
       h('label', { class: 'check' }, modeFacet, 'the top 20 items of a facet value')),
-    field('Object IDs (comma or newline separated)', simItems),
-    field('Facet value (facet:value)', simFacet),
+    itemsField,
+    facetField,
     h('button', { type: 'submit', id: 'sim-run' }, 'Simulate'),
     simOut,
   );

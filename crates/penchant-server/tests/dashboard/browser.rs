@@ -289,25 +289,24 @@ impl Page {
     /// No runtime error was recorded by the page, and Chromium's console has no error but
     /// failed loads (the API's expected 404s: "none yet").
     pub async fn assert_no_errors(&self) {
-        let errors = self
+        let errors = self.errors().await;
+        assert!(errors.is_empty(), "the dashboard had errors: {errors:#?}");
+    }
+
+    /// The page's recorded runtime errors, then Chromium's console errors (those since the
+    /// last look) but failed loads.
+    pub async fn errors(&self) -> Vec<String> {
+        let recorded = self
             .js("return window.__dashboardErrors || []", vec![])
             .await;
-        assert_eq!(errors, json!([]), "the dashboard recorded runtime errors");
-        let console = self.console().await;
-        let severe: Vec<&Value> = console
-            .iter()
-            .filter(|e| e["level"] == "SEVERE")
-            .filter(|e| {
-                !e["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("Failed to load resource")
-            })
-            .collect();
-        assert!(
-            severe.is_empty(),
-            "Chromium's console has errors: {severe:#?}"
-        );
+        let mut errors: Vec<String> = serde_json::from_value(recorded).unwrap_or_default();
+        for entry in self.console().await {
+            let message = entry["message"].as_str().unwrap_or_default();
+            if entry["level"] == "SEVERE" && !message.contains("Failed to load resource") {
+                errors.push(format!("console: {message}"));
+            }
+        }
+        errors
     }
 
     /// Chromium's console entries since the last call (chromedriver's log endpoint).

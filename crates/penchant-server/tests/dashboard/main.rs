@@ -11,6 +11,7 @@ mod browser;
 mod seed;
 
 mod assets;
+mod errors;
 mod overview;
 mod pages;
 mod phone;

@@ -79,7 +79,9 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
         .await;
     assert!(status.is_success(), "{body}");
 
-    run("overview", &s.base.clone(), crate::DESKTOP, move |page| async move {
+    let server = std::sync::Arc::new(s);
+    let key = admin.clone();
+    run("overview", &server.base.clone(), crate::DESKTOP, move |page| async move {
         page.open("").await;
         // Not signed in: the form, whatever the hash.
         page.find("#signin-form").await;
@@ -114,6 +116,15 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
         page.screenshot("overview").await;
         page.assert_no_errors().await;
 
+        // Refreshed every 10 s: two more clicks show up without a touch.
+        let e = seed::event;
+        seed::events(&server, "SHOP", &key, vec![
+            e("click", "Clicked", "carol", "products", &["p1"], 0),
+            e("click", "Clicked", "carol", "products", &["p2"], 0),
+        ])
+        .await;
+        page.until_text("#events-chart li[data-type=click]", "click: 6").await;
+
         // Credentials are kept for the tab: a reload stays signed in; signing out forgets them.
         page.client.refresh().await.unwrap();
         page.until("still signed in", "!document.getElementById('nav').hidden && document.getElementById('page-overview')").await;
@@ -123,5 +134,39 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
         assert_eq!(stored, json!(0));
         page.assert_no_errors().await;
     })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_without_the_acls_signs_in_and_sees_the_apis_refusals() {
+    let s = Server::start().await;
+    let admin = seed::app(&s, "SHOP").await;
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    run(
+        "refusals",
+        &s.base.clone(),
+        crate::DESKTOP,
+        move |page| async move {
+            page.open("#/overview").await;
+            // A valid key of the app without `settings`: signed in all the same.
+            page.sign_in("SHOP", &search).await;
+            // Each part says what the API said.
+            page.until_text(
+                "#overview-stats + div",
+                "Users with profiles — 403: Method not allowed with this API key",
+            )
+            .await;
+            page.until_text(
+                "#overview-stats + div",
+                "Catalog size — 403: Method not allowed with this API key",
+            )
+            .await;
+            page.until_text("#overview-app", "403: Method not allowed with this API key")
+                .await;
+            page.until_text("#events-chart", "403: Method not allowed with this API key")
+                .await;
+            page.assert_no_errors().await;
+        },
+    )
     .await;
 }

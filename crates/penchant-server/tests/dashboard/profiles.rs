@@ -92,6 +92,16 @@ async fn a_profile_is_shown_and_deleted_through_the_dialog() {
         page.click("#confirm-ok").await;
         page.until_text("#profile-status", "Profile of alice deleted").await;
         page.until_text("#profile-card", "No profile for alice").await;
+        // Her events are still there (they no longer count).
+        page.until("5 recent events", "document.querySelectorAll('#recent-events tbody tr').length === 5").await;
+
+        // Deleting the user token: events and seen filter gone too.
+        page.click("#delete-user").await;
+        page.until_text("#confirm-message", "Delete user token alice").await;
+        page.click("#confirm-ok").await;
+        page.until_text("#profile-status", "User token alice deleted").await;
+        page.until_text("#recent-events", "No events").await;
+        page.until_text("#seen-card", "No seen filter").await;
         page.assert_no_errors().await;
     })
     .await;
