@@ -184,8 +184,13 @@ impl Page {
 
     /// Wait until `expr` (a JS expression) is truthy; returns its value.
     pub async fn until(&self, what: &str, expr: &str) -> Value {
+        self.until_within(WAIT, what, expr).await
+    }
+
+    /// The same, waiting at most `wait`.
+    pub async fn until_within(&self, wait: Duration, what: &str, expr: &str) -> Value {
         let script = format!("try {{ return ({expr}) || null; }} catch (e) {{ return null; }}");
-        let deadline = Instant::now() + WAIT;
+        let deadline = Instant::now() + wait;
         loop {
             let v = self.js(&script, vec![]).await;
             if !v.is_null() && v != json!(false) {
@@ -193,7 +198,7 @@ impl Page {
             }
             if Instant::now() > deadline {
                 panic!(
-                    "{what}: not seen in {WAIT:?} (waited for `{expr}`).\nThe page shows:\n{}\nRuntime errors: {}",
+                    "{what}: not seen in {wait:?} (waited for `{expr}`).\nThe page shows:\n{}\nRuntime errors: {}",
                     self.text().await,
                     self.js(
                         "return JSON.stringify(window.__dashboardErrors || [])",

@@ -123,7 +123,12 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
             e("click", "Clicked", "carol", "products", &["p2"], 0),
         ])
         .await;
-        page.until_text("#events-chart li[data-type=click]", "click: 6").await;
+        page.until_within(
+            std::time::Duration::from_secs(25),
+            "the refreshed chart",
+            "document.querySelector('#events-chart li[data-type=click]')?.dataset.total === '6'",
+        )
+        .await;
 
         // Credentials are kept for the tab: a reload stays signed in; signing out forgets them.
         page.client.refresh().await.unwrap();
