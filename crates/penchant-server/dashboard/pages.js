@@ -579,12 +579,16 @@ export function recommendationsPage(root, ctx) {
   const userToken = h('input', { id: 'rec-user', spellcheck: 'false' });
   const facetName = h('input', { id: 'rec-facet-name', spellcheck: 'false' });
   const facetValue = h('input', { id: 'rec-facet-value', spellcheck: 'false' });
+  const space = h('input', { id: 'rec-space', spellcheck: 'false', placeholder: 'als' });
   const models = h('fieldset', { class: 'models' }, h('legend', null, 'Models'),
     MODELS.map((m) => h('label', { class: 'check' }, h('input', { type: 'checkbox', value: m.model, checked: true }), m.model)));
-  const recOut = h('div', { id: 'rec-results', class: 'grid2' });
+  const recOut = h('div', { id: 'rec-results', class: 'grid3' });
   const recForm = h('form', { class: 'stack' },
     h('div', { class: 'toolbar' }, field('Index', index), field('Object ID', objectID, 'bought-together, related-products, looking-similar'), field('User token', userToken, 'recommended-for-you')),
-    h('div', { class: 'toolbar' }, field('Facet name', facetName, 'trending-facets; with a value, restricts trending-items'), field('Facet value', facetValue)),
+    h('div', { class: 'toolbar' },
+      field('Facet name', facetName, 'trending-facets; with a value, restricts trending-items'),
+      field('Facet value', facetValue, 'trending-items'),
+      field('Vector space', space, 'looking-similar, related-products (optional)')),
     models,
     h('button', { type: 'submit' }, 'Ask'),
   );
@@ -657,6 +661,7 @@ export function recommendationsPage(root, ctx) {
         request.facetValue = facetValue.value.trim();
       }
       if (model === 'recommended-for-you') request.queryParameters = { userToken: values.userToken };
+      if ((model === 'looking-similar' || model === 'related-products') && space.value.trim()) request.space = space.value.trim();
       api('POST', '/1/indexes/*/recommendations', { requests: [request] })
         .then((r) => {
           const res = r.results[0];

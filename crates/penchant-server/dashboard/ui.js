@@ -129,6 +129,7 @@ export function time(t) {
 
 export function duration(seconds) {
   if (!Number.isFinite(seconds) || seconds < 0) return '—';
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
   if (seconds < 60) return `${Math.round(seconds)} s`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
   return `${Math.floor(seconds / 3600)} h ${Math.round((seconds % 3600) / 60)} min`;

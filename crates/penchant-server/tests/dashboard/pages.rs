@@ -85,6 +85,17 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
     .await;
     seed::ok(&s, "SHOP", &admin, Method::PUT, "/1/queues/for-you", json!({"indexName": "products", "size": 100, "sources": [{"source": "trending", "weight": 1}]})).await;
 
+    // An ALS training and a build of the lists and queues.
+    seed::job(
+        &s,
+        "SHOP",
+        &admin,
+        "/1/als/train",
+        json!({"factors": 4, "iterations": 3}),
+    )
+    .await;
+    seed::job(&s, "SHOP", &admin, "/1/recommend/build", json!({})).await;
+
     run("pages", &s.base.clone(), crate::DESKTOP, move |page| async move {
         page.open("#/jobs").await;
         page.sign_in("SHOP", &admin).await;
@@ -92,8 +103,10 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         page.until("the recompute", "document.querySelector('#job-recompute [data-state=done]')").await;
         page.until_text("#job-recompute", "users").await;
         page.until("two past recomputes", "document.querySelectorAll('#job-history tbody tr').length === 2").await;
-        page.until_text("#job-als", "None yet").await;
-        page.until_text("#job-build", "None yet").await;
+        page.until("the training", "document.querySelector('#job-als [data-state=done]')").await;
+        page.until_text("#job-als", "3 / 3").await;
+        page.until("the build", "document.querySelector('#job-build [data-state=done]')").await;
+        page.until_text("#job-build", "for-you").await;
         page.until_text("#job-layout", "wide").await;
         page.until_text("#job-layout", "No migration yet").await;
         page.screenshot("jobs").await;
@@ -125,6 +138,12 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         page.until("the queue", "document.querySelector('.queues-table tbody tr')").await;
         page.until_text(".queues-table tbody tr", "for-you").await;
         page.until_text(".queues-table tbody tr", "trending").await;
+        // Bob's queue: what he has not seen, trending first.
+        page.type_into("#peek-user", "bob").await;
+        page.enter("#peek-user").await;
+        page.until("bob's queue", "document.querySelector('.peek-table tbody tr')").await;
+        let queued = page.js("return [...document.querySelectorAll('.peek-table tbody tr')].map(r => r.cells[1].innerText)", vec![]).await;
+        assert_eq!(queued[0], json!("a1"), "{queued}");
         // The index comes from the queue; trending items: a1 (two conversions) first.
         page.until("the index filled in", "document.getElementById('rec-index').value === 'products'").await;
         page.type_into("#rec-object", "a1").await;

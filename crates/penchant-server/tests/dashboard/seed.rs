@@ -89,3 +89,18 @@ pub async fn strategy(s: &Server, app: &str, key: &str, strategy: Value) {
     }
     panic!("the recompute did not end");
 }
+
+/// Start a background job (`POST path`) and wait until `GET path` says it is done.
+pub async fn job(s: &Server, app: &str, key: &str, path: &str, body: Value) -> Value {
+    ok(s, app, key, Method::POST, path, body).await;
+    for _ in 0..1000 {
+        let (_, status) = s.call(Method::GET, path, Some((app, key)), None).await;
+        match status["state"].as_str() {
+            Some("done") => return status,
+            Some("running") => {}
+            _ => panic!("{path}: {status}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{path} did not end");
+}
