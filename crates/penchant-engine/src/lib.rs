@@ -192,6 +192,8 @@ pub struct Engine {
     trainings: Arc<Trainings>,
     recommend: Arc<recommend::Recommend>,
     migrations: Arc<events::migration::Migrations>,
+    /// Events per minute not yet added to the store.
+    traffic: Arc<stats::Traffic>,
 }
 
 /// Create the families of `table` it lacks (several nodes may do so at once).
@@ -331,6 +333,7 @@ impl Engine {
             pending: pending::Pending::new(store.clone(), clock.clone()),
             clock,
             refresh_latency: Arc::default(),
+            traffic: Arc::new(stats::Traffic::new(store.clone())),
             sets,
             seen,
             store,
@@ -365,12 +368,8 @@ impl Engine {
             self.refresh_latency.observe(started.elapsed());
             Ok(())
         };
-        let traffic = stats::count(&self.store, app, &counted, self.clock.now_ms());
-        futures::try_join!(
-            aggregates_then_profiles,
-            self.mark_events_seen(app, events),
-            traffic
-        )?;
+        self.traffic.add(app, &counted, self.clock.now_ms());
+        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
         // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
         // that is already done, which changes nothing.
         let (pending, app) = (self.pending.clone(), app.to_owned());
@@ -566,6 +565,19 @@ impl Engine {
                 }
             }
         });
+        let engine = self.clone();
+        self.supervisor.spawn(async move {
+            loop {
+                let stopped = engine.supervisor.stopped();
+                tokio::select! {
+                    () = tokio::time::sleep(stats::FLUSH_EVERY) => {}
+                    () = stopped => return,
+                }
+                if let Err(e) = engine.traffic.flush().await {
+                    tracing::warn!(error = %e, "cannot save the traffic counts");
+                }
+            }
+        });
         let Some(interval) = purge_interval.filter(|i| !i.is_zero()) else {
             return;
         };
@@ -743,6 +755,7 @@ impl Engine {
 
     /// An app's events per minute by type over the last `hours` (1–48), as received.
     pub async fn events_per_minute(&self, app: &str, hours: u32) -> Result<stats::EventsPerMinute> {
+        self.traffic.flush().await?;
         stats::events_per_minute(&self.store, app, hours, self.clock.now_ms()).await
     }
 
@@ -786,8 +799,11 @@ impl Engine {
         Ok(())
     }
 
-    /// Make every acknowledged write durable (on shutdown).
+    /// Make every acknowledged write durable (on shutdown), traffic counts included.
     pub async fn flush(&self) -> Result<()> {
+        if let Err(e) = self.traffic.flush().await {
+            tracing::warn!(error = %e, "cannot save the traffic counts");
+        }
         Ok(self.store.flush().await?)
     }
 }

@@ -1,27 +1,31 @@
 //! What an app receives, minute by minute: the dashboard's chart of events per minute by type.
 //!
-//! Table `stats`, family `m`, row `app 0 · hour (u32 BE) · shard`: one counter cell per event
-//! type and minute of the hour (qualifier `type · minute`, e.g. `click·07`, the minute a byte),
-//! incremented atomically by each ingested batch at the time it was received (an event's own
-//! timestamp may be days old; this counts traffic). A batch's shard is a hash of its first user,
-//! so a busy app's hour is [`SHARDS`] rows rather than one hot row. Like trending, counts follow
-//! [`crate::events::Events::ingest`]: a retried request is not counted again, and a batch a crash
-//! interrupts between storing its events and counting them is not counted.
+//! Each node counts the events it stores in memory, per app, minute (of reception: an event's
+//! own timestamp may be days old; this counts traffic) and type — a lock and a map update per
+//! batch, no store write on the event path — and adds its counts to table `stats` every
+//! [`FLUSH_EVERY`], at shutdown, and before it answers a read. Family `m`, row `app 0 · hour
+//! (u32 BE)`: one counter cell per event type and minute of the hour (qualifier `type 0 ·
+//! minute`, the minute a byte), each flush one atomic increment per row, so the nodes' counts add
+//! up. Like trending, counts follow [`crate::events::Events::ingest`]: a retried request is not
+//! counted again. A node that crashes loses the counts of its last seconds (up to
+//! `FLUSH_EVERY`): the chart is a gauge of traffic, not an account.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use penchant_store::{GcRule, ReadModifyWriteRule, ReadRows, RowFilter, RowRange, RowSet, Store};
 use serde::Serialize;
 
 use crate::events::{Event, EventType};
 use crate::{Result, keys};
 
+/// How often a node adds its counts to the store.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
 pub const STATS_TABLE: &str = "stats";
 const FAMILY: &str = "m";
-/// Rows an app's hour is spread over.
-const SHARDS: u8 = 8;
 const MINUTE_MS: i64 = 60_000;
 const HOUR_MS: i64 = 60 * MINUTE_MS;
 /// The longest window a read covers; counters expire a day after it.
@@ -53,10 +57,9 @@ pub struct EventsPerMinute {
     pub counts: BTreeMap<&'static str, Vec<u64>>,
 }
 
-fn row(app: &str, hour: i64, shard: u8) -> Bytes {
+fn row(app: &str, hour: i64) -> Bytes {
     let mut key = keys::app(app).to_vec();
     key.extend_from_slice(&(hour.max(0) as u32).to_be_bytes());
-    key.push(shard);
     Bytes::from(key)
 }
 
@@ -67,37 +70,94 @@ fn qualifier(event_type: EventType, minute: u8) -> Bytes {
     Bytes::from(q)
 }
 
-/// Count stored events as received at `now` (ms): one atomic increment of one row.
-pub(crate) async fn count(
-    store: &Arc<dyn Store>,
-    app: &str,
-    events: &[&Event],
-    now: i64,
-) -> Result<()> {
-    let Some(first) = events.first() else {
-        return Ok(());
-    };
-    let mut by_type: BTreeMap<&'static str, i64> = BTreeMap::new();
-    for event in events {
-        *by_type.entry(event.event_type.as_str()).or_default() += 1;
+fn type_index(event_type: EventType) -> usize {
+    match event_type {
+        EventType::Click => 0,
+        EventType::Conversion => 1,
+        EventType::View => 2,
     }
-    let minute = ((now.rem_euclid(HOUR_MS)) / MINUTE_MS) as u8;
-    let rules = TYPES
-        .into_iter()
-        .filter_map(|t| {
-            let n = *by_type.get(t.as_str())?;
-            Some(ReadModifyWriteRule::increment(
-                FAMILY,
-                qualifier(t, minute),
-                n,
-            ))
-        })
-        .collect();
-    let shard = (xxhash_rust::xxh3::xxh3_64(first.user().as_bytes()) % u64::from(SHARDS)) as u8;
-    store
-        .read_modify_write_row(STATS_TABLE, row(app, now.div_euclid(HOUR_MS), shard), rules)
-        .await?;
-    Ok(())
+}
+
+/// Events of each type (click, conversion, view).
+type Counts = [i64; 3];
+
+fn add_counts(total: &mut Counts, more: Counts) {
+    for (total, n) in total.iter_mut().zip(more) {
+        *total += n;
+    }
+}
+
+/// A node's counts not yet in the store: per app and minute (since the epoch), per type.
+#[derive(Debug)]
+pub struct Traffic {
+    store: Arc<dyn Store>,
+    pending: Mutex<HashMap<(String, i64), Counts>>,
+}
+
+impl Traffic {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            pending: Mutex::default(),
+        }
+    }
+
+    /// Count stored events as received at `now` (ms), in memory.
+    pub(crate) fn add(&self, app: &str, events: &[&Event], now: i64) {
+        if events.is_empty() {
+            return;
+        }
+        let mut counts = [0; 3];
+        for event in events {
+            counts[type_index(event.event_type)] += 1;
+        }
+        let minute = now.div_euclid(MINUTE_MS);
+        let mut pending = self.pending.lock();
+        add_counts(pending.entry((app.to_owned(), minute)).or_default(), counts);
+    }
+
+    /// Add the counts kept in memory to the store: one atomic increment per app and hour. Counts
+    /// a failed increment held are kept for the next flush.
+    pub async fn flush(&self) -> Result<()> {
+        let pending = std::mem::take(&mut *self.pending.lock());
+        let mut rows: BTreeMap<(String, i64), Vec<(i64, Counts)>> = BTreeMap::new();
+        for ((app, minute), counts) in pending {
+            rows.entry((app, minute.div_euclid(60)))
+                .or_default()
+                .push((minute, counts));
+        }
+        let mut failed = None;
+        for ((app, hour), minutes) in rows {
+            let rules = minutes
+                .iter()
+                .flat_map(|(minute, counts)| {
+                    let at = minute.rem_euclid(60) as u8;
+                    TYPES
+                        .into_iter()
+                        .zip(counts)
+                        .filter(|(_, n)| **n > 0)
+                        .map(move |(t, n)| {
+                            ReadModifyWriteRule::increment(FAMILY, qualifier(t, at), *n)
+                        })
+                })
+                .collect();
+            let done = self
+                .store
+                .read_modify_write_row(STATS_TABLE, row(&app, hour), rules)
+                .await;
+            if let Err(e) = done {
+                let mut pending = self.pending.lock();
+                for (minute, counts) in minutes {
+                    add_counts(pending.entry((app.clone(), minute)).or_default(), counts);
+                }
+                failed = Some(e);
+            }
+        }
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// An app's events per minute by type over the last `hours` (1..=[`MAX_HOURS`]) up to `now`.
@@ -115,7 +175,7 @@ pub(crate) async fn events_per_minute(
         (first * MINUTE_MS).div_euclid(HOUR_MS),
         now.div_euclid(HOUR_MS) + 1,
     );
-    let range = RowRange::closed_open(row(app, from, 0), row(app, until, 0));
+    let range = RowRange::closed_open(row(app, from), row(app, until));
     let request = ReadRows::new(RowSet::range(range)).filter(RowFilter::CellsPerColumnLimit(1));
     let mut counts: BTreeMap<&'static str, Vec<u64>> = TYPES
         .into_iter()
@@ -126,7 +186,7 @@ pub(crate) async fn events_per_minute(
         let Some(hour) = row
             .key
             .strip_prefix(&prefix[..])
-            .and_then(|rest| <[u8; 4]>::try_from(rest.get(..4)?).ok())
+            .and_then(|rest| <[u8; 4]>::try_from(rest).ok())
             .map(|b| i64::from(u32::from_be_bytes(b)))
         else {
             continue;

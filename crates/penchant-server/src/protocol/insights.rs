@@ -1,6 +1,7 @@
 //! Algolia's Insights protocol: `POST /1/events` bodies validated into the engine's
 //! [`Event`]s, with Algolia's checks in Algolia's order and Algolia's messages
-//! (`docs/research/insights-errors.md`). Every event must be valid or none is stored.
+//! (`docs/research/insights-errors.md`). Every event must be valid or none is stored. And back:
+//! [`to_insights`] shows a stored event as Insights sent it.
 
 use std::time::Duration;
 
@@ -336,6 +337,47 @@ pub fn validate_event(raw: &Value, now: i64) -> Result<Event, Rejection> {
     })
 }
 
+/// A stored event in Insights' shape: `objectIDs` or `filters` (`"attribute:value"`), and the
+/// optional fields it was sent with.
+pub fn to_insights(event: &Event) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("eventType".into(), event.event_type.as_str().into());
+    if let Some(subtype) = &event.event_subtype {
+        out.insert("eventSubtype".into(), subtype.clone().into());
+    }
+    out.insert("eventName".into(), event.event_name.clone().into());
+    out.insert("index".into(), event.index.clone().into());
+    out.insert("userToken".into(), event.user_token.clone().into());
+    if let Some(token) = &event.authenticated_user_token {
+        out.insert("authenticatedUserToken".into(), token.clone().into());
+    }
+    out.insert("timestamp".into(), event.timestamp.into());
+    match &event.target {
+        Target::ObjectIds(ids) => out.insert("objectIDs".into(), ids.clone().into()),
+        Target::Filters(filters) => out.insert(
+            "filters".into(),
+            filters
+                .iter()
+                .map(|(attribute, value)| format!("{attribute}:{value}"))
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+    };
+    let optional = [
+        ("queryID", event.query_id.clone().map(Value::from)),
+        ("positions", event.positions.clone().map(Value::from)),
+        ("objectData", event.object_data.clone().map(Value::from)),
+        ("value", event.value.clone()),
+        ("currency", event.currency.clone().map(Value::from)),
+    ];
+    for (name, value) in optional {
+        if let Some(value) = value {
+            out.insert(name.into(), value);
+        }
+    }
+    Value::Object(out)
+}
+
 /// Validate a whole request body (its size is checked once, by the route's body limit): every
 /// event valid, or the first problem.
 pub fn validate_request(body: &[u8], now: i64) -> Result<Vec<Event>, Rejection> {
@@ -372,6 +414,29 @@ mod tests {
     fn valid() -> Value {
         json!({"eventType": "click", "eventName": "Product Clicked", "index": "products",
                "userToken": "user-1", "objectIDs": ["a", "b"]})
+    }
+
+    /// What `to_insights` shows is what was sent, and validates into the same event.
+    #[test]
+    fn stored_events_show_as_sent() {
+        let sent = [
+            json!({"eventType": "click", "eventName": "Clicked", "index": "products",
+                   "userToken": "u1", "timestamp": NOW - 5, "objectIDs": ["a", "b"],
+                   "queryID": "a".repeat(32), "positions": [1, 2]}),
+            json!({"eventType": "view", "eventName": "Viewed", "index": "products",
+                   "userToken": "u1", "authenticatedUserToken": "account-1",
+                   "timestamp": NOW - 5, "filters": ["brand:Apple", "color:red"]}),
+            json!({"eventType": "conversion", "eventSubtype": "purchase", "eventName": "Bought",
+                   "index": "products", "userToken": "u1", "timestamp": NOW - 5,
+                   "objectIDs": ["a"], "objectData": [{"price": 10, "quantity": 1}],
+                   "value": 10, "currency": "EUR"}),
+        ];
+        for raw in sent {
+            let event = validate_event(&raw, NOW).unwrap();
+            let shown = to_insights(&event);
+            assert_eq!(shown, raw);
+            assert_eq!(validate_event(&shown, NOW).unwrap(), event);
+        }
     }
 
     fn check(mut edit: impl FnMut(&mut Map<String, Value>), message: &str) {

@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use crate::auth::Auth;
 use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
+use crate::protocol::insights::to_insights;
 use crate::{AppState, iso};
 
 pub fn routes() -> Router<AppState> {
@@ -208,6 +209,7 @@ async fn events(
             })?,
     };
     let events = state.engine.recent_events(app, &user, limit).await?;
+    let events: Vec<Value> = events.iter().map(to_insights).collect();
     Ok(Json(json!({ "userToken": user, "events": events })))
 }
 

@@ -263,7 +263,11 @@ async fn a_users_latest_events_come_newest_first() {
     assert_eq!(status, StatusCode::OK, "{three}");
     assert_eq!(three["userToken"], "bob");
     assert_eq!(stamps(&three), vec![times[4], times[3], times[2]]);
-    assert_eq!(three["events"][0]["eventName"], "Viewed");
+    // As Insights received them.
+    assert_eq!(
+        three["events"][0],
+        event("view", "Viewed", "bob", "Apple", times[4])
+    );
     let (_, all) = s.call(Method::GET, path, r, None).await;
     let mut newest_first = times.to_vec();
     newest_first.reverse();
