@@ -35,7 +35,7 @@ pub use memory::{
     MemStore, cell_to_mutation, change_families, check_batch_size, check_conditional,
     check_new_table,
 };
-pub use placement::PlacedStore;
+pub use placement::{PlacedStore, Route, unit_range};
 pub use types::{
     Cell, FamilyChange, FamilyName, GcRule, KeySample, Mutation, ReadModifyWriteOp,
     ReadModifyWriteRule, ReadRows, Row, RowMutation, RowRange, RowSet, TableSchema, TimeRange,
