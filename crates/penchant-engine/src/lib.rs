@@ -18,6 +18,7 @@ pub mod pending;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;
+pub mod residency;
 pub mod seen;
 pub mod sets;
 pub mod stats;
@@ -109,6 +110,11 @@ pub struct EngineConfig {
     pub vector_memory_bytes: u64,
     /// When vector searches go through an approximate index (default: never).
     pub vector_index: vectors::IndexSettings,
+    /// The store the engine's store routes through, when it has several targets: placements
+    /// and moves act on it ([`residency`]). `None`: one store, nothing moves.
+    pub placement: Option<penchant_store::PlacedStore>,
+    /// How often a node reloads every placement (a change reaches every node within it).
+    pub placement_refresh: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -129,6 +135,8 @@ impl EngineConfig {
             lease_ttl: Duration::from_secs(10),
             vector_memory_bytes: 1 << 30,
             vector_index: vectors::IndexSettings::SERVING,
+            placement: None,
+            placement_refresh: Duration::from_secs(5),
         }
     }
 }
@@ -194,6 +202,8 @@ pub struct Engine {
     migrations: Arc<events::migration::Migrations>,
     /// Events per minute not yet added to the store.
     traffic: Arc<stats::Traffic>,
+    residency: Arc<residency::Residency>,
+    placement_refresh: std::time::Duration,
 }
 
 /// Create the families of `table` it lacks (several nodes may do so at once).
@@ -242,7 +252,10 @@ impl Engine {
             .chain(leases::tables())
             .chain(vectors::tables())
             .chain(recommend::tables())
-            .chain(stats::tables());
+            .chain(stats::tables())
+            .chain(residency::tables());
+        let tables: Vec<_> = tables.collect();
+        let table_names: Vec<String> = tables.iter().map(|(n, _)| (*n).to_owned()).collect();
         for (name, families) in tables {
             match store.create_table(name, families.clone()).await {
                 Ok(()) => {}
@@ -323,7 +336,18 @@ impl Engine {
             clock.clone(),
             config.tenancy.cache_ttl,
         ));
+        let residency = Arc::new(residency::Residency::new(
+            store.clone(),
+            config.placement.clone(),
+            table_names,
+            leases.clone(),
+            supervisor.clone(),
+            clock.clone(),
+            config.placement_refresh,
+        ));
+        residency.load().await?;
         Ok(Self {
+            residency,
             migrations,
             vectors,
             trainings,
@@ -334,6 +358,9 @@ impl Engine {
             clock,
             refresh_latency: Arc::default(),
             traffic: Arc::new(stats::Traffic::new(store.clone())),
+            placement_refresh: config
+                .placement_refresh
+                .max(std::time::Duration::from_millis(10)),
             sets,
             seen,
             store,
@@ -536,7 +563,8 @@ impl Engine {
         Ok(self.jobs.take_over().await?
             + self.trainings.take_over().await?
             + self.take_over_builds().await?
-            + self.migrations.take_over().await?)
+            + self.migrations.take_over().await?
+            + self.residency.take_over().await?)
     }
 
     /// Start the node's background work, owned by the engine until [`Engine::shutdown`]: at
@@ -562,6 +590,19 @@ impl Engine {
                 tokio::select! {
                     () = tokio::time::sleep(engine.leases.ttl() / 2) => {}
                     () = stopped => return,
+                }
+            }
+        });
+        let (engine, refresh) = (self.clone(), self.placement_refresh);
+        self.supervisor.spawn(async move {
+            loop {
+                let stopped = engine.supervisor.stopped();
+                tokio::select! {
+                    () = tokio::time::sleep(refresh) => {}
+                    () = stopped => return,
+                }
+                if let Err(e) = engine.residency.load().await {
+                    tracing::warn!(error = %e, "cannot reload the placements");
                 }
             }
         });
@@ -641,6 +682,91 @@ impl Engine {
     /// The app's latest profile recompute, as last saved by whichever node runs it.
     pub async fn recompute_status(&self, app: &str) -> Result<Option<jobs::JobStatus>> {
         self.jobs.status(app).await
+    }
+
+    /// The placement targets; the first is the default.
+    pub fn placement_targets(&self) -> Vec<String> {
+        self.residency.targets()
+    }
+
+    /// Where an app's rows are (or a user's, with `user`), and the app's latest move.
+    pub async fn placement(
+        &self,
+        app: &str,
+        user: Option<&str>,
+    ) -> Result<(residency::Placement, Option<residency::MoveStatus>)> {
+        let unit = self.unit(app, user).await?;
+        let placement = self.residency.placement(&unit).await?;
+        Ok((placement, self.residency.status(app).await?))
+    }
+
+    /// The users of an app placed on their own.
+    pub async fn placed_users(&self, app: &str) -> Result<Vec<(String, residency::Placement)>> {
+        self.unit(app, None).await?;
+        self.residency.placed_users(app).await
+    }
+
+    /// Place an app (or one of its users) that has no rows yet in `target`.
+    pub async fn place(
+        &self,
+        app: &str,
+        user: Option<&str>,
+        target: &str,
+    ) -> Result<residency::Placement> {
+        let unit = self.unit(app, user).await?;
+        self.residency.place(&unit, target).await
+    }
+
+    /// Start moving an app's rows (or one user's) to `target`, in the background.
+    pub async fn move_placement(
+        &self,
+        app: &str,
+        user: Option<&str>,
+        target: &str,
+    ) -> Result<residency::MoveStatus> {
+        let unit = self.unit(app, user).await?;
+        self.residency.start(&unit, target).await
+    }
+
+    /// Create an app whose rows live in `target` from the start (its placement is written
+    /// before any of its rows). Returns it with its first admin key, as `create_app` does.
+    pub async fn create_app_in(
+        &self,
+        app_id: &str,
+        name: &str,
+        retention_days: u32,
+        event_layout: events::Layout,
+        target: &str,
+    ) -> Result<(tenancy::App, String)> {
+        tenancy::check_app_id(app_id)?;
+        if self.tenancy.app(app_id).await?.is_some() {
+            return Err(EngineError::Exists(format!(
+                "app `{app_id}` exists already"
+            )));
+        }
+        self.residency
+            .place(&residency::Unit::app(app_id), target)
+            .await?;
+        self.create_app(Some(app_id), name, retention_days, event_layout)
+            .await
+    }
+
+    /// Place the configuration's apps that have no placement yet.
+    pub async fn seed_placements(&self, apps: &[(String, String)]) -> Result<()> {
+        self.residency.seed(apps).await
+    }
+
+    async fn unit(&self, app: &str, user: Option<&str>) -> Result<residency::Unit> {
+        if self.tenancy.app(app).await?.is_none() {
+            return Err(EngineError::NotFound(format!("app `{app}` does not exist")));
+        }
+        Ok(match user {
+            Some(user) => {
+                keys::check_user_token(user)?;
+                residency::Unit::user(app, user)
+            }
+            None => residency::Unit::app(app),
+        })
     }
 
     /// The app's recomputes, newest first: the current or last one, then up to 20 past ones.
@@ -879,7 +1005,7 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 20);
+        assert_eq!(engine.store().list_tables().await.unwrap().len(), 21);
     }
 }
 

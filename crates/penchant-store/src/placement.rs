@@ -118,6 +118,11 @@ impl PlacedStore {
         }
     }
 
+    /// The default target's name.
+    pub fn default_target(&self) -> &str {
+        &self.targets.default
+    }
+
     /// The targets' names.
     pub fn target_names(&self) -> impl Iterator<Item = &str> {
         self.targets.stores.keys().map(String::as_str)
@@ -708,11 +713,11 @@ mod tests {
             .mutate_rows(
                 "t",
                 vec![
-                    set("us\01"),
-                    set("eu\01"),
-                    set("eu\00"),
+                    set("us\x001"),
+                    set("eu\x001"),
+                    set("eu\x000"),
                     set("eu"),
-                    set("euro\01"),
+                    set("euro\x001"),
                     set("zz"),
                 ],
             )
@@ -720,17 +725,21 @@ mod tests {
             .unwrap();
         assert!(statuses.iter().all(Result::is_ok));
         placed
-            .mutate_row("t", b("eu\02"), vec![Mutation::set("f", b("q"), 0, b("x"))])
+            .mutate_row(
+                "t",
+                b("eu\x002"),
+                vec![Mutation::set("f", b("q"), 0, b("x"))],
+            )
             .await
             .unwrap();
         // A unit holds its own key and the keys continuing with a 0 byte, not `euro`'s.
         assert_eq!(
             keys_in(eu, "t").await,
-            vec![b("eu"), b("eu\00"), b("eu\01"), b("eu\02")]
+            vec![b("eu"), b("eu\x000"), b("eu\x001"), b("eu\x002")]
         );
         assert_eq!(
             keys_in(us, "t").await,
-            vec![b("euro\01"), b("us\01"), b("zz")]
+            vec![b("euro\x001"), b("us\x001"), b("zz")]
         );
         let all = placed.read_all("t", ReadRows::default()).await.unwrap();
         let keys: Vec<Bytes> = all.into_iter().map(|r| r.key).collect();
@@ -738,17 +747,17 @@ mod tests {
             keys,
             vec![
                 b("eu"),
-                b("eu\00"),
-                b("eu\01"),
-                b("eu\02"),
-                b("euro\01"),
-                b("us\01"),
+                b("eu\x000"),
+                b("eu\x001"),
+                b("eu\x002"),
+                b("euro\x001"),
+                b("us\x001"),
                 b("zz")
             ]
         );
         let some = ReadRows::new(RowSet {
-            keys: vec![b("zz"), b("eu\01")],
-            ranges: vec![RowRange::closed(b("a"), b("eu\00"))],
+            keys: vec![b("zz"), b("eu\x001")],
+            ranges: vec![RowRange::closed(b("a"), b("eu\x000"))],
         })
         .limit(2);
         let keys: Vec<Bytes> = placed
@@ -758,17 +767,17 @@ mod tests {
             .into_iter()
             .map(|r| r.key)
             .collect();
-        assert_eq!(keys, vec![b("eu"), b("eu\00")]);
+        assert_eq!(keys, vec![b("eu"), b("eu\x000")]);
         // Pinned tables stay in the default target, whatever their keys.
         placed
             .mutate_row(
                 "pinned",
-                b("eu\01"),
+                b("eu\x001"),
                 vec![Mutation::set("f", b("q"), 0, b("x"))],
             )
             .await
             .unwrap();
-        assert_eq!(keys_in(us, "pinned").await, vec![b("eu\01")]);
+        assert_eq!(keys_in(us, "pinned").await, vec![b("eu\x001")]);
         assert!(keys_in(eu, "pinned").await.is_empty());
         placed.drop_row_range("t", b"eu\0").await.unwrap();
         assert_eq!(keys_in(eu, "t").await, vec![b("eu")]);
@@ -787,12 +796,12 @@ mod tests {
         let routes = vec![Route::at(b("app"), "eu"), bob];
         let placed = placed(&["home", "eu", "us"], routes).await;
         let writes = [
-            "app\0alice\01",
+            "app\0alice\x001",
             "app\0bob",
-            "app\0bob\01",
-            "app\0bobby\01",
+            "app\0bob\x001",
+            "app\0bobby\x001",
             "app\0x",
-            "other\01",
+            "other\x001",
         ];
         placed
             .mutate_rows("t", writes.iter().map(|k| set(k)).collect())
@@ -800,15 +809,15 @@ mod tests {
             .unwrap();
         assert_eq!(
             keys_in(placed.target("us").unwrap(), "t").await,
-            vec![b("app\0bob"), b("app\0bob\01")]
+            vec![b("app\0bob"), b("app\0bob\x001")]
         );
         assert_eq!(
             keys_in(placed.target("eu").unwrap(), "t").await,
-            vec![b("app\0alice\01"), b("app\0bobby\01"), b("app\0x")]
+            vec![b("app\0alice\x001"), b("app\0bobby\x001"), b("app\0x")]
         );
         assert_eq!(
             keys_in(placed.target("home").unwrap(), "t").await,
-            vec![b("other\01")]
+            vec![b("other\x001")]
         );
         // Reads of the app, of bob, of everything, and of keys, each in key order.
         let read = |rows: RowSet| {
@@ -823,12 +832,12 @@ mod tests {
         assert_eq!(read(RowSet::range(unit_range(b"app"))).await, app);
         assert_eq!(
             read(RowSet::range(unit_range(b"app\0bob"))).await,
-            vec![b("app\0bob"), b("app\0bob\01")]
+            vec![b("app\0bob"), b("app\0bob\x001")]
         );
         assert_eq!(read(RowSet::default()).await.len(), 6);
         assert_eq!(
-            read(RowSet::keys([b("app\0bob\01"), b("app\0x"), b("nope")])).await,
-            vec![b("app\0bob\01"), b("app\0x")]
+            read(RowSet::keys([b("app\0bob\x001"), b("app\0x"), b("nope")])).await,
+            vec![b("app\0bob\x001"), b("app\0x")]
         );
         // In a table the user's route does not apply to, `app 0 bob` is the app's.
         placed

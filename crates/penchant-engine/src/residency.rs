@@ -1,0 +1,885 @@
+//! Residency: which target (a Bigtable instance in a region, a RocksDB folder) holds each app's
+//! rows and, for an app that asks, each of its users' — as data every node reads — and moving
+//! them between targets online (the seed's metadata table and background migration).
+//!
+//! **Placement as data.** Table `placements` (pinned to the default target) has one row per
+//! placed unit ([`penchant_store::PlacedStore`]): an app `A` (its rows `A 0 ...`) or a user
+//! `A 0 u` (its rows in the tables keyed by user, [`user_tables`]), holding `{target,
+//! alsoWritten}`. Every node loads the whole table into its store's routes at start and every
+//! `refresh` ([`Residency::load`]); the node that changes a placement applies it at once. So a
+//! change reaches every node within `refresh`.
+//!
+//! **Moves.** One node runs a move (the holder of the app's `placement` lease), in phases:
+//!
+//! | phase | the unit | the job |
+//! |---|---|---|
+//! | `dualWrite` | read from `from`, written to both | waits until every node writes both |
+//! | `copy` | same | copies the unit's rows of every table from `from` to `to` (each row replaced whole, in one atomic write) |
+//! | `verify` | same | compares the unit's rows in both, copies again the rows that differ, until a pass finds none |
+//! | `switch` | read from `to`, written to both | waits until every node reads `to` |
+//! | `stopOld` | read and written in `to` | waits until no node writes `from` |
+//! | `drop` | same | deletes the unit's rows from `from` |
+//!
+//! While both are written, every write reaches both with the same cells (see `PlacedStore`), so
+//! a row copied once stays equal unless a write raced with its copy; the verify pass catches
+//! those, and a pass that finds no difference proves both hold the same rows from then on.
+//! Reads switch only then; `from` is emptied once no node writes it, so once the move ends the
+//! unit's rows are in `to` only. The status (`j:placement` in table `jobs`, row `A 0`) is saved
+//! every half second with the phase, the table and the last row done; a node that stops or dies
+//! leaves it running, and the node that takes the lease over resumes from there.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use penchant_store::{
+    GcRule, Mutation, PlacedStore, ReadRows, Route, Row, RowFilter, RowMutation, RowSet, Store,
+    Workload, for_workload, unit_range,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+use crate::events::migration::IN_FLIGHT;
+use crate::jobs::JobState;
+use crate::leases::{Claims, LEASES_TABLE, Leases};
+use crate::supervisor::Supervisor;
+use crate::{EngineError, Result, internal, keys};
+
+pub const PLACEMENTS_TABLE: &str = "placements";
+const FAMILY: &str = "p";
+const COLUMN: &[u8] = b"placement";
+const LEASE: &str = "placement";
+const SAVE_EVERY: Duration = Duration::from_millis(500);
+/// Rows copied (or deleted) in one write.
+const ROWS_AT_ONCE: usize = 500;
+/// Verify passes before a move gives up (each pass after the first only meets rows written
+/// while the previous one ran).
+const MAX_PASSES: u32 = 10;
+
+/// The tables this module needs.
+pub fn tables() -> Vec<(&'static str, std::collections::BTreeMap<String, GcRule>)> {
+    vec![(
+        PLACEMENTS_TABLE,
+        std::collections::BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
+    )]
+}
+
+/// The tables that never move: who lives where, and the leases that say who moves it.
+pub fn pinned_tables() -> Vec<String> {
+    vec![PLACEMENTS_TABLE.to_owned(), LEASES_TABLE.to_owned()]
+}
+
+/// The tables keyed by user (`app 0 user ...`): where a user's own placement applies.
+pub fn user_tables() -> BTreeSet<String> {
+    [
+        crate::events::EVENTS_TABLE,
+        crate::aggregates::AGGREGATES_TABLE,
+        crate::profiles::PROFILES_TABLE,
+        crate::seen::SEEN_TABLE,
+        crate::vectors::USER_VECTORS_TABLE,
+        crate::recommend::queues::QUEUES_TABLE,
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// What moves: an app, or one of its users.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    pub app: String,
+    pub user: Option<String>,
+}
+
+impl Unit {
+    pub fn app(app: &str) -> Self {
+        Self {
+            app: app.to_owned(),
+            user: None,
+        }
+    }
+
+    pub fn user(app: &str, user: &str) -> Self {
+        Self {
+            app: app.to_owned(),
+            user: Some(user.to_owned()),
+        }
+    }
+
+    /// The unit's key: `app`, or `app 0 user`.
+    pub fn key(&self) -> Bytes {
+        match &self.user {
+            None => Bytes::copy_from_slice(self.app.as_bytes()),
+            Some(user) => {
+                let mut key = keys::app(&self.app).to_vec();
+                key.extend_from_slice(user.as_bytes());
+                Bytes::from(key)
+            }
+        }
+    }
+
+    fn of_key(key: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(key).ok()?;
+        Some(match text.split_once('\0') {
+            Some((app, user)) => Self::user(app, user),
+            None => Self::app(text),
+        })
+    }
+
+    fn describe(&self) -> String {
+        match &self.user {
+            None => format!("app `{}`", self.app),
+            Some(user) => format!("user `{user}` of app `{}`", self.app),
+        }
+    }
+}
+
+/// Where a unit's rows are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// The target reads use.
+    pub target: String,
+    /// During a move: the other target, written too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_written: Option<String>,
+}
+
+/// Where a move stands (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    DualWrite,
+    Copy,
+    Verify,
+    Switch,
+    StopOld,
+    Drop,
+    Done,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 7] = [
+        Phase::DualWrite,
+        Phase::Copy,
+        Phase::Verify,
+        Phase::Switch,
+        Phase::StopOld,
+        Phase::Drop,
+        Phase::Done,
+    ];
+
+    fn next(self) -> Phase {
+        let at = Phase::ALL.iter().position(|p| *p == self).unwrap_or(0);
+        Phase::ALL[(at + 1).min(Phase::ALL.len() - 1)]
+    }
+
+    /// The unit's placement in this phase.
+    fn placement(self, from: &str, to: &str) -> Placement {
+        let (target, also) = match self {
+            Phase::DualWrite | Phase::Copy | Phase::Verify => (from, Some(to)),
+            Phase::Switch => (to, Some(from)),
+            Phase::StopOld | Phase::Drop | Phase::Done => (to, None),
+        };
+        Placement {
+            target: target.to_owned(),
+            also_written: also.map(str::to_owned),
+        }
+    }
+
+    /// Whether this phase changes the placement (and then waits for every node to see it).
+    fn changes_placement(self) -> bool {
+        matches!(self, Phase::DualWrite | Phase::Switch | Phase::StopOld)
+    }
+}
+
+/// A move's status, saved as it goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveStatus {
+    pub state: JobState,
+    /// The user moved; `None`: the whole app.
+    pub user: Option<String>,
+    pub from: String,
+    pub to: String,
+    pub phase: Phase,
+    /// When the phase's placement change was made (Unix ms), once made.
+    pub changed_at: Option<i64>,
+    /// The table the copy, verify pass or drop is in, and the last row it finished there
+    /// (hex): its checkpoint.
+    pub table: Option<String>,
+    pub after: Option<String>,
+    /// Rows copied, rows found different (and copied again) by the verify passes, passes
+    /// made, rows deleted from `from`.
+    pub copied: u64,
+    pub differences: u64,
+    pub passes: u32,
+    pub dropped: u64,
+    /// Bytes of cell values copied.
+    pub bytes: u64,
+    /// Unix ms.
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub error: Option<String>,
+}
+
+fn hex(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Result<Bytes> {
+    let corrupt = || internal("corrupt move checkpoint", text);
+    if !text.len().is_multiple_of(2) {
+        return Err(corrupt());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(text.get(i..i + 2).ok_or_else(corrupt)?, 16).map_err(|_| corrupt())
+        })
+        .collect::<Result<Vec<u8>>>()
+        .map(Bytes::from)
+}
+
+/// A row written whole: what was there is replaced by `row`'s cells.
+fn replace(row: &Row) -> RowMutation {
+    let mut mutations = Vec::with_capacity(row.cells.len() + 1);
+    mutations.push(Mutation::DeleteFromRow);
+    mutations.extend(row.cells.iter().map(|c| {
+        Mutation::set(
+            c.family.to_string(),
+            c.qualifier.clone(),
+            c.timestamp,
+            c.value.clone(),
+        )
+    }));
+    RowMutation::new(row.key.clone(), mutations)
+}
+
+/// Placements and moves. Without a placed store (one target), placements read as the default
+/// and moves are refused.
+#[derive(Debug)]
+pub struct Residency {
+    /// The engine's store (placements, job statuses).
+    store: Arc<dyn Store>,
+    placed: Option<PlacedStore>,
+    supervisor: Arc<Supervisor>,
+    clock: Clock,
+    claims: Claims,
+    /// Every table a unit's rows may be in.
+    tables: Vec<String>,
+    /// How long after a placement change every node has seen it.
+    settle: Duration,
+}
+
+impl Residency {
+    pub fn new(
+        store: Arc<dyn Store>,
+        placed: Option<PlacedStore>,
+        tables: Vec<String>,
+        leases: Leases,
+        supervisor: Arc<Supervisor>,
+        clock: Clock,
+        refresh: Duration,
+    ) -> Self {
+        let pinned = pinned_tables();
+        Self {
+            store,
+            placed,
+            supervisor,
+            clock,
+            claims: Claims::new(leases, LEASE),
+            tables: tables.into_iter().filter(|t| !pinned.contains(t)).collect(),
+            settle: refresh + IN_FLIGHT,
+        }
+    }
+
+    /// The targets' names; the first is the default.
+    pub fn targets(&self) -> Vec<String> {
+        match &self.placed {
+            Some(placed) => {
+                let default = placed.default_target().to_owned();
+                std::iter::once(default.clone())
+                    .chain(
+                        placed
+                            .target_names()
+                            .filter(|n| **n != default)
+                            .map(str::to_owned),
+                    )
+                    .collect()
+            }
+            None => vec![DEFAULT_TARGET.to_owned()],
+        }
+    }
+
+    fn placed(&self) -> Result<&PlacedStore> {
+        self.placed.as_ref().ok_or_else(|| {
+            EngineError::Refused(
+                "this node has a single store: placement needs targets ([placement.targets] in \
+                 the configuration)"
+                    .into(),
+            )
+        })
+    }
+
+    /// Every placed unit, from the store.
+    async fn all(&self) -> Result<Vec<(Unit, Placement)>> {
+        let rows = self
+            .store
+            .read_all(PLACEMENTS_TABLE, ReadRows::new(RowSet::all()))
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (Some(unit), Some(cell)) = (Unit::of_key(&row.key), row.latest(FAMILY, COLUMN))
+            else {
+                continue;
+            };
+            let placement: Placement = serde_json::from_slice(&cell.value)
+                .map_err(|e| internal("corrupt placement", e))?;
+            out.push((unit, placement));
+        }
+        Ok(out)
+    }
+
+    fn route(unit: &Unit, placement: &Placement) -> Route {
+        Route {
+            also_written: placement.also_written.clone(),
+            tables: unit.user.as_ref().map(|_| Arc::new(user_tables())),
+            ..Route::at(unit.key(), placement.target.clone())
+        }
+    }
+
+    /// Load every placement into the store's routes (at start, then every `refresh`).
+    pub async fn load(&self) -> Result<()> {
+        let Some(placed) = &self.placed else {
+            return Ok(());
+        };
+        let routes: Vec<Route> = self
+            .all()
+            .await?
+            .iter()
+            .map(|(unit, placement)| Self::route(unit, placement))
+            .collect();
+        placed.set_routes(routes)?;
+        Ok(())
+    }
+
+    /// Place units that have no placement yet (the configuration's `placement.apps`).
+    pub async fn seed(&self, apps: &[(String, String)]) -> Result<()> {
+        let placed: Vec<Unit> = self.all().await?.into_iter().map(|(u, _)| u).collect();
+        for (app, target) in apps {
+            let unit = Unit::app(app);
+            if !placed.contains(&unit) {
+                self.check_target(target)?;
+                self.write(
+                    &unit,
+                    &Placement {
+                        target: target.clone(),
+                        also_written: None,
+                    },
+                )
+                .await?;
+            }
+        }
+        self.load().await
+    }
+
+    fn check_target(&self, target: &str) -> Result<()> {
+        if self.targets().iter().any(|t| t == target) {
+            Ok(())
+        } else {
+            Err(EngineError::Invalid(format!(
+                "unknown placement target `{target}`; the targets are: {}",
+                self.targets().join(", ")
+            )))
+        }
+    }
+
+    async fn write(&self, unit: &Unit, placement: &Placement) -> Result<()> {
+        let json = serde_json::to_vec(placement).map_err(|e| internal("serialization", e))?;
+        self.store
+            .mutate_row(
+                PLACEMENTS_TABLE,
+                unit.key(),
+                vec![Mutation::set_now(FAMILY, COLUMN, json)],
+            )
+            .await?;
+        // This node sees its own change at once.
+        self.load().await
+    }
+
+    /// Where a unit's rows are: its own placement, else its app's (for a user), else the
+    /// default target.
+    pub async fn placement(&self, unit: &Unit) -> Result<Placement> {
+        let all = self.all().await?;
+        let find = |u: &Unit| all.iter().find(|(x, _)| x == u).map(|(_, p)| p.clone());
+        Ok(find(unit)
+            .or_else(|| unit.user.as_ref().and_then(|_| find(&Unit::app(&unit.app))))
+            .unwrap_or_else(|| Placement {
+                target: self.targets()[0].clone(),
+                also_written: None,
+            }))
+    }
+
+    /// The users of an app placed on their own, with their placements.
+    pub async fn placed_users(&self, app: &str) -> Result<Vec<(String, Placement)>> {
+        Ok(self
+            .all()
+            .await?
+            .into_iter()
+            .filter(|(u, _)| u.app == app)
+            .filter_map(|(u, p)| Some((u.user?, p)))
+            .collect())
+    }
+
+    /// Place a unit that holds no rows yet (a new app, a new user) in `target`.
+    pub async fn place(&self, unit: &Unit, target: &str) -> Result<Placement> {
+        self.placed()?;
+        self.check_target(target)?;
+        if let Some(status) = self.status(&unit.app).await?
+            && status.state == JobState::Running
+        {
+            return Err(EngineError::Refused(
+                "a move of this app (or one of its users) is running: wait for it to end".into(),
+            ));
+        }
+        for table in &self.tables_of(unit) {
+            let request = ReadRows::new(Self::unit_rows(unit))
+                .filter(RowFilter::StripValue)
+                .limit(1);
+            if !self.store.read_all(table, request).await?.is_empty() {
+                return Err(EngineError::Refused(format!(
+                    "the {} has rows already (table {table}): move it instead",
+                    unit.describe()
+                )));
+            }
+        }
+        let placement = Placement {
+            target: target.to_owned(),
+            also_written: None,
+        };
+        self.write(unit, &placement).await?;
+        Ok(placement)
+    }
+
+    /// The tables a unit has rows in: every table of an app's but the pinned ones; a user's
+    /// tables keyed by user.
+    fn tables_of(&self, unit: &Unit) -> Vec<String> {
+        let users = user_tables();
+        self.tables
+            .iter()
+            .filter(|t| unit.user.is_none() || users.contains(*t))
+            .cloned()
+            .collect()
+    }
+
+    /// The unit's rows in one of its tables: its key range.
+    fn unit_rows(unit: &Unit) -> RowSet {
+        RowSet::range(unit_range(&unit.key()))
+    }
+
+    /// Start moving a unit to `to`, in the background; refused while a move of the app (or
+    /// one of its users) runs, or if the unit is in `to` already.
+    pub async fn start(self: &Arc<Self>, unit: &Unit, to: &str) -> Result<MoveStatus> {
+        self.placed()?;
+        self.check_target(to)?;
+        if let Some(status) = self.status(&unit.app).await?
+            && status.state == JobState::Running
+        {
+            return Err(EngineError::Refused(format!(
+                "a move of this app to `{}` is running: wait for it to end",
+                status.to
+            )));
+        }
+        let current = self.placement(unit).await?;
+        if current.target == to && current.also_written.is_none() {
+            return Err(EngineError::Refused(format!(
+                "the {} is in `{to}` already",
+                unit.describe()
+            )));
+        }
+        if !self.claims.claim(&unit.app).await? {
+            return Err(EngineError::Refused(
+                "a move of this app is running: wait for it to end".into(),
+            ));
+        }
+        let now = self.clock.now_ms();
+        let status = MoveStatus {
+            state: JobState::Running,
+            user: unit.user.clone(),
+            from: current.target.clone(),
+            to: to.to_owned(),
+            phase: Phase::DualWrite,
+            changed_at: None,
+            table: None,
+            after: None,
+            copied: 0,
+            differences: 0,
+            passes: 0,
+            dropped: 0,
+            bytes: 0,
+            started_at: now,
+            finished_at: None,
+            error: None,
+        };
+        // A unit left between targets by a failed move whose reads moved already: only the
+        // old target's writes and rows are left to stop and drop.
+        let status = match &current.also_written {
+            Some(other) if current.target == to => MoveStatus {
+                from: other.clone(),
+                phase: Phase::StopOld,
+                ..status
+            },
+            _ => status,
+        };
+        if let Err(e) = self.save(&unit.app, &status).await {
+            self.unclaim(&unit.app).await;
+            return Err(e);
+        }
+        self.launch(unit.app.clone(), status.clone());
+        Ok(status)
+    }
+
+    /// The app's latest move (of the app or of one of its users), as last saved.
+    pub async fn status(&self, app: &str) -> Result<Option<MoveStatus>> {
+        crate::jobs::saved_status(&self.store, app, COLUMN).await
+    }
+
+    async fn save(&self, app: &str, status: &MoveStatus) -> Result<()> {
+        crate::jobs::save_status(&self.store, app, COLUMN, status).await
+    }
+
+    async fn unclaim(&self, app: &str) {
+        if let Err(e) = self.claims.release(app).await {
+            tracing::warn!(%app, error = %e, "cannot release the move's lease");
+        }
+    }
+
+    /// Resume every running move whose lease no node holds, from its checkpoint.
+    pub async fn take_over(self: &Arc<Self>) -> Result<usize> {
+        if self.supervisor.stopping() || self.placed.is_none() {
+            return Ok(0);
+        }
+        let running = crate::jobs::running::<MoveStatus>(&self.store, COLUMN, |s| s.state).await?;
+        let mut resumed = 0;
+        for (app, status) in running {
+            if self.claims.claim(&app).await? {
+                tracing::info!(%app, phase = ?status.phase, "resuming a placement move");
+                self.launch(app, status);
+                resumed += 1;
+            }
+        }
+        Ok(resumed)
+    }
+
+    fn launch(self: &Arc<Self>, app: String, status: MoveStatus) {
+        let residency = Arc::clone(self);
+        self.supervisor.spawn(async move {
+            residency.run(&app, status).await;
+            residency.unclaim(&app).await;
+        });
+    }
+
+    /// Run a claimed move to its end, saving its status as it goes; a node stopping (or losing
+    /// the lease) leaves it running for another node.
+    async fn run(&self, app: &str, status: MoveStatus) {
+        let shared = Arc::new(Mutex::new(status));
+        let work = self.steps(app, &shared);
+        tokio::pin!(work);
+        let mut stopped = Box::pin(self.supervisor.stopped());
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                () = tokio::time::sleep(SAVE_EVERY) => {
+                    if !self.claims.renew(app).await.unwrap_or(false) {
+                        tracing::warn!(%app, "lost the move's lease: stopping");
+                        return;
+                    }
+                    let snapshot = shared.lock().clone();
+                    if let Err(e) = self.save(app, &snapshot).await {
+                        tracing::warn!(%app, error = %e, "cannot save the move's status");
+                    }
+                }
+                () = &mut stopped => {
+                    let snapshot = shared.lock().clone();
+                    if let Err(e) = self.save(app, &snapshot).await {
+                        tracing::warn!(%app, error = %e, "cannot save the move's status");
+                    }
+                    return;
+                }
+            }
+        };
+        let mut status = shared.lock().clone();
+        match outcome {
+            Ok(()) => status.state = JobState::Done,
+            Err(e) => {
+                tracing::error!(%app, error = %e, "placement move failed");
+                status.state = JobState::Failed;
+                status.error = Some(e.to_string());
+            }
+        }
+        status.finished_at = Some(self.clock.now_ms());
+        if let Err(e) = self.save(app, &status).await {
+            tracing::error!(%app, error = %e, "cannot save the move's end");
+        }
+    }
+
+    /// The phases from where the status stands to the end.
+    async fn steps(&self, app: &str, shared: &Mutex<MoveStatus>) -> Result<()> {
+        loop {
+            let status = shared.lock().clone();
+            let unit = match &status.user {
+                Some(user) => Unit::user(app, user),
+                None => Unit::app(app),
+            };
+            if status.phase.changes_placement() {
+                let changed_at = match status.changed_at {
+                    Some(at) => at,
+                    None => {
+                        let placement = status.phase.placement(&status.from, &status.to);
+                        self.write(&unit, &placement).await?;
+                        let now = self.clock.now_ms();
+                        let snapshot = {
+                            let mut s = shared.lock();
+                            s.changed_at = Some(now);
+                            s.clone()
+                        };
+                        self.save(app, &snapshot).await?;
+                        now
+                    }
+                };
+                self.settle(changed_at).await;
+            }
+            match status.phase {
+                Phase::Copy => self.copy(&unit, shared).await?,
+                Phase::Verify => self.verify(&unit, shared).await?,
+                Phase::Drop => self.drop_old(&unit, shared).await?,
+                Phase::Done => return Ok(()),
+                Phase::DualWrite | Phase::Switch | Phase::StopOld => {}
+            }
+            let snapshot = {
+                let mut s = shared.lock();
+                s.phase = s.phase.next();
+                s.changed_at = None;
+                s.table = None;
+                s.after = None;
+                s.clone()
+            };
+            self.save(app, &snapshot).await?;
+        }
+    }
+
+    /// Wait until every node has seen a placement change made at `changed_at` (ms).
+    async fn settle(&self, changed_at: i64) {
+        let until = changed_at + self.settle.as_millis() as i64;
+        loop {
+            let left = until - self.clock.now_ms();
+            if left <= 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(left.min(100) as u64)).await;
+        }
+    }
+
+    /// A target as batch work sees it.
+    fn target(&self, name: &str) -> Result<Arc<dyn Store>> {
+        let store = self
+            .placed()?
+            .target(name)
+            .ok_or_else(|| internal("unknown placement target", name))?;
+        Ok(for_workload(store, Workload::Batch))
+    }
+
+    /// The unit's tables from the checkpoint's on, each with the row to start after.
+    fn remaining(
+        &self,
+        unit: &Unit,
+        shared: &Mutex<MoveStatus>,
+    ) -> Result<Vec<(String, Option<Bytes>)>> {
+        let (table, after) = {
+            let s = shared.lock();
+            (s.table.clone(), s.after.clone())
+        };
+        let tables = self.tables_of(unit);
+        let start = table
+            .and_then(|t| tables.iter().position(|x| *x == t))
+            .unwrap_or(0);
+        let after = after.map(|a| unhex(&a)).transpose()?;
+        Ok(tables[start..]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), if i == 0 { after.clone() } else { None }))
+            .collect())
+    }
+
+    /// The unit's own rows of `table` in `target`, after `after`: its range, less the rows of
+    /// units placed inside it.
+    async fn scan(
+        &self,
+        target: &Arc<dyn Store>,
+        table: &str,
+        unit: &Unit,
+        after: Option<Bytes>,
+        filter: Option<RowFilter>,
+    ) -> Result<Vec<Row>> {
+        let mut rows = Self::unit_rows(unit);
+        if let (Some(after), Some(range)) = (after, rows.ranges.first_mut()) {
+            range.start = Bound::Excluded(after);
+        }
+        let mut request = ReadRows::new(rows);
+        request.filter = filter;
+        let placed = self.placed()?;
+        let key = unit.key();
+        let rows = target.read_all(table, request).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| placed.unit_of(table, &r.key).as_ref() == Some(&key))
+            .collect())
+    }
+
+    /// Copy the unit's rows of every table from `from` to `to`, each row replaced whole.
+    async fn copy(&self, unit: &Unit, shared: &Mutex<MoveStatus>) -> Result<()> {
+        let (from, to) = {
+            let s = shared.lock();
+            (self.target(&s.from)?, self.target(&s.to)?)
+        };
+        for (table, after) in self.remaining(unit, shared)? {
+            let rows = self.scan(&from, &table, unit, after, None).await?;
+            for chunk in rows.chunks(ROWS_AT_ONCE) {
+                let bytes: usize = chunk
+                    .iter()
+                    .flat_map(|r| &r.cells)
+                    .map(|c| c.value.len())
+                    .sum();
+                to.mutate_all(&table, chunk.iter().map(replace).collect())
+                    .await?;
+                let mut s = shared.lock();
+                s.table = Some(table.clone());
+                s.after = chunk.last().map(|r| hex(&r.key));
+                s.copied += chunk.len() as u64;
+                s.bytes += bytes as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Compare the unit's rows in both targets and copy again those that differ, until a pass
+    /// finds none.
+    async fn verify(&self, unit: &Unit, shared: &Mutex<MoveStatus>) -> Result<()> {
+        let (from, to) = {
+            let s = shared.lock();
+            (self.target(&s.from)?, self.target(&s.to)?)
+        };
+        loop {
+            let pass = shared.lock().passes;
+            if pass >= MAX_PASSES {
+                return Err(EngineError::Unavailable(format!(
+                    "the {} still differs between targets after {MAX_PASSES} passes",
+                    unit.describe()
+                )));
+            }
+            let mut found = 0;
+            for (table, _) in self.remaining(unit, shared)? {
+                let old = self.scan(&from, &table, unit, None, None).await?;
+                let new = self.scan(&to, &table, unit, None, None).await?;
+                let mut fixes = Vec::new();
+                let (mut i, mut j) = (0, 0);
+                while i < old.len() || j < new.len() {
+                    match (old.get(i), new.get(j)) {
+                        (Some(o), Some(n)) if o.key == n.key => {
+                            if o != n {
+                                fixes.push(replace(o));
+                            }
+                            i += 1;
+                            j += 1;
+                        }
+                        (Some(o), n) if n.is_none_or(|n| o.key < n.key) => {
+                            fixes.push(replace(o));
+                            i += 1;
+                        }
+                        (_, Some(n)) => {
+                            fixes.push(RowMutation::new(
+                                n.key.clone(),
+                                vec![Mutation::DeleteFromRow],
+                            ));
+                            j += 1;
+                        }
+                        (_, None) => break,
+                    }
+                }
+                found += fixes.len() as u64;
+                for chunk in fixes.chunks(ROWS_AT_ONCE) {
+                    to.mutate_all(&table, chunk.to_vec()).await?;
+                }
+                shared.lock().table = Some(table);
+            }
+            let mut s = shared.lock();
+            s.passes += 1;
+            s.differences += found;
+            s.table = None;
+            if found == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Delete the unit's rows from `from`.
+    async fn drop_old(&self, unit: &Unit, shared: &Mutex<MoveStatus>) -> Result<()> {
+        let from = {
+            let s = shared.lock();
+            self.target(&s.from)?
+        };
+        for (table, after) in self.remaining(unit, shared)? {
+            let rows = self
+                .scan(&from, &table, unit, after, Some(RowFilter::StripValue))
+                .await?;
+            for chunk in rows.chunks(ROWS_AT_ONCE) {
+                let deletes = chunk
+                    .iter()
+                    .map(|r| RowMutation::new(r.key.clone(), vec![Mutation::DeleteFromRow]))
+                    .collect();
+                from.mutate_all(&table, deletes).await?;
+                let mut s = shared.lock();
+                s.table = Some(table.clone());
+                s.after = chunk.last().map(|r| hex(&r.key));
+                s.dropped += chunk.len() as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The default target's name when none is configured.
+pub const DEFAULT_TARGET: &str = "default";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_phases() {
+        assert_eq!(&Unit::app("A").key()[..], b"A");
+        assert_eq!(&Unit::user("A", "bob").key()[..], b"A\0bob");
+        assert_eq!(Unit::of_key(b"A\0bob"), Some(Unit::user("A", "bob")));
+        assert_eq!(Unit::of_key(b"A"), Some(Unit::app("A")));
+        let key = b"A\0bob\0\x00\xff";
+        assert_eq!(&unhex(&hex(key)).unwrap()[..], key);
+        let mut phase = Phase::DualWrite;
+        let mut seen = vec![phase];
+        while phase != Phase::Done {
+            phase = phase.next();
+            seen.push(phase);
+        }
+        assert_eq!(seen, Phase::ALL);
+        // Reads switch only after the verify, and the old target is written until reads moved.
+        assert_eq!(Phase::Verify.placement("us", "eu").target, "us");
+        assert_eq!(
+            Phase::Switch.placement("us", "eu").also_written.as_deref(),
+            Some("us")
+        );
+        assert_eq!(Phase::Drop.placement("us", "eu").also_written, None);
+    }
+}
