@@ -72,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::vectors::routes())
         .merge(routes::recommend::routes())
         .merge(routes::stats::routes())
+        .merge(routes::placement::routes())
         .merge(routes::dashboard::routes())
         // Errors are Algolia's JSON, unknown routes and methods included.
         .fallback(error::unknown_route)

@@ -37,6 +37,8 @@ struct NewApp {
     retention_days: Option<u32>,
     #[serde(default)]
     event_layout: Layout,
+    /// The placement target its rows live in (default: the default target).
+    placement: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,16 +83,28 @@ async fn create(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<NewApp>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let (app, admin_key) = state
-        .engine
-        .create_app(
-            body.app_id.as_deref(),
-            &body.name,
-            body.retention_days
-                .unwrap_or(penchant_engine::tenancy::MAX_RETENTION_DAYS),
-            body.event_layout,
-        )
-        .await?;
+    let retention = body
+        .retention_days
+        .unwrap_or(penchant_engine::tenancy::MAX_RETENTION_DAYS);
+    let (app, admin_key) = match (&body.placement, &body.app_id) {
+        (Some(target), Some(id)) => {
+            state
+                .engine
+                .create_app_in(id, &body.name, retention, body.event_layout, target)
+                .await?
+        }
+        (Some(_), None) => {
+            return Err(ApiError::bad_request(
+                "placement needs the app's appID (its placement is written before its rows)",
+            ));
+        }
+        (None, id) => {
+            state
+                .engine
+                .create_app(id.as_deref(), &body.name, retention, body.event_layout)
+                .await?
+        }
+    };
     Ok((
         StatusCode::CREATED,
         Json(json!({

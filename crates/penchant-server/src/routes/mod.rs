@@ -9,6 +9,7 @@ pub mod indexes;
 pub mod keys;
 pub mod manage;
 pub mod personalization;
+pub mod placement;
 pub mod recommend;
 pub mod stats;
 pub mod vectors;
@@ -28,6 +29,7 @@ mod tests {
             ("keys.rs", include_str!("keys.rs")),
             ("manage.rs", include_str!("manage.rs")),
             ("personalization.rs", include_str!("personalization.rs")),
+            ("placement.rs", include_str!("placement.rs")),
             ("recommend.rs", include_str!("recommend.rs")),
             ("stats.rs", include_str!("stats.rs")),
             ("vectors.rs", include_str!("vectors.rs")),

@@ -12,6 +12,7 @@ mod indexes;
 mod layouts;
 mod metrics;
 mod personalization;
+mod placement;
 mod recommend;
 mod regressions;
 mod user_tokens;
