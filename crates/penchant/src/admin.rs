@@ -1,4 +1,4 @@
-//! `penchant apps|keys|jobs|sets ...`: the admin API of a running server, from the command line,
+//! `penchant apps|keys|jobs|placement|sets ...`: the admin API of a running server, from the command line,
 //! authenticated with the global admin key (`auth.admin_key`).
 
 use anyhow::{Context, bail};
@@ -32,6 +32,9 @@ pub enum AppsCommand {
         /// How its events store their counts (default: wide).
         #[arg(long, value_parser = ["wide", "narrow"])]
         event_layout: Option<String>,
+        /// The placement target its rows live in (needs `--app-id`).
+        #[arg(long)]
+        placement: Option<String>,
     },
     /// List the apps.
     List,
@@ -69,6 +72,43 @@ pub enum KeysCommand {
         #[arg(long)]
         app: String,
         key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlacementCommand {
+    /// The configured targets.
+    Targets,
+    /// Where an app's rows are (or one user's, with `--user`), and its latest move.
+    Show {
+        #[arg(long)]
+        app: String,
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// The users of an app placed on their own.
+    Users {
+        #[arg(long)]
+        app: String,
+    },
+    /// Place a user who has no rows yet (a new app is placed by `apps create --placement`).
+    Place {
+        #[arg(long)]
+        app: String,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        to: String,
+    },
+    /// Move an app's rows (or one user's, with `--user`) to another target, online, and follow
+    /// the move with a progress bar over its phases.
+    Move {
+        #[arg(long)]
+        app: String,
+        #[arg(long)]
+        user: Option<String>,
+        #[arg(long)]
+        to: String,
     },
 }
 
@@ -299,10 +339,14 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
                 app_id,
                 name,
                 event_layout,
+                placement,
             } => {
                 let mut body = json!({"appID": app_id, "name": name});
                 if let Some(layout) = event_layout {
                     body["eventLayout"] = json!(layout);
+                }
+                if let Some(target) = placement {
+                    body["placement"] = json!(target);
                 }
                 client.call(Method::POST, "/1/apps", "", Some(body)).await?
             }
@@ -326,6 +370,84 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
         };
         print(&out)
     })
+}
+
+pub fn placement(
+    command: PlacementCommand,
+    target: &Target,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let client = Client::new(target, config)?;
+    let path = |app: &str, user: &Option<String>| match user {
+        Some(user) => format!("/1/apps/{app}/placement/users/{user}"),
+        None => format!("/1/apps/{app}/placement"),
+    };
+    block_on(async {
+        let out = match command {
+            PlacementCommand::Targets => {
+                client
+                    .call(Method::GET, "/1/placement/targets", "", None)
+                    .await?
+            }
+            PlacementCommand::Show { app, user } => {
+                client
+                    .call(Method::GET, &path(&app, &user), "", None)
+                    .await?
+            }
+            PlacementCommand::Users { app } => {
+                let users = format!("/1/apps/{app}/placement/users");
+                client.call(Method::GET, &users, "", None).await?
+            }
+            PlacementCommand::Place { app, user, to } => {
+                let body = json!({ "target": to });
+                client
+                    .call(Method::PUT, &path(&app, &Some(user)), "", Some(body))
+                    .await?
+            }
+            PlacementCommand::Move { app, user, to } => {
+                let body = json!({ "target": to });
+                client
+                    .call(Method::POST, &path(&app, &user), "", Some(body))
+                    .await?;
+                watch_move(&client, &path(&app, &None)).await?
+            }
+        };
+        print(&out)
+    })
+}
+
+/// Follow a placement move to its end with a progress bar over its phases; its last status.
+async fn watch_move(client: &Client, path: &str) -> anyhow::Result<Value> {
+    const PHASES: [&str; 6] = ["dualWrite", "copy", "verify", "switch", "stopOld", "drop"];
+    let bar = indicatif::ProgressBar::new(PHASES.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} move {bar:30} {pos}/{len} phases  {msg}  {elapsed}",
+        )?
+        .progress_chars("=> "),
+    );
+    loop {
+        let status = client.call(Method::GET, path, "", None).await?;
+        let job = &status["move"];
+        let phase = job["phase"].as_str().unwrap_or_default();
+        let at = PHASES
+            .iter()
+            .position(|p| *p == phase)
+            .unwrap_or(PHASES.len());
+        bar.set_position(at as u64);
+        bar.set_message(format!(
+            "{phase}: {} rows copied ({} bytes), {} differences, {} dropped",
+            job["copied"], job["bytes"], job["differences"], job["dropped"]
+        ));
+        if job["state"] != "running" {
+            bar.finish();
+            if job["state"] != "done" {
+                bail!("the move ended {}: {}", job["state"], job["error"]);
+            }
+            return Ok(status);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Follow a layout migration to its end with a progress bar over its phases; its last status.

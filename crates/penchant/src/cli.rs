@@ -33,6 +33,8 @@ enum Command {
     Keys(KeysArgs),
     /// Follow background jobs on a running server (global admin key).
     Jobs(JobsArgs),
+    /// Show where apps and users live, place them, move them online (global admin key).
+    Placement(PlacementArgs),
     /// Manage an app's key sets (Bloom filters) on a running server (global admin key).
     Sets(SetsArgs),
     /// Train an app's ALS vectors, follow the training, evaluate it (global admin key).
@@ -49,6 +51,16 @@ enum Command {
 struct JobsArgs {
     #[command(subcommand)]
     command: crate::admin::JobsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct PlacementArgs {
+    #[command(subcommand)]
+    command: crate::admin::PlacementCommand,
     #[command(flatten)]
     target: crate::admin::Target,
     #[command(flatten)]
@@ -230,6 +242,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apps(args) => crate::admin::apps(args.command, &args.target, &args.config.load()?),
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
+        Command::Placement(args) => {
+            crate::admin::placement(args.command, &args.target, &args.config.load()?)
+        }
         Command::Sets(args) => crate::admin::sets(args.command, &args.target, &args.config.load()?),
         Command::Als(args) => crate::admin::als(args.command, &args.target, &args.config.load()?),
         Command::Recommend(args) => {

@@ -196,25 +196,39 @@ impl Default for StoreConfig {
     }
 }
 
-/// `[placement]`: data residency on Bigtable. Each app listed in `apps` is stored only in its
-/// target (another instance, possibly in another region, or another table prefix); the rest stay
-/// in `[bigtable]`'s instance.
+/// `[placement]`: data residency. Each target is another store — on Bigtable another instance
+/// (possibly in another region) or table prefix, embedded another RocksDB folder; the main
+/// store is the target `default`. Who lives where is data (table `placements`), changed online
+/// with `penchant placement`; `apps` places apps that have no placement yet when a node starts.
 ///
 /// ```toml
 /// [placement.targets.eu]
-/// instance = "penchant-eu"
+/// instance = "penchant-eu"        # Bigtable; embedded: data_dir = "penchant-data-eu"
 /// [placement.apps]
 /// MYAPPID = "eu"
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PlacementConfig {
     pub targets: BTreeMap<String, PlacementTarget>,
-    /// App ID → target name.
+    /// App ID → target name, for apps without a placement yet.
     pub apps: BTreeMap<String, String>,
+    /// How often a node reloads every placement: a change reaches every node within it.
+    pub refresh_ms: u64,
 }
 
-/// Where a placement target differs from `[bigtable]`; unset fields are taken from it.
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        Self {
+            targets: BTreeMap::new(),
+            apps: BTreeMap::new(),
+            refresh_ms: millis(serving().placement_refresh),
+        }
+    }
+}
+
+/// Where a placement target differs from `[bigtable]` (unset fields are taken from it), or,
+/// on the embedded store, its folder.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PlacementTarget {
@@ -223,6 +237,8 @@ pub struct PlacementTarget {
     pub table_prefix: Option<String>,
     pub endpoint: Option<String>,
     pub admin_endpoint: Option<String>,
+    /// The embedded store's folder for this target.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl PlacementTarget {
@@ -248,18 +264,44 @@ impl PlacementTarget {
 }
 
 impl PlacementConfig {
-    /// Every app's target must exist.
-    pub fn check(&self) -> anyhow::Result<()> {
+    /// Every app's target must exist, and each target must say where it is for the backend.
+    pub fn check(&self, backend: Backend) -> anyhow::Result<()> {
         for (app, target) in &self.apps {
-            if !self.targets.contains_key(target) {
+            if target != DEFAULT_TARGET && !self.targets.contains_key(target) {
                 bail!(
                     "placement.apps.{app} names the target `{target}`, which is not in placement.targets"
                 );
             }
         }
+        for (name, target) in &self.targets {
+            if name == DEFAULT_TARGET {
+                bail!(
+                    "placement.targets.{DEFAULT_TARGET}: `{DEFAULT_TARGET}` is the main store's name"
+                );
+            }
+            let bigtable = target.project.is_some()
+                || target.instance.is_some()
+                || target.table_prefix.is_some()
+                || target.endpoint.is_some()
+                || target.admin_endpoint.is_some();
+            match backend {
+                Backend::Embedded if target.data_dir.is_none() || bigtable => bail!(
+                    "placement.targets.{name}: on the embedded store a target is a folder: set \
+                     data_dir (and no Bigtable field)"
+                ),
+                Backend::Bigtable if target.data_dir.is_some() => bail!(
+                    "placement.targets.{name}: data_dir is for the embedded store; on Bigtable a \
+                     target is an instance (instance, project, table_prefix, endpoint)"
+                ),
+                _ => {}
+            }
+        }
         Ok(())
     }
 }
+
+/// The main store's name among placement targets.
+pub const DEFAULT_TARGET: &str = penchant_engine::residency::DEFAULT_TARGET;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -336,10 +378,10 @@ impl Config {
             .extract()
             .map_err(|e| anyhow::anyhow!(describe(e)))
             .context("invalid configuration")?;
-        config.placement.check().context("invalid configuration")?;
-        if !config.placement.apps.is_empty() && config.store.backend != Backend::Bigtable {
-            bail!("invalid configuration: placement.apps needs store.backend = \"bigtable\"");
-        }
+        config
+            .placement
+            .check(config.store.backend)
+            .context("invalid configuration")?;
         Ok(config)
     }
 }
@@ -468,12 +510,29 @@ mod tests {
             )?;
             let err = load(Some("q.toml"), &FlagOverrides::default()).unwrap_err();
             assert!(err.contains("nowhere"), "{err}");
+            // On the embedded store, a target is a folder.
             jail.create_file(
                 "r.toml",
                 "[placement.targets.eu]\ninstance = \"eu\"\n[placement.apps]\nX = \"eu\"\n",
             )?;
             let err = load(Some("r.toml"), &FlagOverrides::default()).unwrap_err();
-            assert!(err.contains("bigtable"), "{err}");
+            assert!(err.contains("data_dir"), "{err}");
+            jail.create_file(
+                "s.toml",
+                "[placement.targets.eu]\ndata_dir = \"eu-data\"\n[placement.apps]\nX = \"eu\"\n",
+            )?;
+            let c = load(Some("s.toml"), &FlagOverrides::default())?;
+            assert_eq!(
+                c.placement.targets["eu"].data_dir,
+                Some(PathBuf::from("eu-data"))
+            );
+            assert_eq!(c.placement.refresh_ms, 5000);
+            jail.create_file(
+                "t.toml",
+                "[store]\nbackend = \"bigtable\"\n[placement.targets.eu]\ndata_dir = \"x\"\n",
+            )?;
+            let err = load(Some("t.toml"), &FlagOverrides::default()).unwrap_err();
+            assert!(err.contains("embedded"), "{err}");
             Ok(())
         });
     }

@@ -13,52 +13,70 @@ use penchant_store_bigtable::{BigtableConfig, BigtableStore};
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use tokio::sync::watch;
 
-use crate::config::{Backend, Config};
+use crate::config::{Backend, Config, DEFAULT_TARGET};
 
-/// Open the configured store.
-pub async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'static str)> {
-    match config.store.backend {
-        Backend::Embedded => {
-            let dir = &config.store.data_dir;
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create data folder {}", dir.display()))?;
-            let options = RocksOptions {
-                sync_writes: config.store.sync_writes,
-                block_cache_bytes: config.store.block_cache_mib << 20,
-                ..RocksOptions::default()
-            };
-            let store = RocksStore::open(dir, options)
-                .with_context(|| format!("cannot open the embedded store in {}", dir.display()))?;
-            Ok((Arc::new(store), "embedded"))
-        }
-        Backend::Bigtable => {
-            let open = |c: BigtableConfig| async move {
-                let what = format!("{}/{}", c.project, c.instance);
-                BigtableStore::connect(c)
-                    .await
-                    .with_context(|| format!("cannot connect to Bigtable instance {what}"))
-            };
-            let default: Arc<dyn Store> = Arc::new(open(config.bigtable.clone()).await?);
-            if config.placement.apps.is_empty() {
-                return Ok((default, "bigtable"));
-            }
-            let mut targets = BTreeMap::new();
-            for (name, target) in &config.placement.targets {
-                let store: Arc<dyn Store> = Arc::new(open(target.apply(&config.bigtable)).await?);
-                targets.insert(name, store);
-            }
-            let placements = config
-                .placement
-                .apps
-                .iter()
-                .map(|(app, target)| {
-                    let prefix = penchant_engine::keys::app(app);
-                    (prefix, Arc::clone(&targets[target]))
-                })
-                .collect();
-            Ok((Arc::new(PlacedStore::new(default, placements)), "bigtable"))
-        }
+/// The configured store: the main one, or, with placement targets, a [`PlacedStore`] over it
+/// (the target `default`) and them.
+pub struct Opened {
+    pub store: Arc<dyn Store>,
+    pub backend: &'static str,
+    pub placed: Option<PlacedStore>,
+}
+
+/// Open one embedded store.
+fn open_embedded(dir: &std::path::Path, config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create data folder {}", dir.display()))?;
+    let options = RocksOptions {
+        sync_writes: config.store.sync_writes,
+        block_cache_bytes: config.store.block_cache_mib << 20,
+        ..RocksOptions::default()
+    };
+    let store = RocksStore::open(dir, options)
+        .with_context(|| format!("cannot open the embedded store in {}", dir.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// Open one Bigtable instance.
+async fn open_bigtable(config: BigtableConfig) -> anyhow::Result<Arc<dyn Store>> {
+    let what = format!("{}/{}", config.project, config.instance);
+    let store = BigtableStore::connect(config)
+        .await
+        .with_context(|| format!("cannot connect to Bigtable instance {what}"))?;
+    Ok(Arc::new(store))
+}
+
+/// Open the configured store and its placement targets.
+pub async fn open_store(config: &Config) -> anyhow::Result<Opened> {
+    let (main, backend): (Arc<dyn Store>, &'static str) = match config.store.backend {
+        Backend::Embedded => (open_embedded(&config.store.data_dir, config)?, "embedded"),
+        Backend::Bigtable => (open_bigtable(config.bigtable.clone()).await?, "bigtable"),
+    };
+    if config.placement.targets.is_empty() {
+        return Ok(Opened {
+            store: main,
+            backend,
+            placed: None,
+        });
     }
+    let mut targets = BTreeMap::from([(DEFAULT_TARGET.to_owned(), main)]);
+    for (name, target) in &config.placement.targets {
+        let store = match (config.store.backend, &target.data_dir) {
+            (Backend::Embedded, Some(dir)) => open_embedded(dir, config)?,
+            _ => open_bigtable(target.apply(&config.bigtable)).await?,
+        };
+        targets.insert(name.clone(), store);
+    }
+    let placed = PlacedStore::new(
+        targets,
+        DEFAULT_TARGET,
+        penchant_engine::residency::pinned_tables(),
+    );
+    Ok(Opened {
+        store: Arc::new(placed.clone()),
+        backend,
+        placed: Some(placed),
+    })
 }
 
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -72,7 +90,11 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives once the server is up must never kill it unflushed.
     let mut signals = Signals::install()?;
-    let (store, backend) = open_store(&config).await?;
+    let Opened {
+        store,
+        backend,
+        placed,
+    } = open_store(&config).await?;
     // Every store operation timed into what `/metrics` reports.
     let metrics = Arc::new(penchant_server::metrics::Metrics::default());
     let store: Arc<dyn Store> = Arc::new(penchant_server::metered::MeteredStore::new(
@@ -95,11 +117,23 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             min_rows: config.vectors.index_min_rows,
             ef: config.vectors.index_ef,
         },
+        placement: placed,
+        placement_refresh: Duration::from_millis(config.placement.refresh_ms),
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)
         .await
         .context("cannot open the engine")?;
+    let seeds: Vec<(String, String)> = config
+        .placement
+        .apps
+        .iter()
+        .map(|(app, target)| (app.clone(), target.clone()))
+        .collect();
+    engine
+        .seed_placements(&seeds)
+        .await
+        .context("cannot place the configuration's placement.apps")?;
     // Interrupted ingestions repaired and orphaned jobs resumed at once, then regularly; the
     // retention purge every interval (0: off). The engine owns this work until its shutdown.
     let purge = config.personalization.purge_interval_secs;

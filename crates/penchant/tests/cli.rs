@@ -339,6 +339,67 @@ fn apps_and_keys_commands_manage_a_running_server() {
     assert!(wait(child).0.success());
 }
 
+/// Residency on the embedded store: a second RocksDB folder as the target `eu`, an app created
+/// there, another moved there with the CLI, a user placed back in the default folder.
+#[test]
+fn placement_commands_place_and_move_apps_between_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    let eu = dir.path().join("eu");
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path().join("main"))
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", "0")
+            .env("PENCHANT_PLACEMENT__TARGETS__EU__DATA_DIR", &eu)
+            .env("PENCHANT_PLACEMENT__REFRESH_MS", "100")
+            .stderr(Stdio::null());
+    });
+    let admin = |args: &[&str]| admin_command(&url, args);
+    let (ok, targets, err) = admin(&["placement", "targets"]);
+    assert!(ok, "{err}");
+    assert_eq!(targets["targets"], serde_json::json!(["default", "eu"]));
+    let (ok, _, err) = admin(&["apps", "create", "--app-id", "EUAPP", "--placement", "eu"]);
+    assert!(ok, "{err}");
+    let (ok, shown, err) = admin(&["placement", "show", "--app", "EUAPP"]);
+    assert!(ok, "{err}");
+    assert_eq!(shown["target"], "eu");
+    let (ok, _, err) = admin(&["apps", "create", "--app-id", "SHOP"]);
+    assert!(ok, "{err}");
+    let (ok, moved, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "eu"]);
+    assert!(ok, "{err}");
+    assert_eq!(moved["target"], "eu", "{moved}");
+    assert_eq!(moved["move"]["state"], "done", "{moved}");
+    assert!(moved["move"]["copied"].as_u64().unwrap() >= 2, "{moved}");
+    let (ok, _, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "eu"]);
+    assert!(!ok && err.contains("already"), "{err}");
+    let (ok, placed, err) = admin(&[
+        "placement",
+        "place",
+        "--app",
+        "SHOP",
+        "--user",
+        "alice",
+        "--to",
+        "default",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(placed["target"], "default");
+    let (ok, users, err) = admin(&["placement", "users", "--app", "SHOP"]);
+    assert!(ok, "{err}");
+    assert_eq!(users["users"][0]["userToken"], "alice");
+    let (ok, _, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "mars"]);
+    assert!(
+        !ok && err.contains("unknown placement target `mars`"),
+        "{err}"
+    );
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+    assert!(
+        eu.join("CURRENT").exists(),
+        "the eu folder is a RocksDB store"
+    );
+}
+
 #[tokio::test]
 async fn jobs_watch_follows_a_recompute_to_its_end() {
     let dir = tempfile::tempdir().unwrap();

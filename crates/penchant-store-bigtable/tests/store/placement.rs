@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, PlacedStore, ReadRows, RowMutation, RowSet, Store};
+use penchant_store::{GcRule, Mutation, PlacedStore, ReadRows, Route, RowMutation, RowSet, Store};
 use penchant_store_bigtable::BigtableStore;
 use penchant_store_bigtable::emulator::Emulator;
 
@@ -24,10 +24,11 @@ async fn each_region_holds_only_its_apps_rows() {
             .await
             .unwrap(),
     );
-    let placed = PlacedStore::new(
-        us.clone(),
-        vec![(Bytes::from_static(b"APPEU\0"), eu.clone())],
-    );
+    let targets = [("us".to_owned(), us.clone()), ("eu".to_owned(), eu.clone())];
+    let placed = PlacedStore::new(targets.into_iter().collect(), "us", []);
+    placed
+        .set_routes([Route::at(Bytes::from_static(b"APPEU"), "eu")])
+        .unwrap();
     placed
         .create_table("events", [("e".to_owned(), GcRule::None)].into())
         .await
