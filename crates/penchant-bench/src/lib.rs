@@ -24,6 +24,8 @@
 //! - [`recommend`]: one user's queue rebuilt from 10k candidates (p50/p99), the Recommend API
 //!   over loopback for each model beside Redis `ZRANGE`, and `recommended-for-you` against
 //!   trending on a time-ordered MovieLens holdout.
+//! - [`residency`]: an app moved between two placement targets online, beside a plain copy of
+//!   its rows; profile reads during the move beside reads of an app that stays.
 //! - [`schema`]: the seed's experiment: a full profile build from narrow events, wide events and
 //!   per-day aggregates, per application profile (a few heavy users to many light ones), on the
 //!   embedded store and a Bigtable emulator; the share of facets weighed; bytes per event.
@@ -70,6 +72,7 @@ pub mod personalization;
 pub mod recommend;
 mod redis;
 pub mod report;
+pub mod residency;
 pub mod schema;
 pub mod store;
 pub mod topk;
@@ -142,7 +145,14 @@ pub enum Suite {
     ///
     /// Scale: events per application profile small 10,000, medium 200,000, large 2,000,000.
     Schema(schema::SchemaBenchArgs),
-    /// Every suite in turn (store, bloom, personalization, ingest, als, topk, recommend, schema), each
+    /// Residency: an app moved between two placement targets online (rows/s, MB/s) beside a
+    /// plain copy of its rows, and profile reads during the move beside reads of an app that
+    /// stays, on two RocksDB folders and two Bigtable emulators.
+    ///
+    /// Scale: users of the moved app (3 events each) small 500, medium 20,000, large 200,000.
+    Residency(residency::ResidencyBenchArgs),
+    /// Every suite in turn (store, bloom, personalization, ingest, als, topk, recommend, schema,
+    /// residency), each
     /// with its default flags at the scale.
     ///
     /// References are used where found, never installed (als runs with --no-install): a suite
@@ -164,6 +174,7 @@ impl Suite {
             Suite::Topk(args) => one(args),
             Suite::Recommend(args) => one(args),
             Suite::Schema(args) => one(args),
+            Suite::Residency(args) => one(args),
             Suite::All(common) => all(&common),
         }
     }
@@ -180,6 +191,7 @@ pub const ALL: &[fn(&mut Report) -> Outcome] = &[
     in_all::<topk::TopkBenchArgs>,
     in_all::<recommend::RecommendBenchArgs>,
     in_all::<schema::SchemaBenchArgs>,
+    in_all::<residency::ResidencyBenchArgs>,
 ];
 
 /// Run one suite on its own: its report written where `--json` says, its failure (or the
@@ -405,5 +417,6 @@ mod tests {
         check::<topk::TopkBenchArgs>();
         check::<recommend::RecommendBenchArgs>();
         check::<schema::SchemaBenchArgs>();
+        check::<residency::ResidencyBenchArgs>();
     }
 }
