@@ -153,8 +153,9 @@ fn intersect(a: &RowRange, b: &RowRange) -> Option<RowRange> {
     (!empty).then_some(RowRange { start, end })
 }
 
-/// Merge streams of disjoint keys, each in key order, into one in key order.
-fn merge(streams: Vec<RowStream>) -> RowStream {
+/// Merge streams, each in key order, into one in key order. A key several streams return (an
+/// overlap) comes out once, from the first of them.
+pub(crate) fn merge(streams: Vec<RowStream>) -> RowStream {
     if streams.len() == 1 {
         return streams
             .into_iter()
@@ -186,6 +187,11 @@ fn merge(streams: Vec<RowStream>) -> RowStream {
                 .min_by(|a, b| a.1.cmp(b.1))
                 .map(|(i, _)| i)?;
             let row = heads[next].take()?;
+            for head in heads.iter_mut().skip(next + 1) {
+                if head.as_ref().is_some_and(|h| h.key == row.key) {
+                    *head = None;
+                }
+            }
             Some((Ok(row), (streams, heads, live)))
         },
     )
@@ -275,6 +281,7 @@ impl Store for PlacedStore {
                 rows,
                 filter: request.filter.clone(),
                 limit: request.limit,
+                consistency: request.consistency,
             };
             let stream = self.store(i).read_rows(table, part).await?;
             // A row outside the store's part of the key space (left from before a placement
