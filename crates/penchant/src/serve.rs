@@ -32,19 +32,21 @@ pub async fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, &'st
             Ok((Arc::new(store), "embedded"))
         }
         Backend::Bigtable => {
+            // Each instance's store, with row affinity over its clusters when they are listed.
             let open = |c: BigtableConfig| async move {
                 let what = format!("{}/{}", c.project, c.instance);
                 BigtableStore::connect(c)
                     .await
+                    .map(penchant_store_bigtable::with_affinity)
                     .with_context(|| format!("cannot connect to Bigtable instance {what}"))
             };
-            let default: Arc<dyn Store> = Arc::new(open(config.bigtable.clone()).await?);
+            let default: Arc<dyn Store> = open(config.bigtable.clone()).await?;
             if config.placement.apps.is_empty() {
                 return Ok((default, "bigtable"));
             }
             let mut targets = BTreeMap::new();
             for (name, target) in &config.placement.targets {
-                let store: Arc<dyn Store> = Arc::new(open(target.apply(&config.bigtable)).await?);
+                let store: Arc<dyn Store> = open(target.apply(&config.bigtable)).await?;
                 targets.insert(name, store);
             }
             let placements = config
