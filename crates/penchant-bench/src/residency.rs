@@ -18,7 +18,7 @@ use anyhow::Context;
 use penchant_engine::events::{Event, EventType, Layout, Target};
 use penchant_engine::jobs::JobState;
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
-use penchant_engine::{Engine, EngineConfig};
+use penchant_engine::{Consistency, Engine, EngineConfig};
 use penchant_store::{Mutation, PlacedStore, ReadRows, RowMutation, RowSet, Store, unit_range};
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 
@@ -126,7 +126,7 @@ async fn reader(
     while !stop.load(Ordering::Relaxed) {
         let user = format!("u{:07}", (n * 7919) % users);
         let started = Instant::now();
-        let profile = engine.profile(app, &user).await;
+        let profile = engine.profile(app, &user, Consistency::Eventual).await;
         latencies.push(started.elapsed().as_secs_f64() * 1000.0);
         assert!(
             matches!(profile, Ok(Some(_))),

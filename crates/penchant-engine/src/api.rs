@@ -15,7 +15,7 @@ use crate::sets::{Rebuild, SetConfig, SetDescription, SetInfo};
 use crate::tenancy::{Acl, App, KeyInfo, Principal};
 use crate::vectors::training::{Evaluation, TrainingConfig, TrainingStatus};
 use crate::vectors::{Hit, Kind, Query, SearchOptions, Serving, Space, SpaceConfig};
-use crate::{Engine, EngineError, Result};
+use crate::{Consistency, Engine, EngineError, Result};
 use penchant_vectors::Aggregate;
 
 /// Apps and API keys.
@@ -329,8 +329,14 @@ impl Engine {
         self.seen.set_settings(app, settings).await
     }
 
-    pub async fn seen_info(&self, app: &str, user: &str) -> Result<SeenInfo> {
-        self.seen.info(app, user).await
+    /// What a user's filter holds, read as consistent as asked.
+    pub async fn seen_info(
+        &self,
+        app: &str,
+        user: &str,
+        consistency: Consistency,
+    ) -> Result<SeenInfo> {
+        self.seen.info(app, user, consistency).await
     }
 
     /// Forget what a user has seen.
@@ -348,24 +354,28 @@ impl Engine {
         self.seen.add(app, user, ids).await
     }
 
-    /// For each item, whether the user may have seen it.
+    /// For each item, whether the user may have seen it (the filter read as consistent as
+    /// asked).
     pub async fn has_seen<K: AsRef<[u8]>>(
         &self,
         app: &str,
         user: &str,
         ids: &[K],
+        consistency: Consistency,
     ) -> Result<Vec<bool>> {
-        self.seen.exists(app, user, ids).await
+        self.seen.exists(app, user, ids, consistency).await
     }
 
-    /// The items the user has not seen, in their order.
+    /// The items the user has not seen, in their order (the filter read as consistent as
+    /// asked).
     pub async fn unseen<'k, K: AsRef<[u8]>>(
         &self,
         app: &str,
         user: &str,
         ids: &'k [K],
+        consistency: Consistency,
     ) -> Result<Vec<&'k K>> {
-        self.seen.unseen(app, user, ids).await
+        self.seen.unseen(app, user, ids, consistency).await
     }
 }
 

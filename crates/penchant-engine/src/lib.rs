@@ -29,6 +29,8 @@ pub mod vectors;
 
 use std::sync::Arc;
 
+/// How fresh a read of a user's rows must be (see [`Engine::profile`]).
+pub use penchant_store::Consistency;
 use penchant_store::{Store, StoreError};
 
 use crate::aggregates::Aggregates;
@@ -774,10 +776,18 @@ impl Engine {
         self.jobs.history(app).await
     }
 
-    /// A user's profile; `None` when no counted event gives it a score.
-    pub async fn profile(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+    /// A user's profile; `None` when no counted event gives it a score. A strong read reads
+    /// it (and what recomputing it reads) from the user's home cluster only
+    /// ([`penchant_store::AffineStore`]), failing with `Unavailable` when that cluster cannot
+    /// be reached.
+    pub async fn profile(
+        &self,
+        app: &str,
+        user: &str,
+        consistency: Consistency,
+    ) -> Result<Option<Profile>> {
         keys::check_user_token(user)?;
-        let profile = self.profiles.get(app, user).await?;
+        let profile = self.profiles.get_with(app, user, consistency).await?;
         Ok(profile.filter(|p| !p.scores.is_empty()))
     }
 

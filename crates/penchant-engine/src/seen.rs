@@ -26,7 +26,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use penchant_bloom::{BloomFilter, RotatingFilter, key_hash, keys_per_partition};
-use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
+use penchant_store::{
+    Consistency, GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, TtlCache};
@@ -239,9 +241,13 @@ impl Seen {
 
     /// A user's filter (its base, or an empty filter, with the deltas written since replayed),
     /// or `None`.
-    async fn load(&self, app: &str, user: &str) -> Result<Option<Loaded>> {
-        let row = self
-            .store
+    async fn load(
+        &self,
+        app: &str,
+        user: &str,
+        consistency: Consistency,
+    ) -> Result<Option<Loaded>> {
+        let row = penchant_store::with_consistency(&self.store, consistency)
             .read_row(SEEN_TABLE, Self::row(app, user)?, None)
             .await?;
         let Some(row) = row else {
@@ -265,7 +271,7 @@ impl Seen {
         check_count(ids.len())?;
         let row = Self::row(app, user)?;
         for _ in 0..ATTEMPTS {
-            let loaded = match self.load(app, user).await? {
+            let loaded = match self.load(app, user, Consistency::Eventual).await? {
                 Some(loaded) => loaded,
                 None => Loaded::empty(self.new_filter(app).await?),
             };
@@ -335,15 +341,16 @@ impl Seen {
         crate::concurrently(rewrites).await
     }
 
-    /// Whether each item may have been seen.
+    /// Whether each item may have been seen (the filter read as consistent as asked).
     pub async fn exists<K: AsRef<[u8]>>(
         &self,
         app: &str,
         user: &str,
         ids: &[K],
+        consistency: Consistency,
     ) -> Result<Vec<bool>> {
         check_count(ids.len())?;
-        Ok(match self.load(app, user).await? {
+        Ok(match self.load(app, user, consistency).await? {
             Some(l) => ids
                 .iter()
                 .map(|id| l.filter.contains(id.as_ref()))
@@ -352,24 +359,27 @@ impl Seen {
         })
     }
 
-    /// The items not seen, in their order: the bulk check before recommending.
+    /// The items not seen, in their order: the bulk check before recommending (the filter
+    /// read as consistent as asked).
     pub async fn unseen<'k, K: AsRef<[u8]>>(
         &self,
         app: &str,
         user: &str,
         ids: &'k [K],
+        consistency: Consistency,
     ) -> Result<Vec<&'k K>> {
         check_count(ids.len())?;
-        Ok(match self.load(app, user).await? {
+        Ok(match self.load(app, user, consistency).await? {
             Some(l) => l.filter.unseen(ids),
             None => ids.iter().collect(),
         })
     }
 
-    /// What a user's filter holds. `NotFound` when the user has none.
-    pub async fn info(&self, app: &str, user: &str) -> Result<SeenInfo> {
+    /// What a user's filter holds (read as consistent as asked). `NotFound` when the user has
+    /// none.
+    pub async fn info(&self, app: &str, user: &str, consistency: Consistency) -> Result<SeenInfo> {
         let Loaded { filter, .. } = self
-            .load(app, user)
+            .load(app, user, consistency)
             .await?
             .ok_or_else(|| EngineError::NotFound(format!("user {user} has no seen filter")))?;
         let current = filter.current();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{Hook, Hooked, Op};
+use penchant_engine::Consistency::Eventual;
 use penchant_engine::sets::SetConfig;
 use penchant_engine::{Engine, EngineConfig};
 
@@ -99,9 +100,16 @@ async fn concurrent_seen_marks_lose_nothing() {
         w.await.unwrap();
     }
     let all: Vec<String> = (0..8).flat_map(|w| keys(&format!("w{w}"), 50)).collect();
-    let unseen = engine.seen().unseen(APP, "u", &all).await.unwrap();
+    let unseen = engine
+        .seen()
+        .unseen(APP, "u", &all, Eventual)
+        .await
+        .unwrap();
     assert!(unseen.is_empty(), "lost: {unseen:?}");
-    assert_eq!(engine.seen().info(APP, "u").await.unwrap().keys, 400);
+    assert_eq!(
+        engine.seen().info(APP, "u", Eventual).await.unwrap().keys,
+        400
+    );
 }
 
 fn list(
@@ -222,10 +230,14 @@ async fn seen_filters_remember_recent_items_across_rotations_and_compactions() {
     let items = keys("item", 12_000);
     for (n, chunk) in items.chunks(500).enumerate() {
         engine.seen().add(APP, "u", chunk).await.unwrap();
-        let info = engine.seen().info(APP, "u").await.unwrap();
+        let info = engine.seen().info(APP, "u", Eventual).await.unwrap();
         let end = (n + 1) * 500;
         let recent = &items[end.saturating_sub(info.capacity as usize)..end];
-        let forgotten = engine.seen().unseen(APP, "u", recent).await.unwrap();
+        let forgotten = engine
+            .seen()
+            .unseen(APP, "u", recent, Eventual)
+            .await
+            .unwrap();
         assert!(
             forgotten.is_empty(),
             "after {end}: {} recent items forgotten",
@@ -274,10 +286,12 @@ async fn a_light_users_seen_filter_holds_their_hashes_until_a_bitmap_pays() {
     assert!(stored_bytes(&light) < 64, "{} bytes", stored_bytes(&light));
     let seen = engine.seen();
     assert_eq!(
-        seen.exists(APP, "u", &["a", "b", "c"]).await.unwrap(),
+        seen.exists(APP, "u", &["a", "b", "c"], Eventual)
+            .await
+            .unwrap(),
         [true, true, false]
     );
-    let info = seen.info(APP, "u").await.unwrap();
+    let info = seen.info(APP, "u", Eventual).await.unwrap();
     assert_eq!((info.keys, info.filter_bits), (2, 1 << 17));
     // Past the share of the bitmap the hashes may take, the base is written and the deltas
     // folded into it; every item stays seen.
@@ -290,9 +304,14 @@ async fn a_light_users_seen_filter_holds_their_hashes_until_a_bitmap_pays() {
     }
     let heavy = row().await;
     assert!(heavy.latest("s", b"cur").is_some());
-    assert!(seen.unseen(APP, "u", &items).await.unwrap().is_empty());
+    assert!(
+        seen.unseen(APP, "u", &items, Eventual)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
-        seen.exists(APP, "u", &["a", "b"]).await.unwrap(),
+        seen.exists(APP, "u", &["a", "b"], Eventual).await.unwrap(),
         [true, true]
     );
 }

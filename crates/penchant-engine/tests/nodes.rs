@@ -239,7 +239,11 @@ async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
     for i in 0..20 {
         assert!(late(b.clone(), user(i)).await, "{}", user(i));
     }
-    let profile = b.profile(APP, &user(1)).await.unwrap().unwrap();
+    let profile = b
+        .profile(APP, &user(1), penchant_engine::Consistency::Eventual)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(profile.scores["brand"].contains_key("early"));
     assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 0, "nothing left");
 }

@@ -17,7 +17,7 @@ use penchant_engine::events::{Event, EventType, Layout, Target};
 use penchant_engine::jobs::JobState;
 use penchant_engine::residency::{MoveStatus, Phase, Placement};
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
-use penchant_engine::{Engine, EngineConfig, EngineError};
+use penchant_engine::{Consistency, Engine, EngineConfig, EngineError};
 use penchant_store::{MemStore, PlacedStore, ReadRows, RowFilter, RowSet, Store, unit_range};
 
 const APP: &str = "SHOP";
@@ -191,7 +191,10 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
             let mut reads = 0;
             while !stop.load(Ordering::SeqCst) {
                 let user = format!("u{:03}", reads % USERS);
-                let profile = b.profile(APP, &user).await.expect("a profile read failed");
+                let profile = b
+                    .profile(APP, &user, Consistency::Eventual)
+                    .await
+                    .expect("a profile read failed");
                 assert!(profile.is_some(), "{user}'s profile went missing");
                 reads += 1;
             }
@@ -273,8 +276,16 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
     assert_eq!(events(us.clone(), CONTROL).await, sent);
     for i in 0..USERS {
         let user = format!("u{i:03}");
-        let moved = b.profile(APP, &user).await.unwrap().unwrap();
-        let control = b.profile(CONTROL, &user).await.unwrap().unwrap();
+        let moved = b
+            .profile(APP, &user, Consistency::Eventual)
+            .await
+            .unwrap()
+            .unwrap();
+        let control = b
+            .profile(CONTROL, &user, Consistency::Eventual)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(moved.scores, control.scores, "{user}");
         assert_eq!(moved.last_event_at, control.last_event_at, "{user}");
     }
@@ -293,7 +304,7 @@ async fn a_user_moves_apart_from_its_app_and_a_new_app_is_placed() {
     let now = b.now_ms();
     let events: Vec<Event> = (0..1_000).map(|n| event(n, now)).collect();
     b.push_events(APP, &events).await.unwrap();
-    let before = b.profile(APP, "u007").await.unwrap();
+    let before = b.profile(APP, "u007", Consistency::Eventual).await.unwrap();
     b.mark_seen(APP, "u007", &["x1", "x2"]).await.unwrap();
 
     let started = b.move_placement(APP, Some("u007"), "eu").await.unwrap();
@@ -310,8 +321,16 @@ async fn a_user_moves_apart_from_its_app_and_a_new_app_is_placed() {
     let stayed = rows_of(&*us, APP.as_bytes()).await;
     assert_eq!(stayed.get("profiles"), Some(&(USERS - 1)), "{stayed:?}");
     assert!(stayed.contains_key("apps") && stayed.contains_key("strategies"));
-    assert_eq!(b.profile(APP, "u007").await.unwrap(), before);
-    assert!(b.has_seen(APP, "u007", &["x1", "x9"]).await.unwrap() == vec![true, false]);
+    assert_eq!(
+        b.profile(APP, "u007", Consistency::Eventual).await.unwrap(),
+        before
+    );
+    assert!(
+        b.has_seen(APP, "u007", &["x1", "x9"], Consistency::Eventual)
+            .await
+            .unwrap()
+            == vec![true, false]
+    );
     let users = b.placed_users(APP).await.unwrap();
     assert_eq!(users.len(), 1);
     assert_eq!(

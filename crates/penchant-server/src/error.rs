@@ -163,11 +163,20 @@ impl From<EngineError> for ApiError {
             EngineError::Exists(m) | EngineError::Refused(m) => {
                 ApiError::kind(ErrorKind::Conflict, m)
             }
+            EngineError::Unavailable(m) if penchant_store::is_strong_read_unavailable(&m) => {
+                ApiError::logged(ErrorKind::Unavailable, m, STRONG_READ_UNAVAILABLE)
+            }
             EngineError::Unavailable(m) => ApiError::unavailable(m),
             EngineError::Internal(m) => ApiError::internal(m),
         }
     }
 }
+
+/// What a strong read (`?consistency=strong`) says when the user's home cluster cannot be
+/// reached: it is not answered from another cluster, which may not have the latest writes.
+pub const STRONG_READ_UNAVAILABLE: &str = "strong read: the home cluster of this user's rows is \
+    unreachable, and a strong read is not served from another cluster; retry later, or read with \
+    consistency=eventual";
 
 /// A JSON value a handler answers with; serialization failing is an internal error (never a
 /// 200 with a `null` body).
@@ -353,5 +362,14 @@ mod tests {
         .into();
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(!e.message.contains("10.0.0.1"));
+        let e: ApiError =
+            penchant_engine::EngineError::from(penchant_store::StoreError::Unavailable(format!(
+                "{}: connection refused 10.0.0.1",
+                penchant_store::STRONG_READ_UNAVAILABLE
+            )))
+            .into();
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.message, STRONG_READ_UNAVAILABLE);
+        assert!(e.error_id.is_some());
     }
 }

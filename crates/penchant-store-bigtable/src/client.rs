@@ -42,6 +42,12 @@ pub struct BigtableConfig {
     pub app_profile: String,
     /// App profile for batch jobs, so they run on their own cluster or priority.
     pub batch_app_profile: String,
+    /// Row affinity: one app profile per cluster of the instance, each with single-cluster
+    /// routing to its cluster (keep the order: it is part of every user's home). Serving calls
+    /// for a user's rows go to its home cluster, failing over to the next ones; strong reads go
+    /// to the home only ([`penchant_store::AffineStore`]). Empty (the default): no affinity,
+    /// every call carries `app_profile`.
+    pub clusters: Vec<String>,
     /// Deadline of each unary call attempt, in milliseconds.
     pub call_timeout_ms: u64,
     /// Deadline of each read-stream attempt, in milliseconds (a stream past it resumes).
@@ -62,6 +68,7 @@ impl Default for BigtableConfig {
             admin_endpoint: None,
             app_profile: String::new(),
             batch_app_profile: String::new(),
+            clusters: Vec::new(),
             call_timeout_ms: 20_000,
             scan_timeout_ms: 300_000,
             schema_ttl_ms: 10_000,
@@ -165,6 +172,14 @@ impl BigtableStore {
     /// The app profile this view's calls carry.
     pub fn app_profile(&self) -> &str {
         &self.profile
+    }
+
+    /// A view of this store (same connection) whose calls carry another app profile.
+    pub fn with_app_profile(&self, profile: &str) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            profile: Arc::from(profile),
+        }
     }
 
     pub(crate) fn table_path(&self, table: &str) -> String {

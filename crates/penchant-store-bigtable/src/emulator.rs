@@ -91,6 +91,13 @@ impl Emulator {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Stop the emulator now (kill its process and wait for it): a cluster gone. Dropping it
+    /// afterwards does nothing more.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Emulator {

@@ -49,6 +49,26 @@ use tonic::transport::Channel;
 pub use client::BigtableConfig;
 pub use retry::RetryPolicy;
 
+/// The store to serve from: `store` itself without `clusters` in its configuration, else an
+/// [`AffineStore`] over one view of it per cluster app profile (same connection, each call
+/// routed to that cluster), whose `Workload::Batch` view is the store's batch view
+/// (`batch_app_profile`, e.g. multi-cluster routing).
+///
+/// [`AffineStore`]: penchant_store::AffineStore
+pub fn with_affinity(store: BigtableStore) -> Arc<dyn Store> {
+    let profiles = &store.config().clusters;
+    if profiles.is_empty() {
+        return Arc::new(store);
+    }
+    tracing::info!(clusters = ?profiles, "row affinity over the instance's clusters");
+    let clusters = profiles
+        .iter()
+        .map(|p| Arc::new(store.with_app_profile(p)) as Arc<dyn Store>)
+        .collect();
+    let batch = store.workload_view(Workload::Batch);
+    Arc::new(penchant_store::AffineStore::new(clusters, batch))
+}
+
 pub(crate) mod proto {
     pub use googleapis_tonic_google_bigtable_admin_v2::google::bigtable::admin::v2 as admin;
     pub use googleapis_tonic_google_bigtable_v2::google::bigtable::v2;

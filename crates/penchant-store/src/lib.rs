@@ -11,6 +11,7 @@
 //! [`conformance`] suite that every backend runs, and [`MemStore`], a small in-memory reference
 //! model used by property tests and by unit tests of the layers above.
 
+mod affinity;
 mod error;
 mod filter;
 mod memory;
@@ -29,6 +30,10 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
+pub use affinity::{
+    AffineStore, STRONG_READ_UNAVAILABLE, affinity_key, is_strong_read_unavailable,
+    with_consistency,
+};
 pub use error::{Result, StoreError};
 pub use filter::{CompiledFilter, RowFilter, in_bounds};
 pub use memory::{
@@ -37,7 +42,7 @@ pub use memory::{
 };
 pub use placement::{PlacedStore, Route, unit_range};
 pub use types::{
-    Cell, FamilyChange, FamilyName, GcRule, KeySample, Mutation, ReadModifyWriteOp,
+    Cell, Consistency, FamilyChange, FamilyName, GcRule, KeySample, Mutation, ReadModifyWriteOp,
     ReadModifyWriteRule, ReadRows, Row, RowMutation, RowRange, RowSet, TableSchema, TimeRange,
     Timestamp, prefix_successor,
 };
@@ -132,6 +137,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
             rows: RowSet::keys([row_key]),
             filter,
             limit: Some(1),
+            consistency: Consistency::Eventual,
         };
         let mut stream = self.read_rows(table, request).await?;
         stream.next().await.transpose()

@@ -359,9 +359,9 @@ fn intersect(a: &RowRange, b: &RowRange) -> Option<RowRange> {
     (!empty).then_some(RowRange { start, end })
 }
 
-/// Merge streams, each in key order, into one in key order; a key two streams both return
-/// (two parts of one target's read that overlap) comes out once.
-fn merge(streams: Vec<RowStream>) -> RowStream {
+/// Merge streams, each in key order, into one in key order; a key several streams return (two
+/// overlapping parts of one read) comes out once.
+pub(crate) fn merge(streams: Vec<RowStream>) -> RowStream {
     if streams.len() == 1 {
         return streams
             .into_iter()
@@ -528,6 +528,7 @@ impl Store for PlacedStore {
                 rows,
                 filter: request.filter.clone(),
                 limit: request.limit,
+                consistency: request.consistency,
             };
             let stream = self.store(&target).read_rows(table, part).await?;
             // A row of another target's unit (left from before a move, or being copied there)

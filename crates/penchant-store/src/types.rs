@@ -352,13 +352,58 @@ impl RowSet {
     }
 }
 
-/// A read request: which rows, which cells of them, and how many rows at most.
+/// How fresh a read must be, where a store keeps several copies of a row (several clusters of
+/// a replicated Bigtable instance, see [`crate::AffineStore`]). Stores with one copy ignore it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Consistency {
+    /// Any copy may answer: the row's home cluster, or another one if the home cannot be
+    /// reached (which may not have every recent write yet).
+    #[default]
+    Eventual,
+    /// Only the row's home cluster answers (it has every write acknowledged for the row); when
+    /// it cannot be reached the read fails with [`crate::StoreError::Unavailable`], never with
+    /// an older answer.
+    Strong,
+}
+
+impl Consistency {
+    /// `eventual` or `strong`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consistency::Eventual => "eventual",
+            Consistency::Strong => "strong",
+        }
+    }
+}
+
+impl std::fmt::Display for Consistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Consistency {
+    type Err = String;
+
+    /// `eventual` or `strong`; anything else is refused with a message saying so.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "eventual" => Ok(Consistency::Eventual),
+            "strong" => Ok(Consistency::Strong),
+            _ => Err("consistency must be eventual or strong".to_owned()),
+        }
+    }
+}
+
+/// A read request: which rows, which cells of them, how many rows at most, and how fresh.
 #[derive(Debug, Clone, Default)]
 pub struct ReadRows {
     pub rows: RowSet,
     pub filter: Option<crate::RowFilter>,
     /// At most this many rows (rows the filter empties do not count).
     pub limit: Option<u64>,
+    /// Eventual by default; stores with one copy of each row ignore it.
+    pub consistency: Consistency,
 }
 
 impl ReadRows {
@@ -367,7 +412,18 @@ impl ReadRows {
             rows,
             filter: None,
             limit: None,
+            consistency: Consistency::Eventual,
         }
+    }
+
+    pub fn consistency(mut self, consistency: Consistency) -> Self {
+        self.consistency = consistency;
+        self
+    }
+
+    /// Read from the rows' home cluster only ([`Consistency::Strong`]).
+    pub fn strong(self) -> Self {
+        self.consistency(Consistency::Strong)
     }
 
     pub fn filter(mut self, filter: crate::RowFilter) -> Self {

@@ -37,13 +37,13 @@ fn open_embedded(dir: &std::path::Path, config: &Config) -> anyhow::Result<Arc<d
     Ok(Arc::new(store))
 }
 
-/// Open one Bigtable instance.
+/// Open one Bigtable instance, with row affinity over its clusters when they are listed.
 async fn open_bigtable(config: BigtableConfig) -> anyhow::Result<Arc<dyn Store>> {
     let what = format!("{}/{}", config.project, config.instance);
     let store = BigtableStore::connect(config)
         .await
         .with_context(|| format!("cannot connect to Bigtable instance {what}"))?;
-    Ok(Arc::new(store))
+    Ok(penchant_store_bigtable::with_affinity(store))
 }
 
 /// Open the configured store and its placement targets.

@@ -34,7 +34,9 @@ mod scoring;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use penchant_store::{GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
+use penchant_store::{
+    Consistency, GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store,
+};
 use serde::{Deserialize, Serialize};
 
 pub use recompute::{RecomputeStats, Source, UserRange};
@@ -318,6 +320,32 @@ impl Profiles {
     /// A user's profile: as stored if it was computed with the current strategy, else
     /// recomputed now. `None` for a user without counted events.
     pub async fn get(&self, app: &str, user: &str) -> Result<Option<Profile>> {
+        self.get_with(app, user, Consistency::Eventual).await
+    }
+
+    /// [`Profiles::get`] with its reads as consistent as asked: a strong read reads the stored
+    /// profile and, if it has to be recomputed, every row the recompute reads from the user's
+    /// home cluster only (failing when it cannot be reached, never answering from older data).
+    pub async fn get_with(
+        &self,
+        app: &str,
+        user: &str,
+        consistency: Consistency,
+    ) -> Result<Option<Profile>> {
+        match consistency {
+            Consistency::Eventual => self.read(app, user).await,
+            Consistency::Strong => {
+                // The stored profile and whatever a recompute reads: all strong.
+                let strong = Self {
+                    store: penchant_store::with_consistency(&self.store, consistency),
+                    ..self.clone()
+                };
+                strong.read(app, user).await
+            }
+        }
+    }
+
+    async fn read(&self, app: &str, user: &str) -> Result<Option<Profile>> {
         let Some(strategy) = self.strategies.get(app).await? else {
             return Ok(None);
         };

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::GcRule;
+use penchant_store::{Consistency, GcRule};
 use penchant_vectors::{Aggregate, Metric};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -359,7 +359,10 @@ impl Engine {
     pub async fn stored_queue(&self, app: &str, name: &str, user: &str) -> Result<queues::Stored> {
         keys::check_user_token(user)?;
         self.recommend.queues.definition(app, name).await?;
-        self.recommend.queues.read(app, user, name).await
+        self.recommend
+            .queues
+            .read(app, user, name, Consistency::Eventual)
+            .await
     }
 
     /// Rebuild one user's queue from its definition's sources, plus `given` items (a list the
@@ -415,7 +418,7 @@ impl Engine {
         let ids: Vec<&str> = ranked.iter().map(|(id, _)| id.as_str()).collect();
         let unseen: HashSet<String> = self
             .seen
-            .unseen(app, user, &ids)
+            .unseen(app, user, &ids, Consistency::Eventual)
             .await?
             .into_iter()
             .map(|id| (*id).to_owned())
@@ -565,7 +568,8 @@ impl Engine {
     }
 
     /// Peek at (or pop) the next `n` items of a user's queue that the user has not seen and
-    /// the catalog still has, with their records. Popped items are marked seen.
+    /// the catalog still has, with their records. Popped items are marked seen. The user's
+    /// queue and seen filter are read as consistent as asked.
     pub async fn queue_items(
         &self,
         app: &str,
@@ -573,6 +577,7 @@ impl Engine {
         user: &str,
         n: usize,
         pop: bool,
+        consistency: Consistency,
     ) -> Result<Vec<(Record, f32)>> {
         keys::check_user_token(user)?;
         if !(1..=1000).contains(&n) {
@@ -581,10 +586,16 @@ impl Engine {
         let def = self.recommend.queues.definition(app, name).await?;
         let mut out = Vec::new();
         if !pop {
-            let stored = self.recommend.queues.read(app, user, name).await?;
+            let stored = self
+                .recommend
+                .queues
+                .read(app, user, name, consistency)
+                .await?;
             for chunk in stored.pending().chunks(n.max(32)) {
-                self.servable(app, &def.index_name, user, chunk, n, &mut out)
+                let found = self
+                    .servable(app, &def.index_name, user, chunk, consistency)
                     .await?;
+                out.extend(found.into_iter().take(n - out.len()));
                 if out.len() >= n {
                     break;
                 }
@@ -599,8 +610,10 @@ impl Engine {
                 break;
             }
             let before = out.len();
-            self.servable(app, &def.index_name, user, &taken, n, &mut out)
+            let found = self
+                .servable(app, &def.index_name, user, &taken, consistency)
                 .await?;
+            out.extend(found.into_iter().take(n - out.len()));
             let ids: Vec<&str> = out[before..]
                 .iter()
                 .filter_map(|(r, _)| r.get("objectID").and_then(Value::as_str))
@@ -613,21 +626,20 @@ impl Engine {
         Ok(out)
     }
 
-    /// The entries of `chunk` the user has not seen and the catalog has, with their records,
-    /// appended to `out` up to `n`.
+    /// The entries of `chunk` the user has not seen (the seen filter read as consistent as
+    /// asked) and the catalog has, with their records, in their order.
     async fn servable(
         &self,
         app: &str,
         index: &str,
         user: &str,
         chunk: &[(String, f32)],
-        n: usize,
-        out: &mut Vec<(Record, f32)>,
-    ) -> Result<()> {
+        consistency: Consistency,
+    ) -> Result<Vec<(Record, f32)>> {
         let ids: Vec<&String> = chunk.iter().map(|(id, _)| id).collect();
         let unseen: HashSet<&String> = self
             .seen
-            .unseen(app, user, &ids)
+            .unseen(app, user, &ids, consistency)
             .await?
             .into_iter()
             .copied()
@@ -638,15 +650,10 @@ impl Engine {
             .map(|(id, _)| id.clone())
             .collect();
         let mut records = self.catalog.get_many(app, index, &wanted).await?;
-        for (id, score) in chunk {
-            if out.len() >= n {
-                break;
-            }
-            if let Some(record) = records.remove(id) {
-                out.push((record, *score));
-            }
-        }
-        Ok(())
+        Ok(chunk
+            .iter()
+            .filter_map(|(id, score)| records.remove(id).map(|r| (r, *score)))
+            .collect())
     }
 
     /// Answer a Recommend call: each request in order.
@@ -883,7 +890,11 @@ impl Engine {
             size = (select.max * 4).max(32);
             let ids: Vec<&str> = chunk.iter().map(|(id, _)| *id).collect();
             let unseen = match select.user {
-                Some(user) => self.seen.unseen(app, user, &ids).await?,
+                Some(user) => {
+                    self.seen
+                        .unseen(app, user, &ids, Consistency::Eventual)
+                        .await?
+                }
                 None => ids.iter().collect(),
             };
             let ids: Vec<String> = unseen.into_iter().map(|id| (*id).to_owned()).collect();
@@ -1078,7 +1089,11 @@ impl Engine {
             Err(e) => return Err(e),
         };
         if defined {
-            let stored = self.recommend.queues.read(app, user, queue).await?;
+            let stored = self
+                .recommend
+                .queues
+                .read(app, user, queue, Consistency::Eventual)
+                .await?;
             let pending = stored.pending();
             if !pending.is_empty() {
                 let best = f64::from(pending[0].1).max(f64::MIN_POSITIVE);

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use penchant_store::{
-    GcRule, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store,
+    Consistency, GcRule, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet,
+    Store,
 };
 use serde::{Deserialize, Serialize};
 
@@ -292,10 +293,15 @@ impl Queues {
         Ok(())
     }
 
-    /// A user's queue as stored (empty if never built).
-    pub async fn read(&self, app: &str, user: &str, name: &str) -> Result<Stored> {
-        let row = self
-            .store
+    /// A user's queue as stored (empty if never built), read as consistent as asked.
+    pub async fn read(
+        &self,
+        app: &str,
+        user: &str,
+        name: &str,
+        consistency: Consistency,
+    ) -> Result<Stored> {
+        let row = penchant_store::with_consistency(&self.store, consistency)
             .read_row(QUEUES_TABLE, keys::queue(app, user, name), None)
             .await?;
         let Some(row) = row else {
@@ -316,7 +322,7 @@ impl Queues {
     /// at the queue's end).
     pub async fn advance(&self, app: &str, user: &str, name: &str, n: usize) -> Result<Ranked> {
         let key = keys::queue(app, user, name);
-        let stored = self.read(app, user, name).await?;
+        let stored = self.read(app, user, name, Consistency::Eventual).await?;
         if stored.built_at.is_none() || stored.pending().is_empty() {
             return Ok(Vec::new());
         }

@@ -37,6 +37,7 @@ use crate::AppState;
 use crate::auth::Auth;
 use crate::error::{ApiError, to_json};
 use crate::json::{AnyJsonBody, JsonBody};
+use crate::routes::ReadConsistency;
 
 /// Bodies of key lists: 100,000 keys of up to ~160 bytes.
 const MAX_BODY_BYTES: usize = 16 << 20;
@@ -273,9 +274,10 @@ async fn seen_info(
     auth: Auth,
     State(state): State<AppState>,
     Path(user): Path<String>,
+    ReadConsistency(consistency): ReadConsistency,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    to_json(&state.engine.seen_info(app, &user).await?)
+    to_json(&state.engine.seen_info(app, &user, consistency).await?)
 }
 
 async fn seen_clear(
@@ -293,6 +295,7 @@ async fn seen_command(
     auth: Auth,
     State(state): State<AppState>,
     Path((user, command)): Path<(String, String)>,
+    ReadConsistency(consistency): ReadConsistency,
     AnyJsonBody(body): AnyJsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
     let many = !matches!(command.as_str(), "add" | "exists");
@@ -307,8 +310,14 @@ async fn seen_command(
     let engine = &state.engine;
     Ok(match command.as_str() {
         "add" | "madd" => answer("added", engine.mark_seen(app, &user, &ids).await?, many),
-        "exists" | "mexists" => answer("exists", engine.has_seen(app, &user, &ids).await?, many),
-        _ => answer("objectIDs", engine.unseen(app, &user, &ids).await?, true),
+        "exists" | "mexists" => {
+            let seen = engine.has_seen(app, &user, &ids, consistency).await?;
+            answer("exists", seen, many)
+        }
+        _ => {
+            let unseen = engine.unseen(app, &user, &ids, consistency).await?;
+            answer("objectIDs", unseen, true)
+        }
     })
 }
 

@@ -14,6 +14,32 @@ pub mod recommend;
 pub mod stats;
 pub mod vectors;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use penchant_engine::Consistency;
+
+use crate::error::ApiError;
+
+/// A read's `?consistency=eventual|strong` (eventual when absent), for the reads of a user's
+/// rows: profiles, seen filters, queues. Strong reads are served by the user's home cluster only
+/// and fail with 503 when it cannot be reached; anything else is a 400.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadConsistency(pub Consistency);
+
+impl<S: Send + Sync> FromRequestParts<S> for ReadConsistency {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or_default();
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
+        match pairs.iter().find(|(k, _)| k == "consistency") {
+            None => Ok(Self::default()),
+            Some((_, v)) => v.parse().map(Self).map_err(ApiError::bad_request),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Handlers call the engine's API, never a subsystem of it or the store.

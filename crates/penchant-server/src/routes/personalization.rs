@@ -34,6 +34,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
 use crate::protocol::insights::to_insights;
+use crate::routes::ReadConsistency;
 use crate::{AppState, iso};
 
 pub fn routes() -> Router<AppState> {
@@ -264,10 +265,11 @@ async fn profile(
     auth: Auth,
     State(state): State<AppState>,
     Path(user): Path<String>,
+    ReadConsistency(consistency): ReadConsistency,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Recommendation)?.app_id;
     keys::check_user_token(&user)?;
-    let profile = state.engine.profile(app, &user).await?;
+    let profile = state.engine.profile(app, &user, consistency).await?;
     let profile =
         profile.ok_or_else(|| ApiError::not_found(format!("User token {user} not found")))?;
     Ok(Json(json!({

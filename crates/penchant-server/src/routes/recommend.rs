@@ -24,6 +24,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use penchant_engine::Consistency;
 use penchant_engine::recommend::{
     QueueDefinition, RecommendHit, RecommendRequest, Recommendations,
 };
@@ -35,6 +36,7 @@ use crate::AppState;
 use crate::auth::Auth;
 use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
+use crate::routes::ReadConsistency;
 use crate::routes::indexes::View;
 
 pub fn routes() -> Router<AppState> {
@@ -207,16 +209,27 @@ fn items_json(items: Vec<(Map<String, Value>, f32)>) -> Value {
     json!({ "hits": hits })
 }
 
+/// `?n=` and `?consistency=` (read by [`ReadConsistency`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Peek {
+    #[serde(default = "ten")]
+    n: usize,
+    #[serde(default, rename = "consistency")]
+    _consistency: Option<String>,
+}
+
 async fn peek(
     auth: Auth,
     State(state): State<AppState>,
     Path((name, user)): Path<(String, String)>,
-    Query(count): Query<Count>,
+    ReadConsistency(consistency): ReadConsistency,
+    Query(peek): Query<Peek>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
     let items = state
         .engine
-        .queue_items(app, &name, &user, count.n, false)
+        .queue_items(app, &name, &user, peek.n, false, consistency)
         .await?;
     Ok(Json(items_json(items)))
 }
@@ -231,7 +244,7 @@ async fn pop(
     let count: Count = optional_body(&body)?;
     let items = state
         .engine
-        .queue_items(app, &name, &user, count.n, true)
+        .queue_items(app, &name, &user, count.n, true, Consistency::Eventual)
         .await?;
     Ok(Json(items_json(items)))
 }

@@ -2,6 +2,7 @@
 
 mod common;
 
+mod affinity;
 mod auth;
 mod bloom;
 mod catalog;

@@ -1,5 +1,6 @@
 //! The Bigtable backend against real Bigtable emulators (started per test, stopped after it).
 
+mod affinity;
 mod conformance;
 mod faults;
 mod placement;

@@ -321,6 +321,7 @@ async fn apply(store: &dyn Store, op: &Op, base: i64) -> String {
                 },
                 filter: f.as_ref().map(to_filter),
                 limit: *limit,
+                ..ReadRows::default()
             };
             rows(store.read_all(T, request).await)
         }

@@ -22,6 +22,11 @@ pub struct Server {
 
 impl Server {
     pub async fn start() -> Self {
+        Self::start_on(Arc::new(penchant_store::MemStore::new())).await
+    }
+
+    /// A server on this store.
+    pub async fn start_on(store: Arc<dyn penchant_store::Store>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let config = EngineConfig {
@@ -35,7 +40,6 @@ impl Server {
             bloom_cache_ttl: Duration::from_secs(60),
             ..EngineConfig::default()
         };
-        let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
         let engine = Engine::open(store.clone(), config).await.unwrap();
         let app = router(AppState::new(engine, "memory"));
         tokio::spawn(serve(listener, app, std::future::pending()));
