@@ -664,7 +664,9 @@ async fn quality(
         for_you.add(&ids(&answers[0].hits), truth);
         vectors.add(&ids(&answers[1].hits), truth);
         let popular = ids(&answers[2].hits);
-        let unseen = engine.unseen(APP, user, &popular).await?;
+        let unseen = engine
+            .unseen(APP, user, &popular, penchant_engine::Consistency::Eventual)
+            .await?;
         let unseen: Vec<String> = unseen.into_iter().take(10).cloned().collect();
         trending.add(&unseen, truth);
         progress.inc(1);

@@ -244,6 +244,7 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "jobs",
             "keys",
             "leases",
+            "placements",
             "profiles",
             "queues",
             "related",
@@ -251,6 +252,7 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "set_partitions",
             "sets",
             "spaces",
+            "stats",
             "strategies",
             "trending",
             "user_vectors"

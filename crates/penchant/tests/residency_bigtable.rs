@@ -121,7 +121,9 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
     let a = node(&us, &eu).await;
     let b = node(&us, &eu).await;
     for app in [APP, CONTROL] {
-        b.create_app(Some(app), app, 90, Layout::Wide).await.unwrap();
+        b.create_app(Some(app), app, 90, Layout::Wide)
+            .await
+            .unwrap();
         b.set_strategy(app, strategy()).await.unwrap();
     }
     let now = b.now_ms();
@@ -190,7 +192,10 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
     assert_eq!(rows_of(&*us_store, APP.as_bytes()).await, BTreeMap::new());
     assert!(rows_of(&*eu_store, CONTROL.as_bytes()).await.is_empty());
     let events = eu_store
-        .read_all("events", ReadRows::new(RowSet::range(unit_range(APP.as_bytes()))))
+        .read_all(
+            "events",
+            ReadRows::new(RowSet::range(unit_range(APP.as_bytes()))),
+        )
         .await
         .unwrap();
     let events = events
@@ -201,7 +206,10 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
     for i in 0..USERS {
         let user = format!("u{i:03}");
         let moved = b.profile(APP, &user, Consistency::Eventual).await.unwrap();
-        let control = b.profile(CONTROL, &user, Consistency::Eventual).await.unwrap();
+        let control = b
+            .profile(CONTROL, &user, Consistency::Eventual)
+            .await
+            .unwrap();
         assert_eq!(moved, control, "{user}");
     }
 
