@@ -58,6 +58,8 @@ const ROWS_AT_ONCE: usize = 500;
 /// Verify passes before a move gives up (each pass after the first only meets rows written
 /// while the previous one ran).
 const MAX_PASSES: u32 = 10;
+/// Times a row seen different is read again from both targets before it is fixed.
+const VERIFY_READS: u32 = 5;
 
 /// The tables this module needs.
 pub fn tables() -> Vec<(&'static str, std::collections::BTreeMap<String, GcRule>)> {
@@ -785,29 +787,34 @@ impl Residency {
             for (table, _) in self.remaining(unit, shared)? {
                 let old = self.scan(&from, &table, unit, None, None).await?;
                 let new = self.scan(&to, &table, unit, None, None).await?;
-                let mut fixes = Vec::new();
+                // Rows the two scans saw differ: the scans ran one after the other while writes
+                // kept arriving, so each is looked at again on its own before it is fixed.
+                let mut differing = Vec::new();
                 let (mut i, mut j) = (0, 0);
                 while i < old.len() || j < new.len() {
                     match (old.get(i), new.get(j)) {
                         (Some(o), Some(n)) if o.key == n.key => {
                             if o != n {
-                                fixes.push(replace(o));
+                                differing.push(o.key.clone());
                             }
                             i += 1;
                             j += 1;
                         }
                         (Some(o), n) if n.is_none_or(|n| o.key < n.key) => {
-                            fixes.push(replace(o));
+                            differing.push(o.key.clone());
                             i += 1;
                         }
                         (_, Some(n)) => {
-                            fixes.push(RowMutation::new(
-                                n.key.clone(),
-                                vec![Mutation::DeleteFromRow],
-                            ));
+                            differing.push(n.key.clone());
                             j += 1;
                         }
                         (_, None) => break,
+                    }
+                }
+                let mut fixes = Vec::new();
+                for key in differing {
+                    if let Some(fix) = self.diverged(&from, &to, &table, key).await? {
+                        fixes.push(fix);
                     }
                 }
                 found += fixes.len() as u64;
@@ -824,6 +831,34 @@ impl Residency {
                 return Ok(());
             }
         }
+    }
+
+    /// Whether a row really differs between the targets, and then the write that makes `to`'s
+    /// like `from`'s. Both are written alike while the verify runs, so two rows seen equal once
+    /// stay equal; a row is read from both again a few times, a short while apart, and counts as
+    /// diverged (a write raced with its copy) only if it never reads equal.
+    async fn diverged(
+        &self,
+        from: &Arc<dyn Store>,
+        to: &Arc<dyn Store>,
+        table: &str,
+        key: Bytes,
+    ) -> Result<Option<RowMutation>> {
+        let mut old = None;
+        for attempt in 0..VERIFY_READS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(5 << attempt)).await;
+            }
+            old = from.read_row(table, key.clone(), None).await?;
+            let new = to.read_row(table, key.clone(), None).await?;
+            if old == new {
+                return Ok(None);
+            }
+        }
+        Ok(Some(match old {
+            Some(row) => replace(&row),
+            None => RowMutation::new(key, vec![Mutation::DeleteFromRow]),
+        }))
     }
 
     /// Delete the unit's rows from `from`.

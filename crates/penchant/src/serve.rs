@@ -143,9 +143,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, backend, "penchant listening");
-    // A line for scripts and tests that start the server on port 0.
-    println!("penchant listening on http://{addr}");
-    println!("dashboard: http://{addr}/dashboard");
+    // Lines for people, and for scripts and tests that start the server on port 0 (the last
+    // one, which they may stop reading after). A closed stdout stops nothing.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "dashboard: http://{addr}/dashboard");
+        let _ = writeln!(out, "penchant listening on http://{addr}");
+        let _ = out.flush();
+    }
 
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let shutdown = async move {
