@@ -297,8 +297,8 @@ async fn run(args: ResidencyBenchArgs, report: &mut Report) -> anyhow::Result<()
             "plain copy rows/s",
             "ratio",
             "move, s",
-            "reads p50 still / moving, ms",
-            "p99 still / moving, ms",
+            "reads p50 still / moving, µs",
+            "p99 still / moving, µs",
         ],
     );
     for m in &measured {
@@ -313,8 +313,8 @@ async fn run(args: ResidencyBenchArgs, report: &mut Report) -> anyhow::Result<()
             Cell::int(plain_rate),
             Cell::times(move_rate / plain_rate, 2),
             Cell::fixed(m.move_secs, 1),
-            format!("{:.2} / {:.2}", m.still.0, m.moving.0).into(),
-            format!("{:.2} / {:.2}", m.still.1, m.moving.1).into(),
+            format!("{:.0} / {:.0}", m.still.0 * 1e3, m.moving.0 * 1e3).into(),
+            format!("{:.0} / {:.0}", m.still.1 * 1e3, m.moving.1 * 1e3).into(),
         ]);
         table.note(format!(
             "{}: {} profile reads on the app that stays, {} during the move, none failed or missed",
