@@ -108,6 +108,47 @@ pub(crate) async fn running<T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
+/// How a checkpointed job's run ended on this node.
+pub(crate) enum Ended {
+    /// Its steps returned: the job's outcome.
+    Finished(Result<()>),
+    /// The node stops, or lost the job's lease: the job is left running, for the node that
+    /// takes it over from its checkpoint.
+    Left,
+}
+
+/// Drive a claimed job's `steps` to their end: every half second, renew its lease (`renew`; a
+/// lost lease leaves the job at once) and `save` its status; on shutdown, save it once more
+/// and leave the job to another node. What migrations, moves and recommendation builds share.
+pub(crate) async fn drive<R, S>(
+    supervisor: &Supervisor,
+    steps: impl std::future::Future<Output = Result<()>>,
+    mut renew: impl FnMut() -> R,
+    mut save: impl FnMut() -> S,
+) -> Ended
+where
+    R: std::future::Future<Output = bool>,
+    S: std::future::Future<Output = ()>,
+{
+    tokio::pin!(steps);
+    let mut stopped = Box::pin(supervisor.stopped());
+    loop {
+        tokio::select! {
+            outcome = &mut steps => return Ended::Finished(outcome),
+            () = tokio::time::sleep(SAVE_EVERY) => {
+                if !renew().await {
+                    return Ended::Left;
+                }
+                save().await;
+            }
+            () = &mut stopped => {
+                save().await;
+                return Ended::Left;
+            }
+        }
+    }
+}
+
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

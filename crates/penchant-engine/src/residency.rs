@@ -52,7 +52,6 @@ pub const PLACEMENTS_TABLE: &str = "placements";
 const FAMILY: &str = "p";
 const COLUMN: &[u8] = b"placement";
 const LEASE: &str = "placement";
-const SAVE_EVERY: Duration = Duration::from_millis(500);
 /// Rows copied (or deleted) in one write.
 const ROWS_AT_ONCE: usize = 500;
 /// Verify passes before a move gives up (each pass after the first only meets rows written
@@ -589,30 +588,27 @@ impl Residency {
     /// the lease) leaves it running for another node.
     async fn run(&self, app: &str, status: MoveStatus) {
         let shared = Arc::new(Mutex::new(status));
-        let work = self.steps(app, &shared);
-        tokio::pin!(work);
-        let mut stopped = Box::pin(self.supervisor.stopped());
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                () = tokio::time::sleep(SAVE_EVERY) => {
-                    if !self.claims.renew(app).await.unwrap_or(false) {
-                        tracing::warn!(%app, "lost the move's lease: stopping");
-                        return;
-                    }
-                    let snapshot = shared.lock().clone();
-                    if let Err(e) = self.save(app, &snapshot).await {
-                        tracing::warn!(%app, error = %e, "cannot save the move's status");
-                    }
+        let (this, status) = (self, &shared);
+        let ended = crate::jobs::drive(
+            &self.supervisor,
+            self.steps(app, &shared),
+            move || async move {
+                let renewed = this.claims.renew(app).await.unwrap_or(false);
+                if !renewed {
+                    tracing::warn!(%app, "lost the move's lease: stopping");
                 }
-                () = &mut stopped => {
-                    let snapshot = shared.lock().clone();
-                    if let Err(e) = self.save(app, &snapshot).await {
-                        tracing::warn!(%app, error = %e, "cannot save the move's status");
-                    }
-                    return;
+                renewed
+            },
+            move || async move {
+                let snapshot = status.lock().clone();
+                if let Err(e) = this.save(app, &snapshot).await {
+                    tracing::warn!(%app, error = %e, "cannot save the move's status");
                 }
-            }
+            },
+        )
+        .await;
+        let crate::jobs::Ended::Finished(outcome) = ended else {
+            return;
         };
         let mut status = shared.lock().clone();
         match outcome {

@@ -418,61 +418,59 @@ pub fn placement(
 
 /// Follow a placement move to its end with a progress bar over its phases; its last status.
 async fn watch_move(client: &Client, path: &str) -> anyhow::Result<Value> {
-    const PHASES: [&str; 6] = ["dualWrite", "copy", "verify", "switch", "stopOld", "drop"];
-    let bar = indicatif::ProgressBar::new(PHASES.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} move {bar:30} {pos}/{len} phases  {msg}  {elapsed}",
-        )?
-        .progress_chars("=> "),
-    );
-    loop {
-        let status = client.call(Method::GET, path, "", None).await?;
-        let job = &status["move"];
-        let phase = job["phase"].as_str().unwrap_or_default();
-        let at = PHASES
-            .iter()
-            .position(|p| *p == phase)
-            .unwrap_or(PHASES.len());
-        bar.set_position(at as u64);
-        bar.set_message(format!(
-            "{phase}: {} rows copied ({} bytes), {} differences, {} dropped",
+    const PHASES: &[&str] = &["dualWrite", "copy", "verify", "switch", "stopOld", "drop"];
+    let status = watch_phases(client, path, "move", PHASES, |job| {
+        format!(
+            "{} rows copied ({} bytes), {} differences, {} dropped",
             job["copied"], job["bytes"], job["differences"], job["dropped"]
-        ));
-        if job["state"] != "running" {
-            bar.finish();
-            if job["state"] != "done" {
-                bail!("the move ended {}: {}", job["state"], job["error"]);
-            }
-            return Ok(status);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        )
+    })
+    .await?;
+    let job = &status["move"];
+    if job["state"] != "done" {
+        bail!("the move ended {}: {}", job["state"], job["error"]);
     }
+    Ok(status)
 }
 
 /// Follow a layout migration to its end with a progress bar over its phases; its last status.
 async fn watch_migration(client: &Client, path: &str) -> anyhow::Result<Value> {
-    const PHASES: [&str; 5] = ["dualWrite", "backfill", "switch", "stopOld", "drop"];
-    let bar = indicatif::ProgressBar::new(PHASES.len() as u64);
+    const PHASES: &[&str] = &["dualWrite", "backfill", "switch", "stopOld", "drop"];
+    watch_phases(client, path, "migration", PHASES, |job| {
+        format!(
+            "{} rows backfilled, {} cleared",
+            job["backfilled"], job["dropped"]
+        )
+    })
+    .await
+}
+
+/// Poll `path` until the job under `key` stops running, with a progress bar over its `phases`
+/// and `progress`'s line; the last answer.
+async fn watch_phases(
+    client: &Client,
+    path: &str,
+    key: &str,
+    phases: &[&str],
+    progress: impl Fn(&Value) -> String,
+) -> anyhow::Result<Value> {
+    let bar = indicatif::ProgressBar::new(phases.len() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} migration {bar:30} {pos}/{len} phases  {msg}  {elapsed}",
-        )?
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {key} {{bar:30}} {{pos}}/{{len}} phases  {{msg}}  {{elapsed}}"
+        ))?
         .progress_chars("=> "),
     );
     loop {
         let status = client.call(Method::GET, path, "", None).await?;
-        let job = &status["migration"];
+        let job = &status[key];
         let phase = job["phase"].as_str().unwrap_or_default();
-        let at = PHASES
+        let at = phases
             .iter()
             .position(|p| *p == phase)
-            .unwrap_or(PHASES.len());
+            .unwrap_or(phases.len());
         bar.set_position(at as u64);
-        bar.set_message(format!(
-            "{phase}: {} rows backfilled, {} cleared",
-            job["backfilled"], job["dropped"]
-        ));
+        bar.set_message(format!("{phase}: {}", progress(job)));
         if job["state"] != "running" {
             bar.finish();
             return Ok(status);

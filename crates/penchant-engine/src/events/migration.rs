@@ -52,7 +52,6 @@ use crate::{EngineError, Result, internal, keys};
 
 const LEASE: &str = "layout";
 const COLUMN: &[u8] = b"layout";
-const SAVE_EVERY: Duration = Duration::from_millis(500);
 /// Event rows rewritten (or cleared) in one write.
 const ROWS_AT_ONCE: usize = 500;
 /// The longest an ingestion takes from reading its app's layouts to writing its events.
@@ -276,31 +275,27 @@ impl Migrations {
     /// losing the lease) leaves it running for another node.
     async fn run(&self, app: &str, status: MigrationStatus) {
         let shared = Arc::new(Mutex::new(status));
-        let work = self.steps(app, &shared);
-        tokio::pin!(work);
-        let mut stopped = Box::pin(self.supervisor.stopped());
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                () = tokio::time::sleep(SAVE_EVERY) => {
-                    if !self.claims.renew(app).await.unwrap_or(false) {
-                        tracing::warn!(%app, "lost the migration's lease: stopping");
-                        return;
-                    }
-                    let snapshot = shared.lock().clone();
-                    if let Err(e) = self.save(app, &snapshot).await {
-                        tracing::warn!(%app, error = %e, "cannot save the migration's status");
-                    }
+        let (this, status) = (self, &shared);
+        let ended = crate::jobs::drive(
+            &self.supervisor,
+            self.steps(app, &shared),
+            move || async move {
+                let renewed = this.claims.renew(app).await.unwrap_or(false);
+                if !renewed {
+                    tracing::warn!(%app, "lost the migration's lease: stopping");
                 }
-                // Shutdown: save the checkpoint; another node resumes from it.
-                () = &mut stopped => {
-                    let snapshot = shared.lock().clone();
-                    if let Err(e) = self.save(app, &snapshot).await {
-                        tracing::warn!(%app, error = %e, "cannot save the migration's status");
-                    }
-                    return;
+                renewed
+            },
+            move || async move {
+                let snapshot = status.lock().clone();
+                if let Err(e) = this.save(app, &snapshot).await {
+                    tracing::warn!(%app, error = %e, "cannot save the migration's status");
                 }
-            }
+            },
+        )
+        .await;
+        let crate::jobs::Ended::Finished(outcome) = ended else {
+            return;
         };
         let mut status = shared.lock().clone();
         match outcome {

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
@@ -23,7 +22,6 @@ use crate::{Engine, EngineError, Result, keys};
 
 pub(crate) const LEASE: &str = "recommend";
 const COLUMN: &[u8] = b"recommend";
-const SAVE_EVERY: Duration = Duration::from_millis(500);
 /// Users whose queues are rebuilt at once.
 const USERS_AT_ONCE: usize = 16;
 
@@ -135,30 +133,22 @@ impl Engine {
         let shared = Arc::new(Mutex::new(status));
         let events = Arc::new(AtomicU64::new(0));
         let work = self.build_steps(app, shared.clone(), events.clone());
-        tokio::pin!(work);
-        let mut stopped = Box::pin(self.supervisor.stopped());
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                () = tokio::time::sleep(SAVE_EVERY) => {
-                    if !self.recommend.builds.renew(app).await.unwrap_or(false) {
-                        return;
-                    }
-                    let mut snapshot = shared.lock().clone();
-                    snapshot.events = snapshot.events.max(events.load(Ordering::Relaxed));
-                    if let Err(e) = self.save_build(app, &snapshot).await {
-                        tracing::warn!(%app, error = %e, "cannot save the build's status");
-                    }
+        let (this, status, counted) = (self, &shared, &events);
+        let ended = crate::jobs::drive(
+            &self.supervisor,
+            work,
+            move || async move { this.recommend.builds.renew(app).await.unwrap_or(false) },
+            move || async move {
+                let mut snapshot = status.lock().clone();
+                snapshot.events = snapshot.events.max(counted.load(Ordering::Relaxed));
+                if let Err(e) = this.save_build(app, &snapshot).await {
+                    tracing::warn!(%app, error = %e, "cannot save the build's status");
                 }
-                // Shutdown: save the checkpoint; another node resumes from it.
-                () = &mut stopped => {
-                    let snapshot = shared.lock().clone();
-                    if let Err(e) = self.save_build(app, &snapshot).await {
-                        tracing::warn!(%app, error = %e, "cannot save the build's status");
-                    }
-                    return;
-                }
-            }
+            },
+        )
+        .await;
+        let crate::jobs::Ended::Finished(outcome) = ended else {
+            return;
         };
         let mut status = shared.lock().clone();
         if let Err(e) = outcome {
