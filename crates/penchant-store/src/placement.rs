@@ -522,12 +522,16 @@ impl Store for PlacedStore {
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
         let routes = self.snapshot();
         let parts = self.split(&routes, table, &request.rows);
+        // With several targets, a target may hold rows it does not return (another target's
+        // unit): its limit would count them. The streams are lazy, and the merge below stops
+        // at the limit.
+        let limit = request.limit.filter(|_| parts.len() == 1);
         let mut streams = Vec::with_capacity(parts.len());
         for (target, rows) in parts {
             let part = ReadRows {
                 rows,
                 filter: request.filter.clone(),
-                limit: request.limit,
+                limit,
                 consistency: request.consistency,
             };
             let stream = self.store(&target).read_rows(table, part).await?;
@@ -840,6 +844,30 @@ mod tests {
             read(RowSet::keys([b("app\0bob\x001"), b("app\0x"), b("nope")])).await,
             vec![b("app\0bob\x001"), b("app\0x")]
         );
+        // A limited read is not cut short by rows a target holds for another target's unit
+        // (bob's rows a move left in eu until its drop): eu returns none of them.
+        placed
+            .target("eu")
+            .unwrap()
+            .mutate_rows(
+                "t",
+                vec![set("app\x00bob\x00leftover"), set("app\x00bob\x00zz")],
+            )
+            .await
+            .unwrap();
+        let after_bob = ReadRows::new(RowSet::range(RowRange::closed_open(
+            b("app\x00bob\x00a"),
+            b("app\x01"),
+        )))
+        .limit(2);
+        let keys: Vec<Bytes> = placed
+            .read_all("t", after_bob)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(keys, vec![b("app\x00bobby\x001"), b("app\x00x")]);
         // In a table the user's route does not apply to, `app 0 bob` is the app's.
         placed
             .mutate_row("pinned", b("x"), vec![])
