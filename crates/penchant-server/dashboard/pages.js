@@ -329,13 +329,14 @@ export function jobsPage(root, ctx) {
     als: h('div', { id: 'job-als' }),
     build: h('div', { id: 'job-build' }),
     layout: h('div', { id: 'job-layout' }),
+    placement: h('div', { id: 'job-placement' }),
   };
   const updated = h('p', { class: 'muted small', id: 'jobs-updated' });
   root.append(
     card('Profile recompute', boxes.recompute),
     card('Past recomputes', boxes.history),
     h('div', { class: 'grid2' }, card('ALS training', boxes.als), card('Recommendation build', boxes.build)),
-    card('Event-layout migration', boxes.layout),
+    h('div', { class: 'grid2' }, card('Event-layout migration', boxes.layout), card('Placement', boxes.placement)),
     updated,
   );
   let running = false;
@@ -347,9 +348,10 @@ export function jobsPage(root, ctx) {
       apiOrNull('GET', '/1/als/train'),
       apiOrNull('GET', '/1/recommend/build'),
       apiOrNull('GET', `/1/apps/${seg(ctx.creds.appID)}/layout`),
+      apiOrNull('GET', `/1/apps/${seg(ctx.creds.appID)}/placement`),
     ]);
     if (!ctx.alive()) return;
-    const [job, history, als, build, layout] = calls;
+    const [job, history, als, build, layout, placement] = calls;
     const none = () => h('p', { class: 'muted none-yet' }, 'None yet.');
     const show = (box, result, render) =>
       fill(box, result.status === 'rejected' ? errorBox(result.reason) : result.value ? render(result.value) : none());
@@ -418,8 +420,31 @@ export function jobsPage(root, ctx) {
           : h('p', { class: 'muted none-yet' }, 'No migration yet.'),
       ];
     });
+    show(boxes.placement, placement, (p) => {
+      const m = p.move;
+      return [
+        kv([
+          ['target', p.target],
+          ['also written', p.alsoWritten ?? '—'],
+        ]),
+        m
+          ? [
+              h('p', null, stateBadge(m.state), ` ${m.user ? 'user ' + m.user + ': ' : ''}${m.from} → ${m.to}, phase ${m.phase}, started ${time(m.startedAt)}`),
+              kv([
+                ['rows copied', num(m.copied)],
+                ['differences fixed', num(m.differences)],
+                ['verify passes', num(m.passes)],
+                ['rows dropped', num(m.dropped)],
+                ['finished', time(m.finishedAt)],
+              ]),
+              m.error ? errorBox(m.error, 'The move failed') : null,
+            ]
+          : h('p', { class: 'muted none-yet' }, 'No move yet.'),
+      ];
+    });
+    const moving = (r, key) => r.status === 'fulfilled' && r.value && r.value[key] && r.value[key].state === 'running';
     running = [job, als, build].some((r) => r.status === 'fulfilled' && r.value && r.value.state === 'running') ||
-      (layout.status === 'fulfilled' && layout.value && layout.value.migration && layout.value.migration.state === 'running');
+      moving(layout, 'migration') || moving(placement, 'move');
     updated.textContent = `Updated ${time(Date.now())}; ${running ? 'a job is running: every second' : 'every 5 s'}.`;
   }
   return every(() => (running ? 1000 : 5000), load);

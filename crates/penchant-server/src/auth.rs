@@ -125,6 +125,26 @@ impl FromRequestParts<AppState> for GlobalAdmin {
     }
 }
 
+/// May the caller read `app_id`'s settings (its layout, its placement): the global admin key,
+/// or a key of that app with ACL `settings`?
+pub fn may_read_app(
+    app_id: &str,
+    admin: Result<GlobalAdmin, ApiError>,
+    auth: Result<Auth, ApiError>,
+) -> Result<(), ApiError> {
+    if admin.is_ok() {
+        return Ok(());
+    }
+    let caller = auth?;
+    if caller.require(Acl::Settings)?.app_id != app_id {
+        return Err(ApiError::kind(
+            ErrorKind::Forbidden,
+            "Method not allowed with this API key",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

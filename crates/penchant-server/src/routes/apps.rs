@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 
 use penchant_engine::EngineError;
 use penchant_engine::events::Layout;
-use penchant_engine::tenancy::{Acl, App};
+use penchant_engine::tenancy::App;
 
 use crate::AppState;
-use crate::auth::{Auth, GlobalAdmin};
-use crate::error::{ApiError, ErrorKind, to_json};
+use crate::auth::{Auth, GlobalAdmin, may_read_app};
+use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
 
 pub fn routes() -> Router<AppState> {
@@ -132,26 +132,6 @@ async fn remove(
     Ok(Json(json!({ "deletedAt": crate::iso_now() })))
 }
 
-/// May the caller read `app_id`'s settings: the global admin key, or a key of that app with
-/// ACL `settings`?
-fn may_read(
-    app_id: &str,
-    admin: Result<GlobalAdmin, ApiError>,
-    auth: Result<Auth, ApiError>,
-) -> Result<(), ApiError> {
-    if admin.is_ok() {
-        return Ok(());
-    }
-    let caller = auth?;
-    if caller.require(Acl::Settings)?.app_id != app_id {
-        return Err(ApiError::kind(
-            ErrorKind::Forbidden,
-            "Method not allowed with this API key",
-        ));
-    }
-    Ok(())
-}
-
 async fn find(state: &AppState, app_id: &str) -> Result<App, ApiError> {
     state.engine.app(app_id).await?.ok_or_else(|| {
         ApiError::from(EngineError::NotFound(format!(
@@ -167,7 +147,7 @@ async fn show(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    may_read(&app_id, admin, auth)?;
+    may_read_app(&app_id, admin, auth)?;
     to_json(&find(&state, &app_id).await?)
 }
 
@@ -178,7 +158,7 @@ async fn layout(
     State(state): State<AppState>,
     Path(app_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    may_read(&app_id, admin, auth)?;
+    may_read_app(&app_id, admin, auth)?;
     let app = find(&state, &app_id).await?;
     let migration = state.engine.layout_migration(&app_id).await?;
     Ok(Json(json!({

@@ -1,5 +1,6 @@
-//! Residency (Penchant's own admin API; the global admin key only): where an app's rows are,
-//! and moving them ([`penchant_engine::residency`]).
+//! Residency (Penchant's own admin API; the global admin key only — `GET
+//! /1/apps/{appID}/placement` also answers a key of that app with ACL `settings`, as the
+//! dashboard shows it): where an app's rows are, and moving them ([`penchant_engine::residency`]).
 //!
 //! - `GET /1/placement/targets`: `{targets, default}`, the configured targets;
 //! - `GET /1/apps/{appID}/placement`: `{target, alsoWritten, move}`: where the app's rows are,
@@ -21,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::auth::GlobalAdmin;
+use crate::auth::{Auth, GlobalAdmin, may_read_app};
 use crate::error::{ApiError, to_json};
 use crate::json::JsonBody;
 
@@ -57,10 +58,12 @@ async fn placement(state: &AppState, app: &str, user: Option<&str>) -> Result<Va
 }
 
 async fn show(
-    _: GlobalAdmin,
+    admin: Result<GlobalAdmin, ApiError>,
+    auth: Result<Auth, ApiError>,
     State(state): State<AppState>,
     Path(app): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    may_read_app(&app, admin, auth)?;
     Ok(Json(placement(&state, &app, None).await?))
 }
 

@@ -205,8 +205,37 @@ async fn apps_are_created_in_a_target_and_moved() {
 #[tokio::test]
 async fn one_store_moves_nothing() {
     let s = Server::start().await;
-    s.app("SHOP").await;
+    let admin = s.app("SHOP").await;
     let root = Some(("", ROOT));
+    // An app's placement is also shown to its own `settings` keys (the dashboard's jobs page).
+    let settings = s.key("SHOP", &admin, &["settings"]).await;
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let path = "/1/apps/SHOP/placement";
+    let (status, shown) = s
+        .call(Method::GET, path, Some(("SHOP", settings.as_str())), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert_eq!(
+        shown,
+        json!({"target": "default", "alsoWritten": null, "move": null})
+    );
+    let (status, _) = s
+        .call(Method::GET, path, Some(("SHOP", search.as_str())), None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = s
+        .call(
+            Method::POST,
+            path,
+            Some(("SHOP", admin.as_str())),
+            Some(json!({"target": "default"})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "moves take the global admin key"
+    );
     let (_, targets) = s
         .call(Method::GET, "/1/placement/targets", root, None)
         .await;

@@ -109,6 +109,9 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         page.until_text("#job-build", "for-you").await;
         page.until_text("#job-layout", "wide").await;
         page.until_text("#job-layout", "No migration yet").await;
+        // One store: the app's rows are in the default target, never moved.
+        page.until_text("#job-placement", "default").await;
+        page.until_text("#job-placement", "No move yet").await;
         page.screenshot("jobs").await;
         page.assert_no_errors().await;
 
