@@ -25,8 +25,9 @@
 //! same event writes the same cell); an event whose raw row exists already adds no delta
 //! ([`crate::events::Events::ingest`]); deltas of different events commute, whichever node writes
 //! them; and a fold deletes exactly the deltas it summed. The one rebuild from raw rows
-//! ([`Aggregates::rebuild_day`], after a crash left a batch half-done) deletes the deltas it
-//! read, whose events its raw read covers (a raw row is written before its deltas).
+//! ([`Aggregates::rebuild_day`], after a crash left a batch half-done, or on a retry of it)
+//! turns the base back into one delta per raw event — the same cells the ingestion writes, so a
+//! delta still in flight lands on its own copy instead of being counted twice.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,6 +50,8 @@ pub const DAY_MS: i64 = 86_400_000;
 pub const FOLD_EVERY: u64 = 16;
 /// Attempts of a rebuild that keeps losing races to folds.
 const ATTEMPTS: usize = 8;
+/// Deltas a rebuild writes in one row mutation.
+const REBUILD_CHUNK: usize = 20_000;
 
 /// The tables this module needs.
 pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
@@ -140,7 +143,6 @@ impl Sums {
             .filter(|q| &q[..] != LAST || self.last.is_none())
             .map(|q| Mutation::delete_column(FAMILY, q.clone()))
             .collect();
-        mutations.push(Mutation::delete_column(FAMILY, VERSION));
         if let Some(ts) = self.last {
             mutations.push(Mutation::DeleteFromColumn {
                 family: FAMILY.to_owned(),
@@ -187,6 +189,28 @@ pub struct Aggregates {
 impl Aggregates {
     pub fn new(store: Arc<dyn Store>) -> Self {
         Self { store }
+    }
+
+    /// A user's counts over every day, bases and deltas summed, per qualifier (a check's view:
+    /// a profile reads only its strategy's qualifiers).
+    pub async fn counts(
+        &self,
+        app: &str,
+        user: &str,
+    ) -> Result<BTreeMap<Bytes, BTreeMap<String, u64>>> {
+        let request = ReadRows::new(RowSet::prefix(keys::user(app, user)));
+        let mut sums = Sums::default();
+        for row in self.store.read_all(AGGREGATES_TABLE, request).await? {
+            for cell in row.family(FAMILY) {
+                if cell.qualifier == LAST || cell.qualifier == VERSION {
+                    continue;
+                }
+                let qualifier =
+                    keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
+                sums.add(qualifier, &cell.value, cell.timestamp)?;
+            }
+        }
+        Ok(sums.counts)
     }
 
     /// Add newly stored events to their days' aggregates: their deltas, in one write for the
@@ -257,9 +281,22 @@ impl Aggregates {
         write_if_version(&*self.store, AGGREGATES_TABLE, day, FAMILY, v, mutations).await
     }
 
-    /// Rebuild one user's day from its raw events (finishing a batch a crash left half-done:
-    /// which of its deltas were written is unknown). The deltas it read are deleted: their
-    /// events were stored before them, so the raw read, made after, counts them.
+    /// Rebuild one user's day from its raw events (finishing a batch that stopped half-way, or
+    /// a retried one whose first attempt did: which of its deltas were written is unknown).
+    ///
+    /// The rebuilt row holds a delta for every raw event of the day and no base: the base is
+    /// deleted, and the deltas it lacks are written — those of the events folded into the base,
+    /// and those never written. A delta names its event and holds that event's counts, so an
+    /// ingestion still writing the delta of an event this read counts writes the very same cell
+    /// again (a no-op), and a delta written after the row was read stays. The first write is
+    /// conditional on the fold version, so a fold that read the row before cannot write its
+    /// base over the rebuild (nor the rebuild over a fold that read after it).
+    ///
+    /// The one interleaving this cannot absorb: an ingestion that wrote an event's raw row before
+    /// this read and its delta only after this rebuild *and* a fold of the row — it would count
+    /// twice. On one node the engine excludes it (ingestion and rebuild of a user never overlap,
+    /// [`crate::pending::UserLocks`]); across nodes it needs a node stalled between its two
+    /// writes while another rebuilds and folds the day.
     pub async fn rebuild_day(&self, app: &str, user: &str, day: i64, layout: Layout) -> Result<()> {
         let key = keys::day(app, user, day);
         for _ in 0..ATTEMPTS {
@@ -272,33 +309,65 @@ impl Aggregates {
             if row.is_none() && raw.is_empty() {
                 return Ok(());
             }
-            let mut sums = Sums::default();
-            for row in &raw {
-                let Some(ts) = row.cells.first().map(|c| c.timestamp) else {
+            let present: std::collections::HashSet<&[u8]> = row
+                .iter()
+                .flat_map(|r| r.family(FAMILY))
+                .filter(|c| keys::aggregate_delta_base(&c.qualifier).is_some())
+                .map(|c| &c.qualifier[..])
+                .collect();
+            // The base columns go; the version is bumped by the conditional write.
+            let mut first: Vec<Mutation> = columns(row.as_ref())
+                .into_iter()
+                .filter(|q| &q[..] != LAST && keys::aggregate_delta_base(q).is_none())
+                .map(|q| Mutation::delete_column(FAMILY, q))
+                .collect();
+            let mut deltas = Vec::new();
+            let mut last: Option<i64> = None;
+            for raw_row in &raw {
+                let Some(ts) = raw_row.cells.first().map(|c| c.timestamp) else {
                     continue;
                 };
-                sums.last = sums.last.max(Some(ts));
-                let Some((event_type, name, counts)) = layout.read_counts(row)? else {
+                last = last.max(Some(ts));
+                let Some((event_type, name, counts)) = layout.read_counts(raw_row)? else {
                     continue;
                 };
                 for (facet, values) in counts {
-                    sums.add_counts(events::qualifier(event_type, &name, &facet), values);
+                    let q = events::qualifier(event_type, &name, &facet);
+                    let delta = keys::aggregate_delta(&q, &raw_row.key);
+                    if !present.contains(&delta[..]) {
+                        deltas.push(Mutation::set(FAMILY, delta, ts, json(&values)?));
+                    }
                 }
             }
+            if let Some(ts) = last {
+                first.push(Mutation::set(FAMILY, LAST, ts, (ts / 1000).to_string()));
+            }
+            // Bigtable takes at most 100,000 mutations per row write: a bot's day is written in
+            // several, the first one conditional. A crash in between leaves deltas missing, and
+            // the batch's intent, so the repair rebuilds the day again.
+            let rest = deltas.split_off(deltas.len().min(REBUILD_CHUNK));
+            first.extend(deltas);
             let v = version(row.as_ref());
-            let mutations = sums.into_base(&columns(row.as_ref()))?;
-            if write_if_version(
+            if !write_if_version(
                 &*self.store,
                 AGGREGATES_TABLE,
                 key.clone(),
                 FAMILY,
                 v,
-                mutations,
+                first,
             )
             .await?
             {
-                return Ok(());
+                continue;
             }
+            let mut rest = rest.into_iter().peekable();
+            while rest.peek().is_some() {
+                let chunk: Vec<Mutation> = rest.by_ref().take(REBUILD_CHUNK).collect();
+                self.store
+                    .mutate_row(AGGREGATES_TABLE, key.clone(), chunk)
+                    .await?;
+            }
+            return Ok(());
         }
         Err(EngineError::Unavailable(
             "too many concurrent updates of one day's aggregate; retry".into(),

@@ -177,6 +177,39 @@ impl Leases {
             .await?)
     }
 
+    /// Run `work` under the lease `name` of `app` ("" for a global one): `None` if another
+    /// node holds it. The lease is renewed every third of its life while the work runs, and
+    /// released after. A renewal that finds the lease lost (this node stalled past its expiry,
+    /// and another took it) or cannot reach the store stops the work where it stands, lest two
+    /// nodes do it at once: work run so must be safe to stop at any await.
+    pub async fn run<T>(
+        &self,
+        app: &str,
+        name: &str,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<Option<T>> {
+        if !self.acquire(app, name).await? {
+            return Ok(None);
+        }
+        tokio::pin!(work);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                () = tokio::time::sleep(self.ttl / 3) => match self.renew(app, name).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return Err(crate::EngineError::Unavailable(format!(
+                            "lease {name:?} lost while its work ran: another node took it"
+                        )));
+                    }
+                    Err(e) => break Err(e),
+                },
+            }
+        };
+        self.release(app, name).await?;
+        outcome.map(Some)
+    }
+
     /// Give a lease up (if this node holds it), so another node may take it at once.
     pub async fn release(&self, app: &str, name: &str) -> Result<()> {
         let mine = RowFilter::column(FAMILY, HOLDER)
@@ -226,5 +259,74 @@ mod tests {
         b.release("APP", "job").await.unwrap();
         a.release("APP", "job").await.unwrap();
         assert!(a.acquire("APP", "job").await.unwrap(), "released");
+    }
+
+    #[tokio::test]
+    async fn a_lease_is_renewed_while_its_work_runs_and_the_work_stops_once_it_is_lost() {
+        let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+        for (name, families) in tables() {
+            store.create_table(name, families).await.unwrap();
+        }
+        let clock = Clock::manual(1_800_000_000_000_000);
+        let ttl = Duration::from_millis(300);
+        let a = Leases::new(store.clone(), clock.clone(), ttl);
+        let b = Leases::new(store.clone(), clock.clone(), ttl);
+        let expiry = || {
+            let store = store.clone();
+            async move {
+                let row = store
+                    .read_row(LEASES_TABLE, keys::lease("", "repair"), None)
+                    .await
+                    .unwrap();
+                row.and_then(|r| r.latest(FAMILY, HOLDER).map(|c| c.timestamp))
+            }
+        };
+        let wait_for = |what: &'static str, until: Box<dyn Fn(Option<i64>) -> bool + Send>| {
+            let expiry = expiry.clone();
+            async move {
+                for _ in 0..1000 {
+                    if until(expiry().await) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("{what}");
+            }
+        };
+        // The work runs until told to stop (or is dropped).
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.run("", "repair", async {
+                    let _ = stopped.await;
+                    Ok(())
+                })
+                .await
+            }
+        });
+        wait_for("a takes the lease", Box::new(|e| e.is_some())).await;
+        let first = expiry().await.unwrap();
+        // The work outlives the lease's first term: a renews it.
+        clock.advance(Duration::from_millis(200));
+        wait_for("a renews", Box::new(move |e| e > Some(first))).await;
+        clock.advance(Duration::from_millis(200));
+        assert!(
+            !b.acquire("", "repair").await.unwrap(),
+            "renewed past its first term"
+        );
+        // a stalls past the expiry: b takes the lease, and a's work stops where it stands.
+        clock.advance(Duration::from_secs(10));
+        assert!(b.acquire("", "repair").await.unwrap());
+        let outcome = tokio::time::timeout(Duration::from_secs(30), running)
+            .await
+            .expect("the work stops")
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(crate::EngineError::Unavailable(_))),
+            "{outcome:?}"
+        );
+        assert!(stop.is_closed(), "the work was dropped");
+        assert!(!a.renew("", "repair").await.unwrap(), "b holds it");
     }
 }

@@ -117,6 +117,10 @@ pub struct EngineConfig {
     pub placement: Option<penchant_store::PlacedStore>,
     /// How often a node reloads every placement (a change reaches every node within it).
     pub placement_refresh: std::time::Duration,
+    /// Whether this node is the only one on its store (the embedded backend: RocksDB locks its
+    /// folder). Then, at start, every ingestion left half-way is its dead predecessor's and is
+    /// finished at once; otherwise only those over a minute old are.
+    pub exclusive_store: bool,
 }
 
 impl EngineConfig {
@@ -139,6 +143,7 @@ impl EngineConfig {
             vector_index: vectors::IndexSettings::SERVING,
             placement: None,
             placement_refresh: Duration::from_secs(5),
+            exclusive_store: false,
         }
     }
 }
@@ -206,6 +211,10 @@ pub struct Engine {
     traffic: Arc<stats::Traffic>,
     residency: Arc<residency::Residency>,
     placement_refresh: std::time::Duration,
+    /// Ingestion and rebuilds of a user's days kept apart on this node.
+    user_locks: Arc<pending::UserLocks>,
+    /// Whether this node is the only one on its store.
+    exclusive_store: bool,
 }
 
 /// Create the families of `table` it lacks (several nodes may do so at once).
@@ -357,6 +366,8 @@ impl Engine {
             supervisor,
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
+            user_locks: Arc::default(),
+            exclusive_store: config.exclusive_store,
             clock,
             refresh_latency: Arc::default(),
             traffic: Arc::new(stats::Traffic::new(store.clone())),
@@ -379,18 +390,27 @@ impl Engine {
     /// Store valid events, then add them to their days' aggregates and refresh their users'
     /// profiles from them (the streaming path), while their items are marked seen: a profile
     /// read after this returns reflects the events. Each step is one write for the whole batch,
-    /// whichever users it holds. An intent recorded with the events ([`pending`]) lets
-    /// [`Engine::repair`] finish the work if this stops half-way.
+    /// whichever users it holds. An intent recorded before the events ([`pending`]) lets
+    /// [`Engine::repair`] finish the work if this stops half-way; a retried request (its events
+    /// stored already) rebuilds their days itself, so an acknowledged event always counts.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
         let layouts = self.tenancy.events_of(app).await?.written();
-        let (batch, intent) = self.pending.intent(app, events);
-        let stored = self.events.ingest(app, events, &layouts, intent).await?;
-        let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
+        let batch = self.pending.record(app, events).await?;
+        // From the raw write until the deltas are written, no rebuild of these users runs here.
+        let users = self
+            .user_locks
+            .shared(app, events.iter().map(events::Event::user))
+            .await;
+        let ingested = self.events.ingest(app, events, &layouts).await?;
+        let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
         let aggregates_then_profiles = async {
-            self.aggregates.add(app, &stored).await?;
+            let added = self.aggregates.add(app, &ingested.stored).await;
+            drop(users);
+            added?;
+            self.rebuild_days(app, &ingested.retried).await?;
             recommend::trending::count(&self.store, app, &counted).await?;
             let started = std::time::Instant::now();
             self.refresh_users(app, events).await?;
@@ -407,6 +427,24 @@ impl Engine {
                 tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
             }
         });
+        Ok(())
+    }
+
+    /// Rebuild the days of these events' users from their raw events, each alone on this node
+    /// ([`pending::UserLocks`]).
+    async fn rebuild_days(&self, app: &str, events: &[&events::Event]) -> Result<()> {
+        let days: std::collections::BTreeSet<(&str, i64)> = events
+            .iter()
+            .map(|e| (e.user(), aggregates::day_of(e.timestamp)))
+            .collect();
+        if days.is_empty() {
+            return Ok(());
+        }
+        let layout = self.tenancy.events_of(app).await?.layout;
+        for (user, day) in days {
+            let _alone = self.user_locks.exclusive(app, user).await;
+            self.aggregates.rebuild_day(app, user, day, layout).await?;
+        }
         Ok(())
     }
 
@@ -434,7 +472,8 @@ impl Engine {
     /// Finish the work of event batches that stopped half-way more than `age` ago (a crash
     /// between storing events and acknowledging them): rebuild their days' aggregates from the
     /// raw events (which of their deltas were written is unknown), refresh their users'
-    /// profiles, mark their items seen. Returns how many (batch, user) intents it finished.
+    /// profiles, mark their items seen. Returns how many (batch, user) intents it finished; one
+    /// that fails is left for the next repair.
     pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {
         let apps: Vec<String> = self
             .tenancy
@@ -444,42 +483,52 @@ impl Engine {
             .map(|a| a.app_id)
             .collect();
         let intents = self.pending.left_behind(&apps, age).await?;
+        let mut finished = 0;
         for intent in &intents {
-            let mut stored = Vec::new();
-            let layout = self.tenancy.events_of(&intent.app).await?.layout;
-            for day in &intent.days {
+            match self.finish(intent).await {
+                Ok(()) => finished += 1,
+                Err(e) => tracing::warn!(app = %intent.app, user = %intent.user, error = %e,
+                    "cannot finish an interrupted ingestion; the next repair will"),
+            }
+        }
+        Ok(finished)
+    }
+
+    /// Finish one user's share of an interrupted batch.
+    async fn finish(&self, intent: &pending::Intent) -> Result<()> {
+        let mut stored = Vec::new();
+        let layout = self.tenancy.events_of(&intent.app).await?.layout;
+        for day in &intent.days {
+            {
+                let _alone = self.user_locks.exclusive(&intent.app, &intent.user).await;
                 self.aggregates
                     .rebuild_day(&intent.app, &intent.user, *day, layout)
                     .await?;
-                let request = penchant_store::ReadRows::new(aggregates::raw_day(
-                    &intent.app,
-                    &intent.user,
-                    *day,
-                ))
-                .filter(penchant_store::RowFilter::column(
-                    events::FAMILY,
-                    events::EVENT_COLUMN,
-                ));
-                for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
-                    if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
-                        stored.push(
-                            serde_json::from_slice::<events::Event>(&cell.value)
-                                .map_err(|e| internal("corrupt event", e))?,
-                        );
-                    }
+            }
+            let request =
+                penchant_store::ReadRows::new(aggregates::raw_day(&intent.app, &intent.user, *day))
+                    .filter(penchant_store::RowFilter::column(
+                        events::FAMILY,
+                        events::EVENT_COLUMN,
+                    ));
+            for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
+                if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
+                    stored.push(
+                        serde_json::from_slice::<events::Event>(&cell.value)
+                            .map_err(|e| internal("corrupt event", e))?,
+                    );
                 }
             }
-            if !stored.is_empty() {
-                tracing::info!(app = %intent.app, user = %intent.user, events = stored.len(),
-                    "finishing an interrupted ingestion");
-                futures::try_join!(
-                    self.refresh_users(&intent.app, &stored),
-                    self.mark_events_seen(&intent.app, &stored)
-                )?;
-            }
-            self.pending.resolve(intent).await?;
         }
-        Ok(intents.len())
+        if !stored.is_empty() {
+            tracing::info!(app = %intent.app, user = %intent.user, events = stored.len(),
+                "finishing an interrupted ingestion");
+            futures::try_join!(
+                self.refresh_users(&intent.app, &stored),
+                self.mark_events_seen(&intent.app, &stored)
+            )?;
+        }
+        self.pending.resolve(intent).await
     }
 
     async fn refresh_users(&self, app: &str, events: &[events::Event]) -> Result<()> {
@@ -510,12 +559,7 @@ impl Engine {
     /// remove them only later. Returns how many event rows and aggregate rows it deleted, or
     /// `None` when another node holds the purge's lease (it is purging).
     pub async fn purge_expired(&self) -> Result<Option<(u64, u64)>> {
-        if !self.leases.acquire("", PURGE_LEASE).await? {
-            return Ok(None);
-        }
-        let purged = self.purge_all().await;
-        self.leases.release("", PURGE_LEASE).await?;
-        purged.map(Some)
+        self.leases.run("", PURGE_LEASE, self.purge_all()).await
     }
 
     async fn purge_all(&self) -> Result<(u64, u64)> {
@@ -578,16 +622,20 @@ impl Engine {
         use std::time::Duration;
         let engine = self.clone();
         self.supervisor.spawn(async move {
-            let mut first = true;
+            // Alone on its store, a node that starts finishes every batch left at once: they
+            // are its dead predecessor's. With other nodes, a batch is taken for interrupted
+            // only after a minute, lest a batch in flight on another node be redone.
+            let mut first = engine.exclusive_store;
             loop {
                 let age = if first { Duration::ZERO } else { REPAIR_AFTER };
-                if let Err(e) = engine.repair_once(age).await {
-                    tracing::warn!(error = %e, "cannot repair interrupted ingestions");
+                match engine.repair_once(age).await {
+                    // Until a round ran (the dead predecessor's lease may hold it off a while).
+                    Ok(ran) => first &= !ran,
+                    Err(e) => tracing::warn!(error = %e, "cannot repair interrupted ingestions"),
                 }
                 if let Err(e) = engine.take_over_jobs().await {
                     tracing::warn!(error = %e, "cannot look for orphaned jobs");
                 }
-                first = false;
                 let stopped = engine.supervisor.stopped();
                 tokio::select! {
                     () = tokio::time::sleep(engine.leases.ttl() / 2) => {}
@@ -643,14 +691,13 @@ impl Engine {
         });
     }
 
-    /// One repair round under the repair lease (one node at a time).
-    async fn repair_once(&self, age: std::time::Duration) -> Result<()> {
-        if self.leases.acquire("", REPAIR_LEASE).await? {
-            let repaired = self.repair(age).await;
-            self.leases.release("", REPAIR_LEASE).await?;
-            repaired?;
-        }
-        Ok(())
+    /// One repair round under the repair lease (one node at a time): whether it ran.
+    pub async fn repair_once(&self, age: std::time::Duration) -> Result<bool> {
+        Ok(self
+            .leases
+            .run("", REPAIR_LEASE, self.repair(age))
+            .await?
+            .is_some())
     }
 
     /// Stop the background work (jobs save their checkpoints and release their leases) and
@@ -975,6 +1022,12 @@ impl Engine {
     #[doc(hidden)]
     pub fn jobs(&self) -> &Jobs {
         &self.jobs
+    }
+
+    /// Per-day aggregates of events.
+    #[doc(hidden)]
+    pub fn aggregates(&self) -> &Aggregates {
+        &self.aggregates
     }
 
     /// Insights events.

@@ -1,15 +1,20 @@
 //! Ingestion intents: what a batch of events still owes its users, so that a crash between
 //! storing events and finishing their work cannot leave a profile without them.
 //!
-//! A batch's events are written together with one intent row (table `events`, row
-//! [`keys::intent`] `app 0 · 0xFF · batch id`, past every user of the app): a cell per user, the
-//! qualifier the user token, the value the days the batch touches for the user (u32 BE each) —
-//! one write, so the intent costs no round trip of its own. Once the batch's aggregates, profiles
-//! and seen marks are written, the row is deleted. An intent row still there afterwards is
-//! a batch that stopped half-way (a crash, a killed node): [`Pending::left_behind`] lists its
-//! users, and the engine redoes their work — rebuild the days' aggregates from their raw events
-//! (which deltas were written is unknown), refresh the profile, mark the days' items seen —
-//! which is harmless to redo, every step being idempotent.
+//! A batch's intent row (table `events`, row [`keys::intent`] `app 0 · 0xFF · batch id`, past
+//! every user of the app) is written before its events: a cell per user, the qualifier the user
+//! token, the value the days the batch touches for the user (u32 BE each). It comes first, in a
+//! write of its own, because a store may apply a multi-row write in any order (Bigtable's
+//! `MutateRows`): no event row may exist without the intent that would finish it. Once the
+//! batch's aggregates, profiles and seen marks are written, the row is deleted. An intent row
+//! still there afterwards is a batch that stopped half-way (a crash, a killed node):
+//! [`Pending::left_behind`] lists its users, and the engine redoes their work — rebuild the
+//! days' aggregates from their raw events (which deltas were written is unknown), refresh the
+//! profile, mark the days' items seen — which is harmless to redo, every step being idempotent.
+//!
+//! On one node, [`UserLocks`] keep a user's rebuild apart from the ingestion of the user's
+//! events: an ingestion holds its users' stripes shared from its raw write until its deltas are
+//! written; a rebuild holds its user's stripe alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -48,8 +53,17 @@ impl Pending {
         Self { store, clock }
     }
 
-    /// A new batch's id and its intent row, to write with its events.
-    pub fn intent(&self, app: &str, events: &[Event]) -> (u64, RowMutation) {
+    /// Record a new batch's intent (before its events are written); returns the batch's id.
+    pub async fn record(&self, app: &str, events: &[Event]) -> Result<u64> {
+        let (batch, intent) = self.intent(app, events);
+        self.store
+            .mutate_row(EVENTS_TABLE, intent.row_key, intent.mutations)
+            .await?;
+        Ok(batch)
+    }
+
+    /// A new batch's id and its intent row.
+    fn intent(&self, app: &str, events: &[Event]) -> (u64, RowMutation) {
         let batch: u64 = rand::random();
         let mut days: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
         for e in events {
@@ -131,5 +145,50 @@ impl Pending {
             .mutate_row(EVENTS_TABLE, intent.row.clone(), vec![delete])
             .await?;
         Ok(())
+    }
+}
+
+/// Stripes of per-user locks on this node: ingestion takes its users' stripes shared, a
+/// rebuild of a user's days takes the user's stripe alone. Stripes are taken in increasing
+/// order and a rebuild holds one, so no two holders wait on each other in a cycle.
+#[derive(Debug)]
+pub struct UserLocks {
+    stripes: Vec<tokio::sync::RwLock<()>>,
+}
+
+/// Stripes of [`UserLocks`]: two users share one with odds 1 in this.
+const STRIPES: usize = 256;
+
+impl Default for UserLocks {
+    fn default() -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| tokio::sync::RwLock::new(())).collect(),
+        }
+    }
+}
+
+impl UserLocks {
+    fn stripe(app: &str, user: &str) -> usize {
+        let hash = xxhash_rust::xxh3::xxh3_64(&keys::user(app, user));
+        (hash % STRIPES as u64) as usize
+    }
+
+    /// Hold the stripes of these users shared (an ingestion of their events).
+    pub async fn shared<'u>(
+        &self,
+        app: &str,
+        users: impl IntoIterator<Item = &'u str>,
+    ) -> Vec<tokio::sync::RwLockReadGuard<'_, ()>> {
+        let stripes: BTreeSet<usize> = users.into_iter().map(|u| Self::stripe(app, u)).collect();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for i in stripes {
+            guards.push(self.stripes[i].read().await);
+        }
+        guards
+    }
+
+    /// Hold a user's stripe alone (a rebuild of the user's days).
+    pub async fn exclusive(&self, app: &str, user: &str) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.stripes[Self::stripe(app, user)].write().await
     }
 }

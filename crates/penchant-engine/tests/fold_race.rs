@@ -1,7 +1,15 @@
-//! A day's fold racing with an event of the same day (two requests for one user at once): the
-//! event is added after the fold read the row and before it writes. The fold must keep the
-//! event's `_last` time, or the day's aggregate would say the user's last event is older than
-//! it is (found by `penchant bench schema`, whose heavy users send concurrent batches).
+//! Races on a day's aggregate row, staged with a store that stops one operation at a gate:
+//!
+//! - a fold and an event of the same day (two requests for one user at once): the event is
+//!   added after the fold read the row and before it writes. The fold must keep the event's
+//!   `_last` time, or the day's aggregate would say the user's last event is older than it is
+//!   (found by `penchant bench schema`, whose heavy users send concurrent batches);
+//! - a request whose first attempt stopped after its events were stored and before their
+//!   deltas (a crash), then retried: every event counts once;
+//! - a rebuild of the day (the repair of an interrupted batch) while another event is
+//!   half-written (stored, its delta not yet): it counts once;
+//! - a fold that read the row before a rebuild and writes after it: it must not write its base
+//!   over the rebuilt row.
 
 mod common;
 
@@ -17,6 +25,63 @@ use penchant_engine::{Engine, EngineConfig};
 
 const APP: &str = "APP";
 const USER: &str = "u1";
+
+fn strategy() -> Strategy {
+    Strategy {
+        events_scoring: vec![EventScoring {
+            event_name: "Viewed".into(),
+            event_type: EventType::View,
+            score: 10,
+        }],
+        facets_scoring: vec![FacetScoring {
+            facet_name: "brand".into(),
+            score: 10,
+        }],
+        personalization_impact: 50,
+    }
+}
+
+/// An engine over a store gated at `op` on the aggregates, with an app and its strategy.
+async fn gated(op: Op) -> (Arc<Hooked<Gate>>, Engine) {
+    let store = Arc::new(Hooked {
+        inner: Default::default(),
+        hook: Gate::new(op, AGGREGATES_TABLE),
+    });
+    let engine = Engine::open(store.clone(), EngineConfig::default())
+        .await
+        .unwrap();
+    engine
+        .tenancy()
+        .create_app_with(Some(APP), "test", 30, Default::default())
+        .await
+        .unwrap();
+    engine.set_strategy(APP, strategy()).await.unwrap();
+    (store, engine)
+}
+
+/// Today at 1 am (before now, whatever the time): events of one day.
+fn early_today() -> i64 {
+    let now = penchant_store::validate::now_micros() / 1000;
+    (now - now.rem_euclid(86_400_000) + 3_600_000).min(now - 60_000)
+}
+
+/// The user's brand counts as the aggregates hold them, bases and deltas summed.
+async fn brands(engine: &Engine) -> std::collections::BTreeMap<String, u64> {
+    let counts = engine.aggregates().counts(APP, USER).await.unwrap();
+    let brand = events::qualifier(EventType::View, "Viewed", "brand");
+    counts.get(&brand).cloned().unwrap_or_default()
+}
+
+fn counted(pairs: &[(&str, u64)]) -> std::collections::BTreeMap<String, u64> {
+    pairs.iter().map(|(b, n)| ((*b).to_owned(), *n)).collect()
+}
+
+/// The stream's profile is the one a full recompute gives.
+async fn consistent(engine: &Engine) {
+    let profile = engine.profiles().refresh(APP, USER).await.unwrap();
+    let full = engine.profiles().recompute_one(APP, USER).await.unwrap();
+    assert_eq!(profile, full);
+}
 
 fn view(brand: &str, timestamp: i64) -> Event {
     Event {
@@ -102,4 +167,93 @@ async fn an_event_added_while_its_day_folds_keeps_its_time() {
     assert_eq!(profile.last_event_at, Some(day), "{profile:?}");
     let full = engine.profiles().recompute_one(APP, USER).await.unwrap();
     assert_eq!(Some(profile), full);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_whose_first_attempt_stopped_before_its_deltas_counts_once() {
+    let (store, engine) = gated(Op::WriteRows).await;
+    let start = early_today();
+    let events: Vec<Event> = (0..10).map(|i| view("a", start + i)).collect();
+    // The first attempt stores the events and stops before their deltas: a crash.
+    let (deltas_wait, go) = store.hook.arm().await;
+    let first = {
+        let (engine, events) = (engine.clone(), events.clone());
+        tokio::spawn(async move { engine.push_events(APP, &events).await })
+    };
+    deltas_wait.await.unwrap();
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    drop(go);
+    assert_eq!(brands(&engine).await, counted(&[]), "no delta written");
+    // The client retries the same events: acknowledged, so counted, once.
+    engine.push_events(APP, &events).await.unwrap();
+    assert_eq!(brands(&engine).await, counted(&[("a", 10)]));
+    engine.push_events(APP, &events).await.unwrap();
+    assert_eq!(brands(&engine).await, counted(&[("a", 10)]), "and again");
+    consistent(&engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_while_an_event_is_half_written_counts_it_once() {
+    let (store, engine) = gated(Op::WriteRows).await;
+    let start = early_today();
+    let events: Vec<Event> = (0..5).map(|i| view("a", start + i)).collect();
+    engine.push_events(APP, &events).await.unwrap();
+    let day = aggregates::day_of(start);
+    let row = penchant_engine::keys::day(APP, USER, day);
+    engine.aggregates().fold(row.clone()).await.unwrap();
+    // An event is stored; its delta waits.
+    let (delta_waits, go) = store.hook.arm().await;
+    let half = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.push_events(APP, &[view("b", start + 100)]).await })
+    };
+    delta_waits.await.unwrap();
+    // Meanwhile the day is rebuilt from its raw events, which hold the event already.
+    let layout = engine.tenancy().events_of(APP).await.unwrap().layout;
+    engine
+        .aggregates()
+        .rebuild_day(APP, USER, day, layout)
+        .await
+        .unwrap();
+    go.send(()).unwrap();
+    half.await.unwrap().unwrap();
+    assert_eq!(brands(&engine).await, counted(&[("a", 5), ("b", 1)]));
+    engine.aggregates().fold(row).await.unwrap();
+    assert_eq!(
+        brands(&engine).await,
+        counted(&[("a", 5), ("b", 1)]),
+        "folded"
+    );
+    consistent(&engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_that_read_before_a_rebuild_does_not_write_over_it() {
+    let (store, engine) = gated(Op::Conditional).await;
+    let start = early_today();
+    let day = aggregates::day_of(start);
+    let row = penchant_engine::keys::day(APP, USER, day);
+    let events: Vec<Event> = (0..5).map(|i| view("a", start + i)).collect();
+    engine.push_events(APP, &events).await.unwrap();
+    engine.aggregates().fold(row.clone()).await.unwrap();
+    let more: Vec<Event> = (0..3).map(|i| view("a", start + 10 + i)).collect();
+    engine.push_events(APP, &more).await.unwrap();
+    // A fold reads the base and the three deltas, and waits before its conditional write.
+    let (fold_waits, go) = store.hook.arm().await;
+    let fold = {
+        let (engine, row) = (engine.clone(), row.clone());
+        tokio::spawn(async move { engine.aggregates().fold(row).await })
+    };
+    fold_waits.await.unwrap();
+    let layout = engine.tenancy().events_of(APP).await.unwrap().layout;
+    engine
+        .aggregates()
+        .rebuild_day(APP, USER, day, layout)
+        .await
+        .unwrap();
+    go.send(()).unwrap();
+    assert!(!fold.await.unwrap().unwrap(), "the fold lost the race");
+    assert_eq!(brands(&engine).await, counted(&[("a", 8)]));
+    consistent(&engine).await;
 }

@@ -119,6 +119,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         },
         placement: placed,
         placement_refresh: Duration::from_millis(config.placement.refresh_ms),
+        // RocksDB locks its folders: an embedded node is alone on its store.
+        exclusive_store: config.store.backend == Backend::Embedded,
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)

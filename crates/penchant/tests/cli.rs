@@ -715,3 +715,181 @@ async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }
+
+/// `kill -9` of a node while four clients ingest, three times, each restart taking traffic on
+/// the same users while it repairs what the killed node left half-done. Clients retry every
+/// unanswered batch with the same events (and timestamps) until it is acknowledged. Afterwards
+/// every user's aggregates count each of the user's events exactly once, and the user's
+/// profile is the one a recompute from them gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twice() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const APP: &str = "CRASH";
+    const USERS: u64 = 300;
+    const WRITERS: usize = 4;
+    const BATCHES: usize = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let start = |dir: &std::path::Path| {
+        common::serve(|cmd| {
+            cmd.arg("--data-dir")
+                .arg(dir)
+                .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+                .stderr(Stdio::null());
+        })
+    };
+    let (mut child, url) = start(dir.path());
+    let url = Arc::new(std::sync::RwLock::new(url));
+    let http = reqwest::Client::new();
+    let post = |url: String, path: &str, body: serde_json::Value| {
+        http.post(format!("{url}{path}"))
+            .header("X-Algolia-Application-Id", APP)
+            .header("X-Algolia-API-Key", "root")
+            .json(&body)
+            .send()
+    };
+    let resp = post(
+        url.read().unwrap().clone(),
+        "/1/apps",
+        serde_json::json!({"appID": APP}),
+    )
+    .await
+    .unwrap();
+    assert!(resp.status().is_success());
+    let strategy = serde_json::json!({
+        "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
+        "facetsScoring": [{"facetName": "brand", "score": 10}],
+        "personalizationImpact": 50,
+    });
+    let resp = post(
+        url.read().unwrap().clone(),
+        "/1/strategies/personalization",
+        strategy,
+    )
+    .await
+    .unwrap();
+    assert!(resp.status().is_success());
+
+    // Batches of 100 to 400 events over every user; each event has its own timestamp.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut expected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut stamp = now - 3_600_000;
+    let mut batches: Vec<Vec<serde_json::Value>> = vec![Vec::new(); WRITERS];
+    for writer in &mut batches {
+        for _ in 0..BATCHES {
+            let size = 100 + next() % 300;
+            let events: Vec<serde_json::Value> = (0..size)
+                .map(|_| {
+                    let user = format!("u{}", next() % USERS);
+                    let brand = format!("b{}", next() % 5);
+                    *expected
+                        .entry(user.clone())
+                        .or_default()
+                        .entry(brand.clone())
+                        .or_default() += 1;
+                    stamp += 1;
+                    serde_json::json!({
+                        "eventType": "view", "eventName": "Viewed", "index": "shop",
+                        "userToken": user, "timestamp": stamp,
+                        "filters": [format!("brand:{brand}")],
+                    })
+                })
+                .collect();
+            writer.push(serde_json::json!({ "events": events }));
+        }
+    }
+
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = batches
+        .into_iter()
+        .map(|batches| {
+            let (url, acknowledged, http) = (url.clone(), acknowledged.clone(), http.clone());
+            tokio::spawn(async move {
+                for batch in batches {
+                    // Until acknowledged: a node killed mid-request answers nothing.
+                    loop {
+                        let to = url.read().unwrap().clone();
+                        let sent = http
+                            .post(format!("{to}/1/events"))
+                            .header("X-Algolia-Application-Id", APP)
+                            .header("X-Algolia-API-Key", "root")
+                            .json(&batch)
+                            .send()
+                            .await;
+                        match sent {
+                            Ok(resp) if resp.status().is_success() => break,
+                            Ok(resp) if resp.status().is_client_error() => {
+                                panic!("{}: {}", resp.status(), resp.text().await.unwrap())
+                            }
+                            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                        }
+                    }
+                    acknowledged.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    // Three kills, each after a few more acknowledged batches, each node restarted at once.
+    for kill in 1..=3 {
+        while acknowledged.load(Ordering::SeqCst) < kill * WRITERS * BATCHES / 4 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let (restarted, new_url) = start(dir.path());
+        child = restarted;
+        *url.write().unwrap() = new_url;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+
+    // Read the store the nodes left.
+    let store = penchant_store_rocksdb::RocksStore::open(dir.path(), Default::default()).unwrap();
+    let engine =
+        penchant_engine::Engine::open(Arc::new(store), penchant_engine::EngineConfig::default())
+            .await
+            .unwrap();
+    let brand = penchant_engine::events::qualifier(
+        penchant_engine::events::EventType::View,
+        "Viewed",
+        "brand",
+    );
+    let mut wrong = Vec::new();
+    for (user, brands) in &expected {
+        let counts = engine.aggregates().counts(APP, user).await.unwrap();
+        let counted = counts.get(&brand).cloned().unwrap_or_default();
+        if &counted != brands {
+            wrong.push(format!("{user}: counted {counted:?}, sent {brands:?}"));
+            continue;
+        }
+        let stored = engine.profiles().stored_profile(APP, user).await.unwrap();
+        let full = engine.profiles().recompute_one(APP, user).await.unwrap();
+        if stored.map(|(p, _)| p) != full {
+            wrong.push(format!(
+                "{user}: the stored profile is not the recomputed one"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} users wrong:\n{}",
+        wrong.len(),
+        expected.len(),
+        wrong.join("\n")
+    );
+}

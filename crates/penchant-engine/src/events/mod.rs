@@ -193,17 +193,17 @@ impl Events {
     }
 
     /// Store valid events of an app, their counts in each of `layouts` (the app's, or both
-    /// during a migration), in one write with `intent`, the batch's intent row
-    /// ([`crate::pending`]). Returns the events stored now: an event whose row exists already (a
-    /// retried request whose events carry their `timestamp`) is neither written nor returned,
-    /// so what follows from it (its aggregate deltas) is not counted twice.
+    /// during a migration), in one write (after the batch's intent, [`crate::pending`]).
+    /// Returns the events stored now and those whose row exists already (a retried request
+    /// whose events carry their `timestamp`): those are not written again, and their deltas are
+    /// not added here — whether the first attempt added them is unknown, so the caller
+    /// rebuilds their days.
     pub async fn ingest<'e>(
         &self,
         app: &str,
         events: &'e [Event],
         layouts: &[Layout],
-        intent: RowMutation,
-    ) -> Result<Vec<Stored<'e>>> {
+    ) -> Result<Ingested<'e>> {
         let keys = events
             .iter()
             .enumerate()
@@ -211,11 +211,12 @@ impl Events {
             .collect::<Result<Vec<_>>>()?;
         let existing = self.existing(&keys).await?;
         let facets = self.facets(app, events).await?;
-        let mut rows = Vec::with_capacity(events.len() + 1);
-        rows.push(intent);
+        let mut rows = Vec::with_capacity(events.len());
         let mut stored = Vec::with_capacity(events.len());
+        let mut retried = Vec::new();
         for ((event, key), counts) in events.iter().zip(keys).zip(facets) {
             if existing.contains(&key) {
+                retried.push(event);
                 continue;
             }
             let ts = event.timestamp * 1000;
@@ -230,7 +231,7 @@ impl Events {
             stored.push(Stored { event, key, counts });
         }
         self.store.mutate_all(EVENTS_TABLE, rows).await?;
-        Ok(stored)
+        Ok(Ingested { stored, retried })
     }
 
     /// Which of these event rows exist (one read, keys only).
@@ -240,6 +241,15 @@ impl Events {
         let rows = self.store.read_all(EVENTS_TABLE, request).await?;
         Ok(rows.into_iter().map(|r| r.key).collect())
     }
+}
+
+/// What [`Events::ingest`] did with a batch.
+#[derive(Debug)]
+pub struct Ingested<'e> {
+    /// The events stored now.
+    pub stored: Vec<Stored<'e>>,
+    /// The events stored already, by an earlier attempt of the request.
+    pub retried: Vec<&'e Event>,
 }
 
 /// An event stored by [`Events::ingest`]: its row key and its counts per facet and value.

@@ -27,7 +27,9 @@ pub(super) fn read_partition(row: Option<&Row>, empty: &BloomFilter) -> Result<(
 /// Replace a cell-and-version pair if its version is still `version` (0: no cell yet).
 /// Returns whether it wrote. The version cell is stamped like the newest cell written with an
 /// explicit time (rows whose cells carry their data's time, as a day's aggregate does, keep
-/// doing so: the retention purge goes by those times), else with the store's clock.
+/// doing so: the retention purge goes by those times), else with the store's clock. The old
+/// version cell is deleted in the same write: stamped otherwise, it would stay beside the new
+/// one, and a writer that read it would find its version still there (ABA).
 pub(crate) async fn write_if_version(
     store: &dyn Store,
     table: &str,
@@ -47,6 +49,7 @@ pub(crate) async fn write_if_version(
         })
         .max();
     let next = (version + 1).to_string();
+    cells.push(Mutation::delete_column(family, Bytes::from_static(VERSION)));
     cells.push(match stamp {
         Some(t) => Mutation::set(family, Bytes::from_static(VERSION), t, next),
         None => Mutation::set_now(family, Bytes::from_static(VERSION), next),
