@@ -194,6 +194,19 @@ pub struct RecommendRequest {
 
 /// Most hits a request returns.
 pub const MAX_RECOMMENDATIONS: usize = 30;
+/// Most requests in one Recommend call (Algolia documents none): each is answered in turn, so
+/// 10,000 took seconds and megabytes; a page of recommendation carousels needs a handful.
+pub const MAX_REQUESTS: usize = 100;
+/// Whether a Recommend call may hold `n` requests (checked before they are parsed, too).
+pub fn check_request_count(n: usize) -> Result<()> {
+    if n > MAX_REQUESTS {
+        return Err(EngineError::Invalid(format!(
+            "requests: {n} requests in one call, the limit is {MAX_REQUESTS}"
+        )));
+    }
+    Ok(())
+}
+
 /// Candidates a request looks at before giving up on filling its hits.
 const MAX_WALK: usize = 3000;
 /// Items a trending-facets request sums over.
@@ -668,6 +681,7 @@ impl Engine {
         app: &str,
         requests: &[RecommendRequest],
     ) -> Result<Vec<Recommendations>> {
+        check_request_count(requests.len())?;
         let mut out = Vec::with_capacity(requests.len());
         for (i, request) in requests.iter().enumerate() {
             let answer = self

@@ -479,3 +479,30 @@ async fn deeply_nested_filters_are_refused_not_a_crash() {
         "facetFilters: 1001 filters, the limit is 1000"
     );
 }
+
+/// Issue 29: a Recommend call had no cap on its requests (10,000 took 3.6 s and 20 MB).
+#[tokio::test]
+async fn a_recommend_call_holds_at_most_100_requests() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let k = Some(("SHOP", search.as_str()));
+    let one = json!({"indexName": "shop", "model": "trending-items", "threshold": 0});
+    let call = |n: usize| {
+        let body = json!({ "requests": vec![one.clone(); n] });
+        let s = &s;
+        async move {
+            s.call(Method::POST, "/1/indexes/*/recommendations", k, Some(body))
+                .await
+        }
+    };
+    let (status, body) = call(100).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["results"].as_array().unwrap().len(), 100);
+    let (status, body) = call(101).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["message"],
+        "requests: 101 requests in one call, the limit is 100"
+    );
+}
