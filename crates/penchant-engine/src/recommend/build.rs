@@ -47,6 +47,10 @@ pub struct BuildStatus {
     /// Events the lists were built from, and lists written.
     pub events: u64,
     pub lists: u64,
+    /// Items of events left out of the lists: an objectID (or index name) too long to be part
+    /// of a row key, stored before events were checked so.
+    #[serde(default)]
+    pub skipped: u64,
     /// Users whose queues are rebuilt, and the last of them (the checkpoint).
     pub users: u64,
     pub after: Option<String>,
@@ -72,6 +76,7 @@ impl Engine {
             queues: queues.into_iter().map(|(name, _)| name).collect(),
             events: 0,
             lists: 0,
+            skipped: 0,
             users: 0,
             after: None,
             started_at: self.now_ms(),
@@ -175,9 +180,17 @@ impl Engine {
         let since = self.now_ms() - window.as_millis() as i64;
         if shared.lock().phase == Phase::Lists {
             let stamp = self.now_ms() * 1000;
-            let lists = super::related::build(&self.store, app, since, stamp, &events).await?;
+            let skipped = AtomicU64::new(0);
+            let lists =
+                super::related::build(&self.store, app, since, stamp, &events, &skipped).await?;
+            let skipped = skipped.load(Ordering::Relaxed);
+            if skipped > 0 {
+                tracing::warn!(%app, items = skipped,
+                    "items of events left out of the lists: objectID or index name too long");
+            }
             let mut status = shared.lock();
             status.lists = lists;
+            status.skipped = skipped;
             status.events = events.load(Ordering::Relaxed);
             status.phase = Phase::Queues;
         }
@@ -246,5 +259,97 @@ impl Engine {
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::events::{Event, EventType, Target};
+    use crate::jobs::JobState;
+    use crate::recommend::related::{self, Links};
+    use crate::vectors::training::{TrainingConfig, Weights};
+    use crate::{Engine, EngineConfig};
+
+    const APP: &str = "APP";
+
+    /// Issue 29: events stored with objectIDs too long to be row keys (5 KB: longer than a row
+    /// key; 70 KB: longer than a ranked list's length prefix) failed every build and training
+    /// of the app, and left lists that read as corrupt. Their items are left out, counted; the
+    /// others' lists and vectors are built.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn builds_and_trainings_skip_items_too_long_to_be_keys() {
+        let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
+        let engine = Engine::open(store, EngineConfig::default()).await.unwrap();
+        let now = engine.now_ms();
+        let (medium, huge) = ("m".repeat(5000), "h".repeat(70_000));
+        let events: Vec<Event> = (0..4)
+            .map(|u| Event {
+                event_type: EventType::Conversion,
+                event_subtype: None,
+                event_name: "Bought".into(),
+                index: "items".into(),
+                user_token: format!("u{u}"),
+                authenticated_user_token: None,
+                timestamp: now - 1000,
+                // Below the HTTP validation, as events stored before it.
+                target: Target::ObjectIds(vec![
+                    "a".into(),
+                    medium.clone(),
+                    "b".into(),
+                    huge.clone(),
+                ]),
+                query_id: None,
+                positions: None,
+                object_data: None,
+                value: None,
+                currency: None,
+            })
+            .collect();
+        engine.push_events(APP, &events).await.unwrap();
+
+        engine.start_build(APP).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let done = loop {
+            let status = engine.build_status(APP).await.unwrap().unwrap();
+            if status.state != JobState::Running {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the build did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(done.state, JobState::Done, "{done:?}");
+        assert_eq!(done.skipped, 8, "two items of four events: {done:?}");
+        for links in [Links::BoughtTogether, Links::Related] {
+            let list = related::list(&engine.store, APP, "items", links, "a")
+                .await
+                .unwrap();
+            let ids: Vec<&str> = list.iter().map(|(id, _)| id.as_str()).collect();
+            assert_eq!(ids, ["b"], "{links:?}");
+        }
+
+        let config = TrainingConfig {
+            weights: Some(Weights::new()),
+            ..TrainingConfig::default()
+        };
+        engine.train(APP, config).await.unwrap();
+        let trained = loop {
+            let status = engine.training_status(APP).await.unwrap().unwrap();
+            if status.state != JobState::Running {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the training did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(trained.state, JobState::Done, "{trained:?}");
+        assert_eq!((trained.users, trained.items), (4, 2), "{trained:?}");
     }
 }

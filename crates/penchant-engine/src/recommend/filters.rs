@@ -17,10 +17,28 @@
 //! with numeric atoms. Penchant accepts every nesting of `AND`, `OR` and `NOT` (Algolia refuses
 //! some mixes, such as `(a AND b) OR c`): a superset. A malformed filter is an error naming the
 //! parameter and the 1-based column of the offending token.
+//!
+//! Limits, for any caller with a search key: `filters` is at most [`MAX_FILTERS_BYTES`] long and
+//! nests at most [`MAX_DEPTH`] parentheses and `NOT`s deep; `facetFilters` and `numericFilters`
+//! hold at most [`MAX_LIST_FILTERS`] filters each. The parser, [`Filter::matches`] and the
+//! tree's drop recurse once per nesting level, so the depth bound is what keeps a hostile filter
+//! from overflowing a worker's stack; a flat chain (`a OR b OR c ...`) is one n-ary node, not a
+//! level per operand.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
+
+/// The longest `filters` string, in bytes. Algolia documents no limit on the string (it caps a
+/// query at 1,000 filters); 64 KiB holds a thousand `objectID:...` atoms of 60 bytes each.
+pub const MAX_FILTERS_BYTES: usize = 64 * 1024;
+/// The deepest nesting of `filters`: parentheses and `NOT`s together. Hand-written and generated
+/// filters nest a few levels; 64 keeps the parser's recursion (3 frames a level), `matches` and
+/// the tree's drop a few dozen kilobytes deep at most, far from a worker thread's 2 MiB stack.
+pub const MAX_DEPTH: usize = 64;
+/// The most filters in a `facetFilters` or `numericFilters` list, inner lists' elements counted:
+/// Algolia's limit on the filters of one query.
+pub const MAX_LIST_FILTERS: usize = 1000;
 
 /// A malformed filter: the message says what and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +108,12 @@ impl Filter {
     ) -> Result<Option<Filter>, FilterError> {
         let mut all = Vec::new();
         if let Some(text) = filters.filter(|t| !t.trim().is_empty()) {
+            if text.len() > MAX_FILTERS_BYTES {
+                return Err(FilterError(format!(
+                    "filters: {} bytes, the limit is {MAX_FILTERS_BYTES}",
+                    text.len()
+                )));
+            }
             all.push(Parser::new(text, "filters")?.expression_to_end()?);
         }
         if let Some(value) = facet_filters {
@@ -209,25 +233,36 @@ fn list(
     };
     match value {
         Value::String(s) => Ok(vec![element(what, s)?]),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| match item {
-                Value::String(s) => element(&format!("{what}[{i}]"), s),
-                Value::Array(inner) => {
-                    let any = inner
-                        .iter()
-                        .enumerate()
-                        .map(|(j, v)| match v {
-                            Value::String(s) => element(&format!("{what}[{i}][{j}]"), s),
-                            _ => Err(shape()),
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    Ok(Filter::Or(any))
-                }
-                _ => Err(shape()),
-            })
-            .collect(),
+        Value::Array(items) => {
+            let count: usize = items
+                .iter()
+                .map(|item| item.as_array().map_or(1, Vec::len))
+                .sum();
+            if count > MAX_LIST_FILTERS {
+                return Err(FilterError(format!(
+                    "{what}: {count} filters, the limit is {MAX_LIST_FILTERS}"
+                )));
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(s) => element(&format!("{what}[{i}]"), s),
+                    Value::Array(inner) => {
+                        let any = inner
+                            .iter()
+                            .enumerate()
+                            .map(|(j, v)| match v {
+                                Value::String(s) => element(&format!("{what}[{i}][{j}]"), s),
+                                _ => Err(shape()),
+                            })
+                            .collect::<Result<Vec<_>, _>>()?;
+                        Ok(Filter::Or(any))
+                    }
+                    _ => Err(shape()),
+                })
+                .collect()
+        }
         _ => Err(shape()),
     }
 }
@@ -320,6 +355,8 @@ struct Parser<'a> {
     at: usize,
     /// The column just past the text, for errors at its end.
     end_col: usize,
+    /// Parentheses and `NOT`s open around the token at `at`.
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -397,6 +434,7 @@ impl<'a> Parser<'a> {
             tokens,
             at: 0,
             end_col: chars.len() + 1,
+            depth: 0,
         })
     }
 
@@ -467,20 +505,32 @@ impl<'a> Parser<'a> {
     }
 
     fn unary(&mut self) -> Result<Filter, FilterError> {
-        if self.keyword("NOT") {
-            self.at += 1;
-            return Ok(Filter::Not(Box::new(self.unary()?)));
+        let not = self.keyword("NOT");
+        if !not && !matches!(self.peek(), Some(Token::Open)) {
+            return self.atom();
         }
-        if matches!(self.peek(), Some(Token::Open)) {
-            self.at += 1;
+        // Both recurse: bounded here, before they do.
+        if self.depth == MAX_DEPTH {
+            return Err(FilterError(format!(
+                "{}: nesting deeper than {MAX_DEPTH} levels (parentheses and NOTs) at col {}",
+                self.what,
+                self.peek_col()
+            )));
+        }
+        self.at += 1;
+        self.depth += 1;
+        let inner = if not {
+            Filter::Not(Box::new(self.unary()?))
+        } else {
             let inner = self.or()?;
             if !matches!(self.peek(), Some(Token::Close)) {
                 return Err(self.unexpected("')'"));
             }
             self.at += 1;
-            return Ok(inner);
-        }
-        self.atom()
+            inner
+        };
+        self.depth -= 1;
+        Ok(inner)
     }
 
     /// A word that is not a keyword.
@@ -687,6 +737,135 @@ mod tests {
                 .contains("numericFilters[0][0]: expected a numeric")
         );
         assert!(err(json!(3), json!([])).contains("facetFilters must be"));
+    }
+
+    /// Run `f` on a thread with a small stack: a recursion per nesting level overflows it (and
+    /// aborts the test binary) long before a few thousand levels.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn hostile_nesting_is_an_error_not_a_stack_overflow() {
+        let messages = on_small_stack(|| {
+            let nested = format!("{}brand:b{}", "(".repeat(4000), ")".repeat(4000));
+            let nots = format!("{}brand:b", "NOT ".repeat(10_000));
+            let unclosed = "(".repeat(3200);
+            let mixed = "NOT (".repeat(2000);
+            [nested, nots, unclosed, mixed]
+                .iter()
+                .map(|text| Filter::parse(Some(text), None, None).unwrap_err().0)
+                .collect::<Vec<_>>()
+        });
+        for (message, col) in messages.iter().zip([65, 257, 65, 161]) {
+            assert_eq!(
+                message,
+                &format!(
+                    "filters: nesting deeper than 64 levels (parentheses and NOTs) at col {col}"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn filters_as_deep_as_the_limit_parse_and_match() {
+        let r = record(json!({"brand": "Apple"}));
+        let (deep, nots, both, chain) = on_small_stack(move || {
+            let parse = |text: String| Filter::parse(Some(&text), None, None);
+            let deep = parse(format!(
+                "{}brand:Apple{}",
+                "(".repeat(MAX_DEPTH),
+                ")".repeat(MAX_DEPTH)
+            ))
+            .unwrap()
+            .unwrap()
+            .matches(&r);
+            let nots = parse(format!("{}brand:Apple", "NOT ".repeat(MAX_DEPTH)))
+                .unwrap()
+                .unwrap()
+                .matches(&r);
+            // Half NOT, half parentheses, an OR at every level: a tree as deep as the limit.
+            let half = MAX_DEPTH / 2;
+            let both = parse(format!(
+                "{}brand:Samsung{}",
+                "NOT (brand:x OR ".repeat(half),
+                ")".repeat(half)
+            ))
+            .unwrap()
+            .unwrap()
+            .matches(&r);
+            // One level more is refused, by NOT or by '('.
+            assert!(parse(format!("{}brand:Apple", "NOT ".repeat(MAX_DEPTH + 1))).is_err());
+            assert!(
+                parse(format!(
+                    "{}brand:Apple{}",
+                    "(".repeat(MAX_DEPTH + 1),
+                    ")".repeat(MAX_DEPTH + 1)
+                ))
+                .is_err()
+            );
+            // A long flat chain is one n-ary node: no recursion per operand.
+            let chain = (0..3000)
+                .map(|i| format!("brand:b{i}"))
+                .chain(["brand:Apple".to_owned()])
+                .collect::<Vec<_>>()
+                .join(" OR ");
+            let chain = parse(chain).unwrap().unwrap();
+            let Filter::Or(any) = &chain else {
+                panic!("not one OR node");
+            };
+            assert_eq!(any.len(), 3001);
+            let matched = chain.matches(&r);
+            (deep, nots, both, matched)
+        });
+        assert!(deep);
+        assert!(nots); // an even number of NOTs
+        // Innermost, NOT (x OR Samsung) holds; each level out negates (x OR the level below).
+        assert!(!both);
+        assert!(chain);
+    }
+
+    #[test]
+    fn oversized_filters_are_refused() {
+        let long = "brand:x OR ".repeat(MAX_FILTERS_BYTES / 11 + 1) + "brand:y";
+        assert_eq!(
+            error(&long),
+            format!(
+                "filters: {} bytes, the limit is {MAX_FILTERS_BYTES}",
+                long.len()
+            )
+        );
+        let many: Vec<Value> = (0..MAX_LIST_FILTERS)
+            .map(|i| json!(format!("a:{i}")))
+            .collect();
+        assert!(Filter::parse(None, Some(&Value::Array(many.clone())), None).is_ok());
+        // An inner list's elements count one by one.
+        let nest = |all: &[Value]| {
+            let mut outer = all[..600].to_vec();
+            outer.push(Value::Array(all[600..].to_vec()));
+            Value::Array(outer)
+        };
+        assert!(Filter::parse(None, Some(&nest(&many)), None).is_ok());
+        let mut over = many;
+        over.push(json!("a:x"));
+        for value in [nest(&over), Value::Array(over)] {
+            assert_eq!(
+                Filter::parse(None, Some(&value), None).unwrap_err().0,
+                format!("facetFilters: 1001 filters, the limit is {MAX_LIST_FILTERS}")
+            );
+        }
+        let numeric = json!(vec!["price > 1"; MAX_LIST_FILTERS + 1]);
+        assert!(
+            Filter::parse(None, None, Some(&numeric))
+                .unwrap_err()
+                .0
+                .starts_with("numericFilters: 1001 filters")
+        );
     }
 
     /// The test's own filter tree, rendered to text and evaluated directly.

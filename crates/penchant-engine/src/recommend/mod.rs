@@ -57,6 +57,12 @@ pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
 pub fn encode_ranked(items: &[(String, f32)]) -> Bytes {
     let mut out = Vec::with_capacity(items.iter().map(|(id, _)| id.len() + 6).sum());
     for (id, score) in items {
+        // Its length would not fit its 16-bit prefix (and the list would read as corrupt): no
+        // objectID is that long (`catalog::MAX_OBJECT_ID_BYTES`), so none is left out but one
+        // stored before IDs were checked.
+        if id.len() > usize::from(u16::MAX) {
+            continue;
+        }
         out.extend_from_slice(&(id.len() as u16).to_le_bytes());
         out.extend_from_slice(id.as_bytes());
         out.extend_from_slice(&score.to_le_bytes());
@@ -188,6 +194,19 @@ pub struct RecommendRequest {
 
 /// Most hits a request returns.
 pub const MAX_RECOMMENDATIONS: usize = 30;
+/// Most requests in one Recommend call (Algolia documents none): each is answered in turn, so
+/// 10,000 took seconds and megabytes; a page of recommendation carousels needs a handful.
+pub const MAX_REQUESTS: usize = 100;
+/// Whether a Recommend call may hold `n` requests (checked before they are parsed, too).
+pub fn check_request_count(n: usize) -> Result<()> {
+    if n > MAX_REQUESTS {
+        return Err(EngineError::Invalid(format!(
+            "requests: {n} requests in one call, the limit is {MAX_REQUESTS}"
+        )));
+    }
+    Ok(())
+}
+
 /// Candidates a request looks at before giving up on filling its hits.
 const MAX_WALK: usize = 3000;
 /// Items a trending-facets request sums over.
@@ -662,6 +681,7 @@ impl Engine {
         app: &str,
         requests: &[RecommendRequest],
     ) -> Result<Vec<Recommendations>> {
+        check_request_count(requests.len())?;
         let mut out = Vec::with_capacity(requests.len());
         for (i, request) in requests.iter().enumerate() {
             let answer = self
@@ -1151,6 +1171,18 @@ mod tests {
         assert_eq!(decode_ranked(&bytes).unwrap(), items);
         assert!(decode_ranked(&bytes[..bytes.len() - 1]).is_err());
         assert!(decode_ranked(&[]).unwrap().is_empty());
+        // Issue 29: an objectID longer than its 16-bit length prefix was written with a cut
+        // length, and the whole list read as corrupt (a 500) until a rebuild. It is left out.
+        let long: Ranked = vec![
+            ("a".into(), 1.0),
+            ("x".repeat(70_000), 0.5),
+            ("b".into(), 0.25),
+        ];
+        let bytes = encode_ranked(&long);
+        assert_eq!(
+            decode_ranked(&bytes).unwrap(),
+            vec![("a".to_owned(), 1.0), ("b".to_owned(), 0.25)]
+        );
     }
 
     #[test]

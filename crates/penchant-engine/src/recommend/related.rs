@@ -72,10 +72,15 @@ pub(crate) async fn list(
 ) -> Result<Ranked> {
     let key = keys::related(app, index, links.name(), object_id);
     let row = store.read_row(RELATED_TABLE, key, None).await?;
-    match row.as_ref().and_then(|r| r.latest(FAMILY, COLUMN)) {
-        Some(cell) => decode_ranked(&cell.value),
-        None => Ok(Vec::new()),
-    }
+    let Some(cell) = row.as_ref().and_then(|r| r.latest(FAMILY, COLUMN)) else {
+        return Ok(Vec::new());
+    };
+    // A list an older build wrote with an objectID too long for its encoding reads as
+    // corrupt: the item has no list (the request falls back) rather than a 500 until a rebuild.
+    Ok(decode_ranked(&cell.value).unwrap_or_else(|e| {
+        tracing::warn!(%app, %index, model = links.name(), error = %e, "unreadable list, ignored");
+        Vec::new()
+    }))
 }
 
 /// Pair counts of one model, items interned.
@@ -139,13 +144,15 @@ fn distinct_latest(items: &[u32]) -> Vec<u32> {
 }
 
 /// Rebuild both models' lists of every index of the app from its events since `since` (ms);
-/// `events_read` counts the events as they are scanned. Returns how many lists it wrote.
+/// `events_read` counts the events as they are scanned, `skipped` the items left out because
+/// their objectID or index name cannot be part of a row key. Returns how many lists it wrote.
 pub(crate) async fn build(
     store: &Arc<dyn Store>,
     app: &str,
     since: i64,
     stamp: i64,
     events_read: &AtomicU64,
+    skipped: &AtomicU64,
 ) -> Result<u64> {
     let batch = penchant_store::for_workload(store, Workload::Batch);
     // Items are interned as (index, objectID).
@@ -187,7 +194,17 @@ pub(crate) async fn build(
         else {
             continue;
         };
+        // An item that cannot name a row (an objectID or index name longer than a record's,
+        // stored before events were checked so) is skipped, not the build failed.
+        if crate::catalog::check_index_name(&event.index).is_err() {
+            skipped.fetch_add(items.len() as u64, Ordering::Relaxed);
+            continue;
+        }
         for item in items {
+            if crate::catalog::check_object_id(item).is_err() {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let name = (event.index.clone(), item.clone());
             let id = *ids.entry(name.clone()).or_insert_with(|| {
                 names.push(name);

@@ -58,8 +58,16 @@ pub(crate) async fn count(store: &Arc<dyn Store>, app: &str, events: &[&Event]) 
         let Target::ObjectIds(ids) = &event.target else {
             continue;
         };
+        // An objectID is a qualifier here: one longer than a record's is not counted (events
+        // are checked at the edge; this keeps one that was not from failing the batch).
+        if crate::catalog::check_index_name(&event.index).is_err() {
+            continue;
+        }
         let day = day_of(event.timestamp);
-        for id in ids {
+        for id in ids
+            .iter()
+            .filter(|id| crate::catalog::check_object_id(id).is_ok())
+        {
             let key = keys::trending(app, &event.index, day, shard(id));
             *rows.entry(key).or_default().entry(id).or_default() += weight;
         }

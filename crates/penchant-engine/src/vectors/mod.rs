@@ -58,6 +58,13 @@ const FAMILY: &str = "v";
 const ITEM_COLUMN: &[u8] = b"v";
 /// The largest dimension of a space.
 pub const MAX_DIMENSION: usize = 4096;
+/// The largest magnitude of a vector's component. Scores are f32 sums over at most
+/// [`MAX_DIMENSION`] products: with every |x| <= 1e15, a dot product or squared norm is at most
+/// 4,096 × 1e30 ≈ 4.1e33, a squared euclidean distance 4 × that, far below f32's 3.4e38; a
+/// component of 3.4e38 overflowed them to infinity (and NaN), dropping hits and scoring others
+/// null.
+pub const MAX_COMPONENT: f32 = 1e15;
+const _: () = assert!(4.0 * MAX_DIMENSION as f64 * 1e30 < f32::MAX as f64);
 /// The longest space name, in bytes.
 pub const MAX_SPACE_NAME_BYTES: usize = 64;
 /// Spaces an app may have.
@@ -176,6 +183,13 @@ impl Space {
         if let Some(at) = vector.iter().position(|x| x.is_infinite()) {
             return invalid(format!(
                 "the vector of {who} holds an infinite value at position {at}"
+            ));
+        }
+        if let Some(at) = vector.iter().position(|x| x.abs() > MAX_COMPONENT) {
+            return invalid(format!(
+                "the vector of {who} holds {:e} at position {at}: components must be between \
+                 -1e15 and 1e15",
+                vector[at]
             ));
         }
         if self.metric == Metric::Cosine && vector.iter().all(|x| *x == 0.0) {
@@ -1073,7 +1087,11 @@ async fn rank(
                 .matrix
                 .top_k_multi(metric, &refs, aggregate, k, |i| skip.contains(&i)),
         };
+        // Bounded components keep scores finite; a score that is not (a vector stored before
+        // components were bounded) ranks below every other, out of the hits: JSON has no
+        // infinity, and it would show as `null`.
         top.into_iter()
+            .filter(|(_, score)| score.is_finite())
             .map(|(row, score)| Hit {
                 object_id: loaded.ids[row].clone(),
                 score,
@@ -1283,6 +1301,13 @@ mod tests {
         assert!(err(&[1.0, f32::NAN, 0.0]).contains("NaN at position 1"));
         assert!(err(&[f32::INFINITY, 0.0, 0.0]).contains("infinite value at position 0"));
         assert!(err(&[0.0, 0.0, 0.0]).contains("is zero"));
+        assert_eq!(
+            err(&[1.0, 0.0, 3.4e38]),
+            "the vector of item 'x1' holds 3.4e38 at position 2: components must be between \
+             -1e15 and 1e15"
+        );
+        assert!(err(&[-1.1e15, 0.0, 1.0]).contains("at position 0"));
+        assert!(space.check(Kind::Item, "x1", &[-1e15, 0.0, 1e15]).is_ok());
         assert!(space.check(Kind::Item, "x1", &[0.0, 1.0, 0.0]).is_ok());
         assert!(check_space_name("als").is_ok());
         assert!(check_space_name("a b").is_err());

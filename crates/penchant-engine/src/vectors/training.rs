@@ -218,6 +218,8 @@ struct Data {
     /// (user, item, weight, time ms).
     events: Vec<(u32, u32, f32, i64)>,
     read: u64,
+    /// (user, item) pairs left out: a user token or objectID too long to name a vector's row.
+    skipped: u64,
 }
 
 /// Rows of a trained matrix with the names they stand for.
@@ -533,11 +535,25 @@ impl Trainings {
             if weight <= 0.0 || index.is_some_and(|i| i != event.index) {
                 continue;
             }
+            // A user or an item that cannot name a vector's row (stored before events were
+            // checked so) is left out, not the training failed.
+            if !keys::user_token_ok(event.user()) {
+                data.skipped += ids.len() as u64;
+                continue;
+            }
             let user = number(&mut users, &mut data.users, event.user());
             for id in ids {
+                if crate::catalog::check_object_id(id).is_err() {
+                    data.skipped += 1;
+                    continue;
+                }
                 let item = number(&mut items, &mut data.items, id);
                 data.events.push((user, item, weight, event.timestamp));
             }
+        }
+        if data.skipped > 0 {
+            tracing::warn!(%app, pairs = data.skipped,
+                "interactions left out of the training: user token or objectID too long");
         }
         if data.events.is_empty() {
             return Err(EngineError::Refused(

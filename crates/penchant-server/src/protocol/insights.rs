@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use penchant_engine::catalog::MAX_ATTRIBUTE_PATH_BYTES;
+use penchant_engine::catalog::{
+    MAX_ATTRIBUTE_PATH_BYTES, MAX_FACET_VALUE_BYTES, MAX_INDEX_NAME_BYTES, MAX_OBJECT_ID_BYTES,
+    check_index_name, check_object_id,
+};
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::keys::{USER_TOKEN_MESSAGE, user_token_ok};
 use serde_json::{Map, Value};
@@ -153,6 +156,13 @@ pub fn validate_event(raw: &Value, now: i64) -> Result<Event, Rejection> {
     if index.is_empty() {
         return Err(reject("The index field is required"));
     }
+    // Penchant: the index name and each objectID are parts of row keys (a record's, a
+    // co-interaction list's, a vector's), bounded as a record's are.
+    if check_index_name(&index).is_err() {
+        return Err(reject(format!(
+            "The index name must be 1 to {MAX_INDEX_NAME_BYTES} bytes without control characters"
+        )));
+    }
     let user_token = string_field(e, "userToken")?.unwrap_or_default();
     if user_token.is_empty() {
         return Err(reject("The userToken field is required"));
@@ -187,6 +197,17 @@ pub fn validate_event(raw: &Value, now: i64) -> Result<Event, Rejection> {
             if ids.len() > MAX_ITEMS {
                 return Err(reject("Cannot process more that 20 objects in an event"));
             }
+            if let Some((i, id)) = ids
+                .iter()
+                .enumerate()
+                .find(|(_, id)| check_object_id(id).is_err())
+            {
+                return Err(reject(format!(
+                    "ObjectID must be 1 to {MAX_OBJECT_ID_BYTES} bytes without a 0 byte: \
+                     objectIDs[{i}] is {} bytes",
+                    id.len()
+                )));
+            }
             Target::ObjectIds(ids)
         }
         (None, Some(fs)) => {
@@ -211,6 +232,16 @@ pub fn validate_event(raw: &Value, now: i64) -> Result<Event, Rejection> {
                 let start: String = attribute.chars().take(64).collect();
                 return Err(reject(format!(
                     "Filter attribute `{start}…` is longer than {MAX_ATTRIBUTE_PATH_BYTES} bytes"
+                )));
+            }
+            // The value is counted as a facet value: longer ones are not facet values.
+            if let Some((attribute, value)) =
+                parsed.iter().find(|(_, v)| v.len() > MAX_FACET_VALUE_BYTES)
+            {
+                return Err(reject(format!(
+                    "Filter value of `{attribute}` is {} bytes, longer than \
+                     {MAX_FACET_VALUE_BYTES} bytes",
+                    value.len()
                 )));
             }
             Target::Filters(parsed)
@@ -581,6 +612,41 @@ mod tests {
         );
         check(
             |e| {
+                e.remove("objectIDs");
+                e.insert(
+                    "filters".into(),
+                    json!([format!("brand:{}", "v".repeat(1001))]),
+                );
+            },
+            "Filter value of `brand` is 1001 bytes, longer than 1000 bytes",
+        );
+        // Row key parts: an objectID and an index name are bounded as a record's are.
+        check(
+            |e| {
+                e.insert("objectIDs".into(), json!(["a", "x".repeat(5000)]));
+            },
+            "ObjectID must be 1 to 512 bytes without a 0 byte: objectIDs[1] is 5000 bytes",
+        );
+        check(
+            |e| {
+                e.insert("objectIDs".into(), json!([""]));
+            },
+            "ObjectID must be 1 to 512 bytes without a 0 byte: objectIDs[0] is 0 bytes",
+        );
+        check(
+            |e| {
+                e.insert("index".into(), json!("i".repeat(257)));
+            },
+            "The index name must be 1 to 256 bytes without control characters",
+        );
+        check(
+            |e| {
+                e.insert("index".into(), json!("tab\there"));
+            },
+            "The index name must be 1 to 256 bytes without control characters",
+        );
+        check(
+            |e| {
                 e.insert("queryID".into(), json!("XYZ"));
             },
             "Query ID must be a search query ID (32 characters hexadecimal string)",
@@ -670,6 +736,8 @@ mod tests {
         ok["positions"] = json!([1, 7]);
         ok["timestamp"] = json!(NOW - 29 * 86_400_000);
         ok["userToken"] = json!("x".repeat(129));
+        ok["index"] = json!("i".repeat(256));
+        ok["objectIDs"] = json!(["x".repeat(512), "y"]);
         validate_event(&ok, NOW).unwrap();
     }
 

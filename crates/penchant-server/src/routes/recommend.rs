@@ -66,6 +66,7 @@ pub async fn recommendations(
     let Some(requests) = requests.as_array() else {
         return Err(ApiError::bad_request("requests must be an array"));
     };
+    penchant_engine::recommend::check_request_count(requests.len())?;
     let parsed = requests
         .iter()
         .enumerate()

@@ -278,6 +278,19 @@ async fn every_rejection_has_algolias_message_over_http() {
             "Cannot process more that 20 objects in an event",
         ),
         (
+            // Issue 29: a 5 KB objectID was stored, then broke every build of the app.
+            with(&|e| {
+                e.insert("objectIDs".into(), json!(["a", "x".repeat(5000)]));
+            }),
+            "ObjectID must be 1 to 512 bytes without a 0 byte: objectIDs[1] is 5000 bytes",
+        ),
+        (
+            with(&|e| {
+                e.insert("index".into(), json!("i".repeat(257)));
+            }),
+            "The index name must be 1 to 256 bytes without control characters",
+        ),
+        (
             with(&|e| {
                 e.insert("positions".into(), json!([1]));
             }),

@@ -1,5 +1,6 @@
 //! Defects found from outside, one test each: all-or-nothing batches, malformed partial
-//! updates, array bodies, empty rebuilds, non-JSON errors, attribute names too long.
+//! updates, array bodies, empty rebuilds, non-JSON errors, attribute names too long, hostile
+//! filters, huge vector components, unbounded Recommend calls.
 
 use reqwest::header::{ALLOW, CONTENT_TYPE, HeaderMap};
 use reqwest::{Method, StatusCode};
@@ -362,4 +363,146 @@ async fn attribute_names_are_bounded_so_events_on_records_always_work() {
         "index": "p", "userToken": "u", "objectIDs": ["r"]}]});
     let (status, body) = s.call(Method::POST, "/1/events", a, Some(event)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// Issue 29: a deeply nested filter overflowed the worker's stack and aborted the process, every
+/// app down, reachable with a search key. Each way in is now a 400, and the server lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_filters_are_refused_not_a_crash() {
+    use base64::Engine as _;
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    let (status, body) = s
+        .call(
+            Method::PUT,
+            "/1/indexes/shop/x1",
+            a,
+            Some(json!({"brand": "b"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let browse = s.key("SHOP", &admin, &["browse"]).await;
+    let (searching, browsing) = (
+        Some(("SHOP", search.as_str())),
+        Some(("SHOP", browse.as_str())),
+    );
+    let nested = format!("{}brand:b{}", "(".repeat(4000), ")".repeat(4000));
+    // Under the length limit, each far deeper than a worker's 2 MiB stack held.
+    let nots = format!("{}brand:b", "NOT ".repeat(15_000));
+    let unclosed = "(".repeat(60_000);
+    let deep = "nesting deeper than 64 levels (parentheses and NOTs)";
+    for filter in [&nested, &nots, &unclosed] {
+        let request = |params: Value| {
+            json!({"requests": [{"indexName": "shop", "model": "trending-items", "threshold": 0,
+                "queryParameters": params["q"], "fallbackParameters": params["f"]}]})
+        };
+        for (params, message) in [
+            (
+                json!({"q": {"filters": filter}}),
+                "requests[0]: queryParameters: filters: ",
+            ),
+            (
+                json!({"q": {}, "f": {"filters": filter}}),
+                "requests[0]: fallbackParameters: filters: ",
+            ),
+        ] {
+            let (status, got) = s
+                .call(
+                    Method::POST,
+                    "/1/indexes/*/recommendations",
+                    searching,
+                    Some(request(params)),
+                )
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{got}");
+            let text = got["message"].as_str().unwrap();
+            assert!(text.starts_with(message) && text.contains(deep), "{text}");
+        }
+        let body = json!({ "filters": filter });
+        for (path, creds) in [
+            ("/1/indexes/shop/browse", browsing),
+            ("/1/indexes/shop/deleteByQuery", a),
+        ] {
+            let (status, got) = s.call(Method::POST, path, creds, Some(body.clone())).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+            let message = got["message"].as_str().unwrap();
+            assert!(
+                message.starts_with("filters: ") && message.contains(deep),
+                "{message}"
+            );
+        }
+        // A cursor carries its browse's parameters: a forged one is parsed as they are.
+        let cursor = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(json!({"after": "", "params": {"filters": filter}}).to_string());
+        let (status, got) = s
+            .call(
+                Method::POST,
+                "/1/indexes/shop/browse",
+                browsing,
+                Some(json!({ "cursor": cursor })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{got}");
+        assert!(got["message"].as_str().unwrap().contains(deep), "{got}");
+    }
+    // Longer ones are refused for their length.
+    let (status, got) = s
+        .call(
+            Method::POST,
+            "/1/indexes/shop/browse",
+            browsing,
+            Some(json!({ "filters": "(".repeat(70_000) })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{got}");
+    assert_eq!(got["message"], "filters: 70000 bytes, the limit is 65536");
+    // Nothing was deleted, and the server still answers.
+    let (status, _) = s.call(Method::GET, "/1/indexes/shop/x1", a, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = s.call(Method::GET, "/health", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    // Lists of filters are bounded too.
+    let many: Vec<String> = (0..1001).map(|i| format!("brand:b{i}")).collect();
+    let (status, got) = s
+        .call(
+            Method::POST,
+            "/1/indexes/shop/browse",
+            browsing,
+            Some(json!({ "facetFilters": many })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{got}");
+    assert_eq!(
+        got["message"],
+        "facetFilters: 1001 filters, the limit is 1000"
+    );
+}
+
+/// Issue 29: a Recommend call had no cap on its requests (10,000 took 3.6 s and 20 MB).
+#[tokio::test]
+async fn a_recommend_call_holds_at_most_100_requests() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let search = s.key("SHOP", &admin, &["search"]).await;
+    let k = Some(("SHOP", search.as_str()));
+    let one = json!({"indexName": "shop", "model": "trending-items", "threshold": 0});
+    let call = |n: usize| {
+        let body = json!({ "requests": vec![one.clone(); n] });
+        let s = &s;
+        async move {
+            s.call(Method::POST, "/1/indexes/*/recommendations", k, Some(body))
+                .await
+        }
+    };
+    let (status, body) = call(100).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["results"].as_array().unwrap().len(), 100);
+    let (status, body) = call(101).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["message"],
+        "requests: 101 requests in one call, the limit is 100"
+    );
 }

@@ -513,7 +513,7 @@ async fn binary_uploads() {
     let records: [(&str, &[f32]); 3] = [
         ("a", &[1.5, -2.0]),
         ("bé", &[0.25, 4.0]),
-        ("c", &[f32::MIN_POSITIVE, 1e30]),
+        ("c", &[f32::MIN_POSITIVE, 1e15]), // the largest component accepted
     ];
     let (status, body) = upload_binary(&s, &admin, "/1/vectors/emb/items", binary(&records)).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"written": 3})));
@@ -1485,5 +1485,65 @@ async fn als_trains_from_events_and_folds_in_new_users() {
         rollback("nope", a).await,
         StatusCode::NOT_FOUND,
         "space 'nope'",
+    );
+}
+
+/// Issue 29: a component of 3.4e38 passed as finite, then dot products overflowed: hits scored
+/// `null`, others dropped, rankings wrong. Components are bounded (the query's too), and a space
+/// at the bound scores finitely.
+#[tokio::test]
+async fn huge_components_are_refused_and_scores_stay_finite() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    let (status, _) = create(&s, a, json!({"name": "d", "dimension": 3, "metric": "dot"})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let message = "the vector of item 'big' holds 3.4e38 at position 1: components must be \
+                   between -1e15 and 1e15";
+    assert_error(
+        upload(
+            &s,
+            a,
+            "d",
+            "items",
+            &[("ok", vec![1.0, 0.0, 0.0]), ("big", vec![1.0, 3.4e38, 1.0])],
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        message,
+    );
+    assert_error(
+        upload_binary(
+            &s,
+            &admin,
+            "/1/vectors/d/items",
+            binary(&[("big", &[1.0, 3.4e38, 1.0])]),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        message,
+    );
+    assert_error(
+        upload(&s, a, "d", "users", &[("u1", vec![-2e15, 0.0, 0.0])]).await,
+        StatusCode::BAD_REQUEST,
+        "the vector of user 'u1' holds -2e15 at position 0",
+    );
+    // At the bound, in the largest sums a 3-dimensional space has: finite scores, all hits.
+    let items = [
+        ("a", vec![1e15, 1e15, 1e15]),
+        ("b", vec![-1e15, -1e15, -1e15]),
+        ("c", vec![1.0, 2.0, 3.0]),
+    ];
+    put(&s, a, "d", "items", &items).await;
+    let (status, body) =
+        search_raw(&s, a, "d", json!({"vector": [1e15, 1e15, 1e15], "k": 10})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let got = hits(&body["hits"]);
+    assert_eq!(ids(&got), ["a", "c", "b"], "{body}");
+    assert!(got.iter().all(|(_, score)| score.is_finite()), "{body}");
+    assert_error(
+        search_raw(&s, a, "d", json!({"vector": [3.4e38, 0, 0]})).await,
+        StatusCode::BAD_REQUEST,
+        "holds 3.4e38 at position 0",
     );
 }
