@@ -55,6 +55,12 @@ impl AppState {
             rate_limiter: Arc::default(),
         }
     }
+
+    /// With rate limits that trust these proxies and remember this many clients.
+    pub fn with_rate_limits(mut self, config: ratelimit::RateLimitConfig) -> Self {
+        self.rate_limiter = Arc::new(ratelimit::RateLimiter::new(config));
+        self
+    }
 }
 
 /// The application's routes.
