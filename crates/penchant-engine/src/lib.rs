@@ -68,6 +68,10 @@ pub enum EngineError {
     /// The store cannot serve now (down, or too much contention): retrying later may work.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A strong read cannot be served now: the home cluster of the user's rows is unreachable
+    /// (the message is its error), and a strong read is never answered by another cluster.
+    #[error("unavailable: {prefix}: {0}", prefix = penchant_store::STRONG_READ_UNAVAILABLE)]
+    StrongReadUnavailable(String),
     /// Penchant failed: corrupt stored data, a store error, a failed serialization. Not the
     /// caller's fault; the message names what failed, for the log.
     #[error("internal: {0}")]
@@ -78,6 +82,7 @@ impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(m) => EngineError::Unavailable(m),
+            StoreError::StrongReadUnavailable(m) => EngineError::StrongReadUnavailable(m),
             other => EngineError::Internal(format!("store: {other}")),
         }
     }

@@ -99,8 +99,8 @@ impl FromRequestParts<AppState> for Auth {
                 return Err(ApiError::kind(
                     ErrorKind::TooManyRequests,
                     format!(
-                        "Too many requests: this API key allows {} requests per IP address (or \
-                         X-Algolia-UserToken) per hour; retry after the time in Retry-After",
+                        "Too many requests: this API key allows {} requests per IP address per \
+                         hour; retry after the time in Retry-After",
                         limit.per_hour
                     ),
                 ));

@@ -163,7 +163,7 @@ impl From<EngineError> for ApiError {
             EngineError::Exists(m) | EngineError::Refused(m) => {
                 ApiError::kind(ErrorKind::Conflict, m)
             }
-            EngineError::Unavailable(m) if penchant_store::is_strong_read_unavailable(&m) => {
+            EngineError::StrongReadUnavailable(m) => {
                 ApiError::logged(ErrorKind::Unavailable, m, STRONG_READ_UNAVAILABLE)
             }
             EngineError::Unavailable(m) => ApiError::unavailable(m),
@@ -362,14 +362,33 @@ mod tests {
         .into();
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(!e.message.contains("10.0.0.1"));
-        let e: ApiError =
-            penchant_engine::EngineError::from(penchant_store::StoreError::Unavailable(format!(
-                "{}: connection refused 10.0.0.1",
-                penchant_store::STRONG_READ_UNAVAILABLE
-            )))
-            .into();
+    }
+
+    /// Issue 29, item 10: a strong read refused is told apart by its type, never by its text (a
+    /// reworded message turned its 503 into a 500 or a generic 503).
+    #[test]
+    fn a_strong_read_refused_is_a_503_whatever_its_text() {
+        use penchant_store::StoreError;
+        for detail in [
+            "",
+            "connection refused 10.0.0.1",
+            "reworded: home cluster gone",
+        ] {
+            let e: ApiError =
+                EngineError::from(StoreError::StrongReadUnavailable(detail.into())).into();
+            assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE, "{detail}");
+            assert_eq!(e.message, STRONG_READ_UNAVAILABLE, "{detail}");
+            assert!(e.error_id.is_some());
+        }
+        // Another store error whose text reads like one is not one.
+        let e: ApiError = EngineError::from(StoreError::Unavailable(format!(
+            "{}: connection refused",
+            penchant_store::STRONG_READ_UNAVAILABLE
+        )))
+        .into();
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(e.message, STRONG_READ_UNAVAILABLE);
-        assert!(e.error_id.is_some());
+        assert_ne!(e.message, STRONG_READ_UNAVAILABLE);
+        let e: ApiError = EngineError::Internal(STRONG_READ_UNAVAILABLE.into()).into();
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

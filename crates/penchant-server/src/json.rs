@@ -1,10 +1,12 @@
 //! JSON body extractors whose errors are Algolia-shaped JSON, not axum's plain text.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::{DeserializeOwned, IgnoredAny};
 
+use crate::context::InflateError;
 use crate::error::ApiError;
 
 /// The message for a body that is valid JSON but not an object.
@@ -29,13 +31,28 @@ pub struct AnyJsonBody<T>(pub T);
 /// A body as bytes: one over the route's limit is a 413, one that cannot be read (a gzip
 /// body that does not inflate) a 400.
 async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, state).await.map_err(|e| {
-        let status = match e.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        ApiError::new(status, format!("Request body rejected: {}", e.body_text()))
-    })
+    Bytes::from_request(req, state).await.map_err(body_error)
+}
+
+/// The error of a body that could not be read: over the route's limit (or a gzip body over
+/// [`crate::context::MAX_INFLATED_BYTES`]) a 413, else a 400.
+pub fn body_error(e: BytesRejection) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(error) = source {
+        if let Some(inflate) = error.downcast_ref::<InflateError>() {
+            let status = match inflate {
+                InflateError::TooLarge(..) => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return ApiError::new(status, inflate.to_string());
+        }
+        source = error.source();
+    }
+    let status = match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, format!("Request body rejected: {}", e.body_text()))
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {

@@ -8,13 +8,15 @@ pub mod auth;
 pub mod context;
 pub mod error;
 pub mod json;
+pub mod listener;
 pub mod metered;
 pub mod metrics;
 pub mod protocol;
 pub mod ratelimit;
 pub mod routes;
 
-use std::future::Future;
+pub use listener::{HttpLimits, serve, serve_with};
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +24,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
 use penchant_engine::Engine;
-use tokio::net::TcpListener;
 use tower_http::cors::CorsLayer;
 use tower_http::trace::TraceLayer;
 
@@ -54,6 +55,12 @@ impl AppState {
             metrics,
             rate_limiter: Arc::default(),
         }
+    }
+
+    /// With rate limits that trust these proxies and remember this many clients.
+    pub fn with_rate_limits(mut self, config: ratelimit::RateLimitConfig) -> Self {
+        self.rate_limiter = Arc::new(ratelimit::RateLimiter::new(config));
+        self
     }
 }
 
@@ -129,18 +136,4 @@ pub(crate) fn iso_now() -> String {
 pub(crate) fn iso(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// Serve `app` (usually [`router`]) until `shutdown` resolves, then stop accepting connections
-/// and let in-flight requests finish. The caller flushes the engine afterwards. Handlers see
-/// each connection's peer address (rate limits count per client IP).
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -1,6 +1,7 @@
 //! `GET /metrics`: the server's metrics in Prometheus' text format (OpenMetrics), with the
 //! `prometheus-client` crate. Per route (its template, e.g. `/1/profiles/personalization/{user_token}`,
-//! so that user tokens never become label values): request counts by status and latency
+//! so that user tokens never become label values) and method (the standard ones; any other is
+//! `other`): request counts by status and latency
 //! histograms; events ingested and rejected; store operations (timed by
 //! [`crate::metered::MeteredStore`]); and, read from the engine at each scrape, its caches' hits
 //! and misses, its jobs' progress and the store backend's own gauges (RocksDB's memtables,
@@ -11,6 +12,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::http::header::CONTENT_TYPE;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -29,14 +31,14 @@ use crate::error::ApiError;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteStatus {
-    method: String,
+    method: &'static str,
     route: String,
     status: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Route {
-    method: String,
+    method: &'static str,
     route: String,
 }
 
@@ -243,9 +245,25 @@ impl Metrics {
     }
 }
 
-/// Count and time every request by its route template.
+/// A request's method as a label: the standard methods by name, any other as `other` (a method
+/// is any token the client sends; each label value is a series kept for the process' life).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// Count and time every request by its method and route template (never the raw path: the
+/// labels' values are bounded).
 pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()

@@ -22,8 +22,7 @@
 //! **Reads** carry a [`Consistency`]:
 //! - [`Consistency::Eventual`] (the default) reads from the home, failing over like writes;
 //! - [`Consistency::Strong`] reads from the home only: if it cannot be reached the read fails
-//!   with [`StoreError::Unavailable`] whose message starts with [`STRONG_READ_UNAVAILABLE`] —
-//!   never an older answer from another cluster.
+//!   with [`StoreError::StrongReadUnavailable`] — never an older answer from another cluster.
 //!
 //! A read of several keys is split by home (each key read from its own home, the streams merged
 //! in key order); a range goes to the home of its start key (a user's prefix: that user's home;
@@ -58,14 +57,10 @@ use crate::{
     TableSchema, Workload, check_batch_size,
 };
 
-/// How the message of a strong read whose home cluster cannot be reached starts.
+/// How [`StoreError::StrongReadUnavailable`] reads (a strong read whose home cluster cannot be
+/// reached), before the home's own error.
 pub const STRONG_READ_UNAVAILABLE: &str =
     "strong read: the home cluster of this row is unavailable";
-
-/// Whether a store error is a strong read refused because its home cluster is unavailable.
-pub fn is_strong_read_unavailable(message: &str) -> bool {
-    message.starts_with(STRONG_READ_UNAVAILABLE)
-}
 
 /// The part of a row key that picks its home: up to (not including) the second 0 byte, or the
 /// whole key.
@@ -178,12 +173,10 @@ impl AffineStore {
     }
 }
 
-/// A strong read's `Unavailable`, saying why it was not served elsewhere.
+/// A strong read's `Unavailable`: its own kind, not served elsewhere.
 fn strong(e: StoreError) -> StoreError {
     match e {
-        StoreError::Unavailable(m) => {
-            StoreError::Unavailable(format!("{STRONG_READ_UNAVAILABLE}: {m}"))
-        }
+        StoreError::Unavailable(m) => StoreError::StrongReadUnavailable(m),
         other => other,
     }
 }
@@ -804,12 +797,12 @@ mod tests {
         let strong_view = with_consistency(&shared, Consistency::Strong);
         assert!(matches!(
             strong_view.read_row("t", key.clone(), None).await,
-            Err(StoreError::Unavailable(m)) if is_strong_read_unavailable(&m)
+            Err(StoreError::StrongReadUnavailable(_))
         ));
-        let StoreError::Unavailable(message) = err else {
-            panic!("{err:?}")
-        };
-        assert!(is_strong_read_unavailable(&message), "{message}");
+        assert!(
+            matches!(err, StoreError::StrongReadUnavailable(_)),
+            "{err:?}"
+        );
 
         // Everything down: Unavailable everywhere, per entry for batches.
         b.down.store(true, Ordering::SeqCst);

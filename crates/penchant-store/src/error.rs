@@ -21,6 +21,11 @@ pub enum StoreError {
     /// A transient failure: the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A strong read ([`crate::Consistency::Strong`]) refused: the home cluster of its rows
+    /// cannot be reached, and a strong read is never answered by another cluster. Retrying
+    /// later may work. The message is the home cluster's error.
+    #[error("{prefix}: {0}", prefix = crate::STRONG_READ_UNAVAILABLE)]
+    StrongReadUnavailable(String),
     /// A failure inside the backend.
     #[error("storage backend error: {0}")]
     Backend(String),

@@ -30,10 +30,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
-pub use affinity::{
-    AffineStore, STRONG_READ_UNAVAILABLE, affinity_key, is_strong_read_unavailable,
-    with_consistency,
-};
+pub use affinity::{AffineStore, STRONG_READ_UNAVAILABLE, affinity_key, with_consistency};
 pub use error::{Result, StoreError};
 pub use filter::{CompiledFilter, RowFilter, in_bounds};
 pub use memory::{

@@ -4,7 +4,7 @@
 //! are errors that name the key, wherever they come from.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -150,13 +150,31 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Seconds to let in-flight requests finish after a shutdown signal.
     pub shutdown_timeout_secs: u64,
+    /// Seconds a client may take to send a request's headers, from its connection or from its
+    /// first byte after an idle wait; then the connection is closed. 0: no limit.
+    pub header_read_timeout_secs: u64,
+    /// Seconds a kept-alive connection may wait for its next request; then it is closed. 0: no
+    /// limit.
+    pub idle_timeout_secs: u64,
+    /// The most connections served at once (more wait to be accepted); at most half the
+    /// process' open-file limit, which is raised to its hard limit at start.
+    pub max_connections: usize,
+    /// Addresses of your proxies (a backend calling for its users, a load balancer): from
+    /// them, `X-Algolia-UserToken`, else `X-Forwarded-For`, names the client a key's rate limit
+    /// counts. From any other peer, the client is the peer's IP address.
+    pub trusted_proxies: Vec<IpAddr>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
+        let limits = penchant_server::HttpLimits::default();
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             shutdown_timeout_secs: 30,
+            header_read_timeout_secs: limits.header_read_timeout.as_secs(),
+            idle_timeout_secs: limits.idle_timeout.as_secs(),
+            max_connections: limits.max_connections,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -425,6 +443,7 @@ mod tests {
                 [server]
                 listen = "127.0.0.1:9000"
                 shutdown_timeout_secs = 5
+                header_read_timeout_secs = 3
                 [store]
                 data_dir = "from-file"
                 sync_writes = false
@@ -434,6 +453,8 @@ mod tests {
             )?;
             jail.set_env("PENCHANT_STORE__DATA_DIR", "from-env");
             jail.set_env("PENCHANT_LOG__FORMAT", "json");
+            jail.set_env("PENCHANT_SERVER__IDLE_TIMEOUT_SECS", "7");
+            jail.set_env("PENCHANT_SERVER__TRUSTED_PROXIES", r#"["10.0.0.1", "::1"]"#);
             jail.set_env("PENCHANT_CONFIG", "ignored: it names the file");
             let flags = FlagOverrides {
                 server: Some(ServerFlags {
@@ -444,6 +465,11 @@ mod tests {
             let c = load(Some("p.toml"), &flags)?;
             assert_eq!(c.server.listen.port(), 9999, "flag beats file");
             assert_eq!(c.server.shutdown_timeout_secs, 5, "file beats default");
+            assert_eq!(c.server.header_read_timeout_secs, 3);
+            assert_eq!(c.server.idle_timeout_secs, 7);
+            assert_eq!(c.server.max_connections, 10_000);
+            let proxies: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "::1".parse().unwrap()];
+            assert_eq!(c.server.trusted_proxies, proxies);
             assert_eq!(
                 c.store.data_dir,
                 PathBuf::from("from-env"),

@@ -90,6 +90,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives once the server is up must never kill it unflushed.
     let mut signals = Signals::install()?;
+    let open_files = raise_open_file_limit();
     let Opened {
         store,
         backend,
@@ -159,8 +160,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
     };
-    let app = penchant_server::router(AppState::with_metrics(engine.clone(), backend, metrics));
-    let mut server = tokio::spawn(penchant_server::serve(listener, app, shutdown));
+    let state = AppState::with_metrics(engine.clone(), backend, metrics).with_rate_limits(
+        penchant_server::ratelimit::RateLimitConfig {
+            trusted_proxies: config.server.trusted_proxies.clone(),
+            ..Default::default()
+        },
+    );
+    let app = penchant_server::router(state);
+    let limits = http_limits(&config, open_files);
+    let mut server = tokio::spawn(penchant_server::serve_with(listener, app, shutdown, limits));
     let served = tokio::select! {
         // The server stopped by itself: an error.
         joined = &mut server => Some(joined),
@@ -191,6 +199,41 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     flushed?;
     tracing::info!("store flushed, bye");
     Ok(())
+}
+
+/// Raise the process' open-file limit to its hard limit (connections and the store's files
+/// count against it); the limit now, if known.
+fn raise_open_file_limit() -> Option<u64> {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(files) => Some(files),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+            None
+        }
+    }
+}
+
+/// The listener's limits: the configuration's, with at most half the open-file limit in
+/// connections (the other half left to the store's files).
+fn http_limits(config: &Config, open_files: Option<u64>) -> penchant_server::HttpLimits {
+    let server = &config.server;
+    let mut max_connections = server.max_connections;
+    if let Some(files) = open_files {
+        let half = usize::try_from(files / 2).unwrap_or(usize::MAX).max(1);
+        if half < max_connections {
+            tracing::warn!(
+                open_files = files,
+                max_connections = half,
+                "server.max_connections lowered to half the open-file limit"
+            );
+            max_connections = half;
+        }
+    }
+    penchant_server::HttpLimits {
+        header_read_timeout: Duration::from_secs(server.header_read_timeout_secs),
+        idle_timeout: Duration::from_secs(server.idle_timeout_secs),
+        max_connections,
+    }
 }
 
 /// SIGTERM and SIGINT (Ctrl-C).

@@ -31,9 +31,14 @@ async fn push(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::Search)?.app_id;
-    // The one check of the body's size: the route's limit.
+    // The one check of the body's size: the route's limit (a gzip body's, inflated).
     let events = body
-        .map_err(|_| ApiError::kind(ErrorKind::PayloadTooLarge, "Request Entity Too Large"))
+        .map_err(|e| match crate::json::body_error(e) {
+            e if e.kind == ErrorKind::PayloadTooLarge => {
+                ApiError::kind(ErrorKind::PayloadTooLarge, "Request Entity Too Large")
+            }
+            other => other,
+        })
         .and_then(|body| validate_request(&body, state.engine.now_ms()))
         .inspect_err(|e| state.metrics.events_rejected(e.status().as_u16()))?;
     state.engine.push_events(app, &events).await?;

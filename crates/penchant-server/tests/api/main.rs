@@ -7,6 +7,7 @@ mod auth;
 mod bloom;
 mod catalog;
 mod dashboard_data;
+mod edge;
 mod events;
 mod http;
 mod indexes;
