@@ -104,26 +104,7 @@ fn view(brand: &str, timestamp: i64) -> Event {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_added_while_its_day_folds_keeps_its_time() {
     // A fold's conditional write waits at the gate.
-    let store = Arc::new(Hooked {
-        inner: Default::default(),
-        hook: Gate::new(Op::Conditional, AGGREGATES_TABLE),
-    });
-    let engine = Engine::open(store.clone(), EngineConfig::default())
-        .await
-        .unwrap();
-    let strategy = Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score: 10,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    };
-    engine.set_strategy(APP, strategy).await.unwrap();
+    let (store, engine) = gated(Op::Conditional).await;
     // Noon today: the batches below stay in one day.
     let now = penchant_store::validate::now_micros() / 1000;
     let noon = now - now.rem_euclid(86_400_000) + 43_200_000;
