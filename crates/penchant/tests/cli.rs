@@ -716,7 +716,7 @@ async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
     assert!(wait(child).0.success());
 }
 
-/// `kill -9` of a node while four clients ingest, three times, each restart taking traffic on
+/// `kill -9` of a node while four clients ingest, five times, each restart taking traffic on
 /// the same users while it repairs what the killed node left half-done. Clients retry every
 /// unanswered batch with the same events (and timestamps) until it is acknowledged. Afterwards
 /// every user's aggregates count each of the user's events exactly once, and the user's
@@ -841,9 +841,9 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
             })
         })
         .collect();
-    // Three kills, each after a few more acknowledged batches, each node restarted at once.
-    for kill in 1..=3 {
-        while acknowledged.load(Ordering::SeqCst) < kill * WRITERS * BATCHES / 4 {
+    // Five kills, each after a few more acknowledged batches, each node restarted at once.
+    for kill in 1..=5 {
+        while acknowledged.load(Ordering::SeqCst) < kill * WRITERS * BATCHES / 6 {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         child.kill().unwrap();
