@@ -281,17 +281,14 @@ mod tests {
                 row.and_then(|r| r.latest(FAMILY, HOLDER).map(|c| c.timestamp))
             }
         };
-        let wait_for = |what: &'static str, until: Box<dyn Fn(Option<i64>) -> bool + Send>| {
-            let expiry = expiry.clone();
-            async move {
-                for _ in 0..1000 {
-                    if until(expiry().await) {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+        let wait_for = |what: &'static str, until: Box<dyn Fn(Option<i64>) -> bool + Send>| async move {
+            for _ in 0..1000 {
+                if until(expiry().await) {
+                    return;
                 }
-                panic!("{what}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            panic!("{what}");
         };
         // The work runs until told to stop (or is dropped).
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

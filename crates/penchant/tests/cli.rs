@@ -740,8 +740,7 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
                 .stderr(Stdio::null());
         })
     };
-    let (mut child, url) = start(dir.path());
-    let url = Arc::new(std::sync::RwLock::new(url));
+    let (mut child, first_url) = start(dir.path());
     let http = reqwest::Client::new();
     let post = |url: String, path: &str, body: serde_json::Value| {
         http.post(format!("{url}{path}"))
@@ -751,7 +750,7 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
             .send()
     };
     let resp = post(
-        url.read().unwrap().clone(),
+        first_url.clone(),
         "/1/apps",
         serde_json::json!({"appID": APP}),
     )
@@ -763,13 +762,9 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
         "facetsScoring": [{"facetName": "brand", "score": 10}],
         "personalizationImpact": 50,
     });
-    let resp = post(
-        url.read().unwrap().clone(),
-        "/1/strategies/personalization",
-        strategy,
-    )
-    .await
-    .unwrap();
+    let resp = post(first_url.clone(), "/1/strategies/personalization", strategy)
+        .await
+        .unwrap();
     assert!(resp.status().is_success());
 
     // Batches of 100 to 400 events over every user; each event has its own timestamp.
@@ -811,6 +806,7 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
         }
     }
 
+    let url = Arc::new(std::sync::RwLock::new(first_url));
     let acknowledged = Arc::new(AtomicUsize::new(0));
     let writers: Vec<_> = batches
         .into_iter()
