@@ -309,7 +309,12 @@ pub struct InProcess {
 
 impl InProcess {
     pub async fn start(store: Arc<dyn Store>, app: &str) -> anyhow::Result<Self> {
-        let engine = Engine::open(store, EngineConfig::serving()).await?;
+        // One node on the store, as `penchant serve` runs on the embedded one.
+        let config = EngineConfig {
+            exclusive_store: true,
+            ..EngineConfig::serving()
+        };
+        let engine = Engine::open(store, config).await?;
         let (_, key) = engine.tenancy().create_app(Some(app), "bench").await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

@@ -46,8 +46,13 @@ pub const FAMILY: &str = "a";
 pub const LAST: &[u8] = b"_last";
 const VERSION: &[u8] = b"v";
 pub const DAY_MS: i64 = 86_400_000;
-/// One event in this many (by its id's hash) folds its day's deltas into the base.
-pub const FOLD_EVERY: u64 = 16;
+/// A day row whose profile read shows this many deltas is folded after the read
+/// ([`crowded`]).
+pub const FOLD_AT: usize = 32;
+/// One event in this many (by its id's hash) folds its day's deltas as it is added: the
+/// fold of last resort, for rows whose deltas no profile reads (facets or events the strategy
+/// does not weigh).
+pub const FOLD_EVERY: u64 = 256;
 /// Attempts of a rebuild that keeps losing races to folds.
 const ATTEMPTS: usize = 8;
 /// Deltas a rebuild writes in one row mutation.
@@ -70,6 +75,18 @@ pub fn day_of(ms: i64) -> i64 {
 /// [`FOLD_EVERY`]).
 pub fn folds_day(event_key: &[u8]) -> bool {
     xxhash_rust::xxh3::xxh3_64(event_key).is_multiple_of(FOLD_EVERY)
+}
+
+/// The day rows of a profile's read holding [`FOLD_AT`] deltas or more: worth folding.
+pub fn crowded(rows: &[Row]) -> impl Iterator<Item = Bytes> + '_ {
+    rows.iter()
+        .filter(|r| {
+            r.family(FAMILY)
+                .filter(|c| keys::aggregate_delta_base(&c.qualifier).is_some())
+                .nth(FOLD_AT - 1)
+                .is_some()
+        })
+        .map(|r| r.key.clone())
 }
 
 /// The raw event rows of one user's day.
@@ -180,15 +197,74 @@ fn columns(row: Option<&Row>) -> Vec<Bytes> {
     out
 }
 
+/// Counters of the changes this node made to users' aggregate rows, for a node that is the
+/// only one on its store: a profile refresh that saw no counter of its users move between its
+/// read and its write knows its profile is the newest without reading the rows again
+/// ([`crate::profiles::Profiles::refresh_many`]). A counter is shared by the users hashing to
+/// it (one in [`COUNTERS`]): a collision costs a read, never a stale profile.
+///
+/// Every write that changes what a user's aggregates sum to bumps the user's counter once it is
+/// written: deltas, rebuilds, deletions. A fold does not (the sums stay).
+#[derive(Debug)]
+pub struct LocalChanges {
+    counters: Box<[std::sync::atomic::AtomicU32]>,
+}
+
+/// Counters of [`LocalChanges`] (4 bytes each).
+const COUNTERS: usize = 1 << 18;
+
+impl Default for LocalChanges {
+    fn default() -> Self {
+        Self {
+            counters: (0..COUNTERS).map(|_| Default::default()).collect(),
+        }
+    }
+}
+
+impl LocalChanges {
+    fn counter(&self, app: &str, user: &str) -> &std::sync::atomic::AtomicU32 {
+        let hash = xxhash_rust::xxh3::xxh3_64(&keys::user(app, user));
+        &self.counters[(hash % COUNTERS as u64) as usize]
+    }
+
+    /// Some users' aggregates changed (after the change is written).
+    pub fn bump<'u>(&self, app: &str, users: impl IntoIterator<Item = &'u str>) {
+        for user in users {
+            self.counter(app, user)
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A user's counter now.
+    pub fn read(&self, app: &str, user: &str) -> u32 {
+        self.counter(app, user)
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// Aggregates of every app.
 #[derive(Debug, Clone)]
 pub struct Aggregates {
     store: Arc<dyn Store>,
+    local: Option<Arc<LocalChanges>>,
 }
 
 impl Aggregates {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+        Self { store, local: None }
+    }
+
+    /// Bump `changes` after every write that changes a user's sums (this node is the only one
+    /// on its store).
+    pub fn with_local_changes(mut self, changes: Arc<LocalChanges>) -> Self {
+        self.local = Some(changes);
+        self
+    }
+
+    fn changed<'u>(&self, app: &str, users: impl IntoIterator<Item = &'u str>) {
+        if let Some(local) = &self.local {
+            local.bump(app, users);
+        }
     }
 
     /// A user's counts over every day, bases and deltas summed, per qualifier (a check's view:
@@ -241,7 +317,9 @@ impl Aggregates {
             .into_iter()
             .map(|(key, cells)| RowMutation::new(key, cells))
             .collect();
-        self.store.mutate_all(AGGREGATES_TABLE, rows).await?;
+        let written = self.store.mutate_all(AGGREGATES_TABLE, rows).await;
+        self.changed(app, stored.iter().map(|s| s.event.user()));
+        written?;
         folds.sort_unstable();
         folds.dedup();
         let folds: Vec<_> = folds.into_iter().map(|day| self.fold(day)).collect();
@@ -298,6 +376,12 @@ impl Aggregates {
     /// [`crate::pending::UserLocks`]); across nodes it needs a node stalled between its two
     /// writes while another rebuilds and folds the day.
     pub async fn rebuild_day(&self, app: &str, user: &str, day: i64, layout: Layout) -> Result<()> {
+        let rebuilt = self.rebuild(app, user, day, layout).await;
+        self.changed(app, [user]);
+        rebuilt
+    }
+
+    async fn rebuild(&self, app: &str, user: &str, day: i64, layout: Layout) -> Result<()> {
         let key = keys::day(app, user, day);
         for _ in 0..ATTEMPTS {
             let row = self

@@ -84,7 +84,9 @@ impl Engine {
 
     /// Delete an app and every row it owns.
     pub async fn delete_app(&self, app_id: &str) -> Result<()> {
-        self.tenancy.delete_app(app_id).await
+        let deleted = self.tenancy.delete_app(app_id).await;
+        self.catalog.changed(app_id);
+        deleted
     }
 
     /// Create an API key (with a rate limit per client and hour, 0 for none); returns the key

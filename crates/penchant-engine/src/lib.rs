@@ -124,7 +124,9 @@ pub struct EngineConfig {
     pub placement_refresh: std::time::Duration,
     /// Whether this node is the only one on its store (the embedded backend: RocksDB locks its
     /// folder). Then, at start, every ingestion left half-way is its dead predecessor's and is
-    /// finished at once; otherwise only those over a minute old are.
+    /// finished at once; otherwise only those over a minute old are. And every catalog write
+    /// goes through this node, which then keeps items' facet values in memory for counting
+    /// events ([`Catalog::cache_facets`]).
     pub exclusive_store: bool,
 }
 
@@ -282,20 +284,32 @@ impl Engine {
         }
         let clock = config.clock.clone();
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy, clock.clone()));
-        let catalog = Catalog::new(store.clone(), config.strategy_cache_ttl, clock.clone());
+        let mut catalog = Catalog::new(store.clone(), config.strategy_cache_ttl, clock.clone());
+        if config.exclusive_store {
+            catalog = catalog.cache_facets();
+        }
         let events = Events::new(store.clone(), catalog.clone());
         let strategies = Arc::new(Strategies::new(
             store.clone(),
             config.strategy_cache_ttl,
             clock.clone(),
         ));
-        let profiles = Profiles::new(
+        let mut profiles = Profiles::new(
             store.clone(),
             strategies.clone(),
             tenancy.clone(),
             clock.clone(),
         );
-        let aggregates = Aggregates::new(store.clone());
+        let local_changes = config
+            .exclusive_store
+            .then(Arc::<aggregates::LocalChanges>::default);
+        if let Some(local) = &local_changes {
+            profiles = profiles.with_local_changes(local.clone());
+        }
+        let mut aggregates = Aggregates::new(store.clone());
+        if let Some(local) = local_changes {
+            aggregates = aggregates.with_local_changes(local);
+        }
         let supervisor = Arc::new(Supervisor::default());
         let leases = Leases::new(store.clone(), clock.clone(), config.lease_ttl);
         let jobs = Arc::new(Jobs::new(

@@ -1,6 +1,8 @@
 //! Many requests at once for the same few users and days, on a store whose every operation takes
 //! a random while (as a remote store's do): each day's aggregate still sums exactly its raw
-//! events — folds racing with deltas and with each other count no event twice and lose none.
+//! events — folds racing with deltas and with each other count no event twice and lose none;
+//! and each user's stored profile is the one a recompute gives, on a node sharing its store and
+//! on a node alone on it (which trusts its own counters of changes instead of reading again).
 
 mod common;
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::{Hook, Hooked, Op};
 use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
 use penchant_engine::{Engine, EngineConfig, aggregates, keys};
 use penchant_store::{ReadRows, RowSet, Store};
 use rand::{Rng, SeedableRng};
@@ -25,6 +28,23 @@ struct Jitter;
 impl Hook for Jitter {
     async fn before(&self, _: Op, _: &str) {
         let wait = rand::rng().random_range(0..3_000);
+        tokio::time::sleep(Duration::from_micros(wait)).await;
+    }
+}
+
+/// [`Jitter`], and one profile write in three held back 10 to 30 ms: a refresh that read
+/// before another batch's deltas then writes after that batch's own refresh.
+#[derive(Debug, Default)]
+struct SlowProfiles;
+
+#[async_trait]
+impl Hook for SlowProfiles {
+    async fn before(&self, op: Op, table: &str) {
+        let wait = if table == "profiles" && op == Op::WriteRows && rand::rng().random_ratio(1, 3) {
+            rand::rng().random_range(10_000..30_000)
+        } else {
+            rand::rng().random_range(0..3_000)
+        };
         tokio::time::sleep(Duration::from_micros(wait)).await;
     }
 }
@@ -118,4 +138,84 @@ async fn concurrent_batches_of_the_same_days_count_every_event_once() {
     }
     assert_eq!(rows, events.len());
     assert_eq!(aggregated, raw);
+}
+
+/// Rounds of 16 batches at once for 3 users over one hour, on a jittered store whose profile
+/// writes are sometimes slow: once a round
+/// is answered, every stored profile equals a recompute from the raw events.
+async fn profiles_converge(config: EngineConfig) {
+    let store = Arc::new(Hooked {
+        inner: Default::default(),
+        hook: SlowProfiles,
+    });
+    let engine = Engine::open(store, config).await.unwrap();
+    engine
+        .tenancy()
+        .create_app_with(Some(APP), "test", 30, Default::default())
+        .await
+        .unwrap();
+    let strategy = Strategy {
+        events_scoring: vec![EventScoring {
+            event_name: "Viewed".into(),
+            event_type: EventType::View,
+            score: 10,
+        }],
+        facets_scoring: vec![FacetScoring {
+            facet_name: "brand".into(),
+            score: 10,
+        }],
+        personalization_impact: 50,
+    };
+    engine.set_strategy(APP, strategy).await.unwrap();
+    let now = penchant_store::validate::now_micros() / 1000;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for round in 0..30 {
+        let users = [3 * round, 3 * round + 1, 3 * round + 2];
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..16 {
+            // Skewed brands, so that scores differ and a missed event shows.
+            let batch: Vec<Event> = (0..20)
+                .map(|_| {
+                    let brand = rng.random_range(0..6) * rng.random_range(0..4);
+                    let at = now - rng.random_range(0..3_600_000);
+                    event(users[rng.random_range(0..3)], brand, at)
+                })
+                .collect();
+            let engine = engine.clone();
+            tasks.spawn(async move { engine.push_events(APP, &batch).await.unwrap() });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+        for user in users {
+            let user = format!("u{user}");
+            let (stored, _) = engine
+                .profiles()
+                .stored_profile(APP, &user)
+                .await
+                .unwrap()
+                .expect("a profile");
+            let recomputed = engine
+                .profiles()
+                .recompute_one(APP, &user)
+                .await
+                .unwrap()
+                .expect("a profile");
+            assert_eq!(stored, recomputed, "round {round}, {user}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_leave_every_profile_as_a_recompute_would() {
+    profiles_converge(EngineConfig::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_leave_every_profile_as_a_recompute_would_on_a_store_of_its_own() {
+    profiles_converge(EngineConfig {
+        exclusive_store: true,
+        ..EngineConfig::default()
+    })
+    .await;
 }

@@ -379,7 +379,9 @@ impl Catalog {
                     )
                 })
                 .collect();
-            self.store.mutate_all(CATALOG_TABLE, batch).await?;
+            let written = self.store.mutate_all(CATALOG_TABLE, batch).await;
+            self.changed(app);
+            written?;
             deleted.extend(ids);
             match page.next {
                 Some(next) => after = Some(next),
@@ -400,9 +402,12 @@ impl Catalog {
                 vec![Mutation::DeleteFromRow],
             )
             .await?;
-        self.store
+        let deleted = self
+            .store
             .delete_prefix(CATALOG_TABLE, index_prefix(app, index))
-            .await?;
+            .await;
+        self.changed(app);
+        deleted?;
         Ok(ids)
     }
 
@@ -431,9 +436,12 @@ impl Catalog {
             return Ok(Vec::new());
         }
         let before: BTreeSet<String> = self.object_ids(app, to).await?.into_iter().collect();
-        self.store
+        let deleted = self
+            .store
             .delete_prefix(CATALOG_TABLE, index_prefix(app, to))
-            .await?;
+            .await;
+        self.changed(app);
+        deleted?;
         let mut copied = BTreeSet::new();
         let mut after: Option<String> = None;
         loop {
@@ -451,7 +459,9 @@ impl Catalog {
                 copied.insert(id.clone());
                 after = Some(id);
             }
-            self.store.mutate_all(CATALOG_TABLE, batch).await?;
+            let written = self.store.mutate_all(CATALOG_TABLE, batch).await;
+            self.changed(app);
+            written?;
             if !full {
                 break;
             }

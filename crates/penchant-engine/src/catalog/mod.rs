@@ -108,7 +108,35 @@ pub struct Catalog {
     store: Arc<dyn Store>,
     /// Indexes' settings as this node last read them (for serving records).
     settings: Arc<SettingsCache>,
+    /// Items' facet values as this node last read them, for counting events; `None` unless
+    /// every catalog write goes through this node ([`Catalog::cache_facets`]).
+    facets: Option<Arc<FacetsCache>>,
 }
+
+/// The facet values of one item.
+pub type ItemFacets = Arc<[(String, String)]>;
+
+/// Items' facet values (`None`: no such record), each stamped with its app's catalog
+/// generation when it was read: a catalog write bumps the generation (after writing), so an
+/// entry read before it is never used after it.
+#[derive(Debug)]
+struct FacetsCache {
+    items: quick_cache::sync::Cache<(String, String, String), (u64, Option<ItemFacets>)>,
+    generations: parking_lot::RwLock<std::collections::HashMap<String, u64>>,
+}
+
+impl FacetsCache {
+    fn generation(&self, app: &str) -> u64 {
+        self.generations.read().get(app).copied().unwrap_or(0)
+    }
+
+    fn bump(&self, app: &str) {
+        *self.generations.write().entry(app.to_owned()).or_default() += 1;
+    }
+}
+
+/// Items whose facet values a node keeps ([`Catalog::cache_facets`]).
+const FACETS_CACHED: usize = 200_000;
 
 fn object_id_of(record: &Record) -> Result<Option<String>> {
     match record.get("objectID") {
@@ -481,7 +509,73 @@ impl Catalog {
         Self {
             store,
             settings: Arc::new(SettingsCache::new(10_000, settings_ttl, clock)),
+            facets: None,
         }
+    }
+
+    /// Keep items' facet values in memory for counting events: only where every write to the
+    /// catalog goes through this node (the embedded store, which one process holds), since a
+    /// write elsewhere would not reach the cache.
+    pub fn cache_facets(mut self) -> Self {
+        self.facets = Some(Arc::new(FacetsCache {
+            items: quick_cache::sync::Cache::new(FACETS_CACHED),
+            generations: Default::default(),
+        }));
+        self
+    }
+
+    /// The catalog of an app changed (after the change is written): cached facets read before
+    /// are not used again.
+    pub(crate) fn changed(&self, app: &str) {
+        if let Some(cache) = &self.facets {
+            cache.bump(app);
+        }
+    }
+
+    /// The facet values ([`facet_values`]) of some items of one index, as their records are
+    /// now; items without a record are left out.
+    pub async fn facets_many(
+        &self,
+        app: &str,
+        index: &str,
+        object_ids: &[String],
+    ) -> Result<BTreeMap<String, ItemFacets>> {
+        let Some(cache) = &self.facets else {
+            let records = self.get_many(app, index, object_ids).await?;
+            return Ok(records
+                .into_iter()
+                .map(|(id, record)| (id, facet_values(&record).into()))
+                .collect());
+        };
+        let generation = cache.generation(app);
+        let mut out = BTreeMap::new();
+        let mut missing = Vec::new();
+        for id in object_ids {
+            let key = (app.to_owned(), index.to_owned(), id.clone());
+            match cache.items.get(&key) {
+                Some((g, facets)) if g == generation => {
+                    if let Some(facets) = facets {
+                        out.insert(id.clone(), facets);
+                    }
+                }
+                _ => missing.push(id.clone()),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let mut records = self.get_many(app, index, &missing).await?;
+        for id in missing {
+            let facets: Option<ItemFacets> = records.remove(&id).map(|r| facet_values(&r).into());
+            if let Some(facets) = &facets {
+                out.insert(id.clone(), facets.clone());
+            }
+            if check_object_id(&id).is_ok() {
+                let key = (app.to_owned(), index.to_owned(), id);
+                cache.items.insert(key, (generation, facets));
+            }
+        }
+        Ok(out)
     }
 
     /// One record.
@@ -691,9 +785,12 @@ impl Catalog {
             written.iter().map(String::as_str).collect();
         self.touch(app, &touched).await?;
         for index in &cleared {
-            self.store
+            let deleted = self
+                .store
                 .delete_prefix(CATALOG_TABLE, index_prefix(app, index))
-                .await?;
+                .await;
+            self.changed(app);
+            deleted?;
         }
         let batch: Vec<RowMutation> = state
             .into_iter()
@@ -705,21 +802,26 @@ impl Catalog {
                 RowMutation::new(row_key(app, &index, &id), vec![mutation])
             })
             .collect();
-        self.flush(batch).await?;
+        self.flush(app, batch).await?;
         Ok(ids)
     }
 
-    async fn flush(&self, batch: Vec<RowMutation>) -> Result<()> {
-        for chunk in batch.chunks(1000) {
-            for status in self
-                .store
-                .mutate_rows(CATALOG_TABLE, chunk.to_vec())
-                .await?
-            {
-                status?;
+    async fn flush(&self, app: &str, batch: Vec<RowMutation>) -> Result<()> {
+        let written = async {
+            for chunk in batch.chunks(1000) {
+                for status in self
+                    .store
+                    .mutate_rows(CATALOG_TABLE, chunk.to_vec())
+                    .await?
+                {
+                    status?;
+                }
             }
+            Ok(())
         }
-        Ok(())
+        .await;
+        self.changed(app);
+        written
     }
 }
 

@@ -22,7 +22,7 @@ use penchant_store::{GcRule, Mutation, ReadRows, RowFilter, RowMutation, RowSet,
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::catalog::{Catalog, facet_values};
+use crate::catalog::Catalog;
 use crate::{Result, keys};
 
 pub mod layout;
@@ -122,14 +122,18 @@ pub fn qualifier(event_type: EventType, event_name: &str, facet: &str) -> Bytes 
 
 /// The row key of an event at `position` in its request.
 pub fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
-    let canonical = serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
-    let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(&canonical, position as u64);
-    Ok(keys::event(
-        app,
-        event.user(),
-        event.timestamp,
-        discriminator,
-    ))
+    Ok(row_key_of(app, event, &canonical(event)?, position))
+}
+
+/// An event as stored, and as hashed into its row key.
+fn canonical(event: &Event) -> Result<Vec<u8>> {
+    serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))
+}
+
+/// [`row_key`], from the event's [`canonical`] form.
+fn row_key_of(app: &str, event: &Event, canonical: &[u8], position: usize) -> Bytes {
+    let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(canonical, position as u64);
+    keys::event(app, event.user(), event.timestamp, discriminator)
 }
 
 /// An event's counts: facet → value → how many times the event touched it.
@@ -159,11 +163,11 @@ impl Events {
                     .extend(ids.iter().cloned());
             }
         }
-        let mut records = BTreeMap::new();
+        let mut items = BTreeMap::new();
         for (index, mut ids) in wanted {
             ids.sort();
             ids.dedup();
-            records.insert(index, self.catalog.get_many(app, index, &ids).await?);
+            items.insert(index, self.catalog.facets_many(app, index, &ids).await?);
         }
         Ok(events
             .iter()
@@ -175,9 +179,9 @@ impl Events {
                 match &e.target {
                     Target::ObjectIds(ids) => {
                         for id in ids {
-                            let record = records.get(e.index.as_str()).and_then(|r| r.get(id));
-                            for (facet, value) in record.map(facet_values).unwrap_or_default() {
-                                add(facet, value);
+                            let item = items.get(e.index.as_str()).and_then(|r| r.get(id));
+                            for (facet, value) in item.iter().flat_map(|f| f.iter()) {
+                                add(facet.clone(), value.clone());
                             }
                         }
                     }
@@ -204,25 +208,25 @@ impl Events {
         events: &'e [Event],
         layouts: &[Layout],
     ) -> Result<Ingested<'e>> {
-        let keys = events
+        let jsons = events.iter().map(canonical).collect::<Result<Vec<_>>>()?;
+        let keys: Vec<Bytes> = events
             .iter()
+            .zip(&jsons)
             .enumerate()
-            .map(|(position, event)| row_key(app, event, position))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|(position, (event, json))| row_key_of(app, event, json, position))
+            .collect();
         let existing = self.existing(&keys).await?;
         let facets = self.facets(app, events).await?;
         let mut rows = Vec::with_capacity(events.len());
         let mut stored = Vec::with_capacity(events.len());
         let mut retried = Vec::new();
-        for ((event, key), counts) in events.iter().zip(keys).zip(facets) {
+        for (((event, key), counts), json) in events.iter().zip(keys).zip(facets).zip(jsons) {
             if existing.contains(&key) {
                 retried.push(event);
                 continue;
             }
             let ts = event.timestamp * 1000;
             let mut mutations = Vec::with_capacity(counts.len() + 2);
-            let json =
-                serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))?;
             mutations.push(Mutation::set(FAMILY, EVENT_COLUMN, ts, json));
             for layout in layouts {
                 mutations.extend(layout.cells(event.event_type, &event.event_name, &counts, ts)?);

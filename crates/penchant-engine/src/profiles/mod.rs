@@ -128,6 +128,8 @@ pub struct Profiles {
     strategies: Arc<Strategies>,
     tenancy: Arc<Tenancy>,
     clock: Clock,
+    /// Where this node is the only one on its store: its changes to aggregates.
+    local: Option<Arc<aggregates::LocalChanges>>,
 }
 
 impl Profiles {
@@ -142,7 +144,15 @@ impl Profiles {
             strategies,
             tenancy,
             clock,
+            local: None,
         }
+    }
+
+    /// Trust `changes` to name every change to aggregates (this node is the only one on its
+    /// store): a refresh checks them instead of reading the aggregates again after it writes.
+    pub fn with_local_changes(mut self, changes: Arc<aggregates::LocalChanges>) -> Self {
+        self.local = Some(changes);
+        self
     }
 
     /// The oldest event time (ms) that counts for the app: its retention window.
@@ -266,7 +276,9 @@ impl Profiles {
     /// the stored profiles, a read of the aggregates, a write of the profiles, whatever the
     /// number of users. After writing, it reads the aggregates again (without their values)
     /// and starts over for the users whose rows changed meanwhile (another node's events, or
-    /// a fold), so the last profile written saw the last events.
+    /// a fold), so the last profile written saw the last events — or, on a node alone on its
+    /// store, checks its counters of changes instead ([`aggregates::LocalChanges`]). Last, it folds the days it
+    /// read that hold many deltas ([`aggregates::crowded`]).
     pub async fn refresh_many(&self, app: &str, users: &[&str]) -> Result<Vec<Profile>> {
         let Some(strategy) = self.strategies.get(app).await? else {
             return Ok(Vec::new());
@@ -278,12 +290,17 @@ impl Profiles {
         users.sort_unstable();
         users.dedup();
         let mut profiles: BTreeMap<&str, Profile> = BTreeMap::new();
+        let mut crowded = Vec::new();
         let mut pending = users.clone();
         // Converges unless events keep arriving for a user; each round sees more of them.
         for _ in 0..8 {
             if pending.is_empty() {
                 break;
             }
+            let counters: Vec<u32> = match &self.local {
+                Some(local) => pending.iter().map(|u| local.read(app, u)).collect(),
+                None => Vec::new(),
+            };
             let stored = self.stored_many(app, &pending).await?;
             let days = self
                 .read_users(AGGREGATES_TABLE, app, &pending, filter.clone())
@@ -309,11 +326,27 @@ impl Profiles {
                 profiles.insert(user, computed);
             }
             self.store.mutate_all(PROFILES_TABLE, writes).await?;
+            crowded.extend(days.values().flat_map(|rows| aggregates::crowded(rows)));
+            if let Some(local) = &self.local {
+                // A change written after this read bumped its counter before this check, or
+                // its own refresh reads after this write (and writes a newer profile).
+                let mut counters = counters.into_iter();
+                pending.retain(|u| counters.next() != Some(local.read(app, u)));
+                continue;
+            }
             let again = self
                 .read_users(AGGREGATES_TABLE, app, &pending, keys_only.clone())
                 .await?;
             pending.retain(|u| print(days.get(u)) != print(again.get(u)));
         }
+        crowded.sort_unstable();
+        crowded.dedup();
+        let aggregates = aggregates::Aggregates::new(self.store.clone());
+        let folds: Vec<_> = crowded
+            .into_iter()
+            .map(|day| aggregates.fold(day))
+            .collect();
+        crate::concurrently(folds).await?;
         Ok(users.iter().filter_map(|u| profiles.remove(u)).collect())
     }
 
@@ -446,6 +479,10 @@ impl Profiles {
                 vec![Mutation::set_now(FAMILY, DELETED_UNTIL, until.to_string())],
             )
             .await?;
+        // A refresh that read the user before this write must not stand.
+        if let Some(local) = &self.local {
+            local.bump(app, [user]);
+        }
         self.refresh(app, user).await?;
         Ok(())
     }
@@ -463,6 +500,9 @@ impl Profiles {
             crate::recommend::queues::QUEUES_TABLE,
         ] {
             self.store.delete_prefix(table, prefix.clone()).await?;
+        }
+        if let Some(local) = &self.local {
+            local.bump(app, [user]);
         }
         self.store
             .mutate_row(
