@@ -129,17 +129,17 @@ impl Plan {
 }
 
 pub(crate) const APP: &str = "BENCH";
-pub(crate) const INDEX: &str = "products";
-pub(crate) const ITEMS: usize = 10_000;
+const INDEX: &str = "products";
+const ITEMS: usize = 10_000;
 /// The facets, and how many values each has.
-pub(crate) const FACETS: [(&str, usize); 3] = [("brand", 200), ("category", 50), ("color", 12)];
+const FACETS: [(&str, usize); 3] = [("brand", 200), ("category", 50), ("color", 12)];
 /// Events per batch (the most `POST /1/events` takes).
 pub(crate) const BATCH: usize = 1000;
-pub(crate) const VIEW: (&str, &str, u32) = ("view", "Product Viewed", 10);
-pub(crate) const CONVERSION: (&str, &str, u32) = ("conversion", "Product Purchased", 50);
+const VIEW: (&str, &str, u32) = ("view", "Product Viewed", 10);
+const CONVERSION: (&str, &str, u32) = ("conversion", "Product Purchased", 50);
 /// Light users' events are spread over this many days before now.
-pub(crate) const HISTORY_DAYS: i64 = 3;
-pub(crate) const DAY_MS: i64 = 86_400_000;
+const HISTORY_DAYS: i64 = 3;
+const DAY_MS: i64 = 86_400_000;
 /// Concurrent connections of the profile-read measurements.
 const READ_CONNECTIONS: [usize; 2] = [8, 32];
 /// Concurrent connections of the profile reads right after the ingestion.
@@ -162,9 +162,9 @@ pub(crate) struct Item {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LightEvent {
     pub(crate) user: u32,
-    pub(crate) item: u32,
-    pub(crate) conversion: bool,
-    pub(crate) timestamp: i64,
+    item: u32,
+    conversion: bool,
+    timestamp: i64,
 }
 
 /// The catalog and every light user's events, shuffled.
@@ -275,7 +275,7 @@ pub(crate) fn insights_event(
 }
 
 /// The personalization strategy: views and conversions, on the three facets.
-pub(crate) fn strategy() -> serde_json::Value {
+fn strategy() -> serde_json::Value {
     let event = |(event_type, event_name, score): (&str, &str, u32)| json!({"eventName": event_name, "eventType": event_type, "score": score});
     json!({
         "eventsScoring": [event(VIEW), event(CONVERSION)],
@@ -1101,10 +1101,7 @@ pub(crate) fn redis_set_profiles(
 }
 
 /// One batch as Redis commands: the encoded pipeline and its number of commands.
-pub(crate) fn redis_batch(
-    work: &Workload,
-    events: &[LightEvent],
-) -> anyhow::Result<(Vec<u8>, usize)> {
+fn redis_batch(work: &Workload, events: &[LightEvent]) -> anyhow::Result<(Vec<u8>, usize)> {
     let mut buf = Vec::with_capacity(events.len() * 400);
     let mut commands = 0;
     for e in events {
