@@ -17,8 +17,10 @@
 //!    events for random users (the push is answered once the user's profile is refreshed);
 //! 3. a heavy user: one user preloaded with N events of today, then single events pushed for
 //!    them; the push's latency should not depend on N (the reference is N = 0);
-//! 4. profile reads (`GET /1/profiles/personalization/{user}`) from 8 and 32 keep-alive
-//!    connections, beside Redis `GET`s of a profile JSON of the same size;
+//! 4. profile reads (`GET /1/profiles/personalization/{user}`) from 8 connections right after
+//!    the ingestion, before any wait (RocksDB still flushing and compacting); then how long the
+//!    compactions took to finish (the wait itself), and reads at rest from 8 and 32 keep-alive
+//!    connections; each beside Redis `GET`s of a profile JSON of the same size;
 //! 5. what the users cost at rest: bytes on disk per user after a flush (beside the size of
 //!    Redis's AOF) and the process's resident memory (beside `redis-server`'s);
 //! 6. a full recompute of every profile from the raw events after a strategy change, beside
@@ -29,6 +31,7 @@
 //! medium 50,000, large 1,000,000; `--users` overrides it), the heavy user's histories and how
 //! long each profile-read measurement runs.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -47,6 +50,7 @@ use serde::Serialize;
 use serde::de::IgnoredAny;
 use serde_json::json;
 
+use crate::mixed::{Pace, Until, read_loop};
 use crate::redis::{Persistence, RedisServer, Reply, encode_command, find_on_path};
 use crate::report::{bar, spinner};
 use crate::{Bench, Cell, CommonArgs, InProcess, Report, Scale, Table, rate};
@@ -124,13 +128,13 @@ impl Plan {
     }
 }
 
-const APP: &str = "BENCH";
+pub(crate) const APP: &str = "BENCH";
 const INDEX: &str = "products";
 const ITEMS: usize = 10_000;
 /// The facets, and how many values each has.
 const FACETS: [(&str, usize); 3] = [("brand", 200), ("category", 50), ("color", 12)];
 /// Events per batch (the most `POST /1/events` takes).
-const BATCH: usize = 1000;
+pub(crate) const BATCH: usize = 1000;
 const VIEW: (&str, &str, u32) = ("view", "Product Viewed", 10);
 const CONVERSION: (&str, &str, u32) = ("conversion", "Product Purchased", 50);
 /// Light users' events are spread over this many days before now.
@@ -138,40 +142,42 @@ const HISTORY_DAYS: i64 = 3;
 const DAY_MS: i64 = 86_400_000;
 /// Concurrent connections of the profile-read measurements.
 const READ_CONNECTIONS: [usize; 2] = [8, 32];
+/// Concurrent connections of the profile reads right after the ingestion.
+const AFTER_CONNECTIONS: usize = 8;
 /// Profiles fetched up front for their size (Redis's values are these bodies).
-const PROFILE_SAMPLE: usize = 200;
+pub(crate) const PROFILE_SAMPLE: usize = 200;
 /// Users whose profile JSON Redis holds for its reads.
-const REDIS_PROFILES: usize = 50_000;
+pub(crate) const REDIS_PROFILES: usize = 50_000;
 
 // ---------------------------------------------------------------------------------------------
 // The workload.
 
 /// One catalog item: its objectID and its value of each of [`FACETS`].
-struct Item {
-    id: String,
-    facets: [String; 3],
+pub(crate) struct Item {
+    pub(crate) id: String,
+    pub(crate) facets: [String; 3],
 }
 
 /// One light user's event, compact: the JSON is built when its batch is sent.
 #[derive(Debug, Clone, Copy)]
-struct LightEvent {
-    user: u32,
+pub(crate) struct LightEvent {
+    pub(crate) user: u32,
     item: u32,
     conversion: bool,
     timestamp: i64,
 }
 
 /// The catalog and every light user's events, shuffled.
-struct Workload {
-    items: Vec<Item>,
-    users: usize,
-    events: Vec<LightEvent>,
+pub(crate) struct Workload {
+    pub(crate) items: Vec<Item>,
+    pub(crate) users: usize,
+    pub(crate) events: Vec<LightEvent>,
 }
 
 /// An Insights event as `POST /1/events` takes it (and as Redis's event log stores it).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct InsightsEvent<'a> {
+pub(crate) struct InsightsEvent<'a> {
     event_type: &'static str,
     event_name: &'static str,
     index: &'static str,
@@ -183,23 +189,23 @@ struct InsightsEvent<'a> {
 
 /// The body of `POST /1/events`.
 #[derive(Serialize)]
-struct Batch<'a> {
-    events: Vec<InsightsEvent<'a>>,
+pub(crate) struct Batch<'a> {
+    pub(crate) events: Vec<InsightsEvent<'a>>,
 }
 
-fn user_token(user: u32) -> String {
+pub(crate) fn user_token(user: u32) -> String {
     format!("user{user}")
 }
 
 /// The current time in Unix milliseconds.
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     penchant_store::validate::now_micros() / 1000
 }
 
 impl Workload {
     /// The catalog (random facet values) and two events per user (a view and a conversion of
     /// random items), shuffled; seeded, so every run sends the same traffic.
-    fn generate(users: usize) -> Self {
+    pub(crate) fn generate(users: usize) -> Self {
         let mut rng = StdRng::seed_from_u64(11);
         let items = (0..ITEMS)
             .map(|i| Item {
@@ -226,17 +232,17 @@ impl Workload {
         }
     }
 
-    fn batches(&self) -> usize {
+    pub(crate) fn batches(&self) -> usize {
         self.events.len().div_ceil(BATCH)
     }
 
     /// Batch `i`'s events.
-    fn batch(&self, i: usize) -> &[LightEvent] {
+    pub(crate) fn batch(&self, i: usize) -> &[LightEvent] {
         let start = i * BATCH;
         &self.events[start..(start + BATCH).min(self.events.len())]
     }
 
-    fn insights(&self, e: &LightEvent) -> InsightsEvent<'_> {
+    pub(crate) fn insights(&self, e: &LightEvent) -> InsightsEvent<'_> {
         insights_event(
             user_token(e.user),
             &self.items[e.item as usize],
@@ -246,12 +252,12 @@ impl Workload {
     }
 
     /// A random item (for the single pushes).
-    fn random_item(&self, rng: &mut impl Rng) -> &Item {
+    pub(crate) fn random_item(&self, rng: &mut impl Rng) -> &Item {
         &self.items[rng.random_range(0..self.items.len())]
     }
 }
 
-fn insights_event(
+pub(crate) fn insights_event(
     user_token: String,
     item: &Item,
     conversion: bool,
@@ -282,18 +288,18 @@ fn strategy() -> serde_json::Value {
 // Measurements and the table.
 
 /// A rate and the latencies behind it (microseconds).
-struct Timed {
-    per_s: f64,
-    latency: Histogram<u64>,
+pub(crate) struct Timed {
+    pub(crate) per_s: f64,
+    pub(crate) latency: Histogram<u64>,
 }
 
 /// A histogram for latencies in microseconds.
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant digits is valid")
 }
 
 /// A latency quantile in milliseconds.
-fn ms(hist: &Histogram<u64>, q: f64) -> f64 {
+pub(crate) fn ms(hist: &Histogram<u64>, q: f64) -> f64 {
     hist.value_at_quantile(q) as f64 / 1e3
 }
 
@@ -306,6 +312,8 @@ struct PenchantRows {
     heavy: Vec<(usize, Histogram<u64>)>,
     /// (connections, reads).
     reads: Vec<(usize, Timed)>,
+    /// Reads right after the ingestion, before any wait for compactions ([`AFTER_CONNECTIONS`]).
+    after: Timed,
     disk: DiskUse,
     rss_bytes: Option<u64>,
     recompute: Recompute,
@@ -325,9 +333,9 @@ struct Recompute {
 }
 
 /// Bytes of a directory's files after a flush.
-struct DiskUse {
-    total: u64,
-    sst: u64,
+pub(crate) struct DiskUse {
+    pub(crate) total: u64,
+    pub(crate) sst: u64,
 }
 
 /// Redis's figures.
@@ -376,9 +384,14 @@ fn run(args: IngestBenchArgs, report: &mut Report) -> anyhow::Result<()> {
 }
 
 /// A process's resident memory (`VmRSS` in `/proc/{pid}/status`), in bytes.
-fn rss_bytes(pid: &str) -> Option<u64> {
+pub(crate) fn rss_bytes(pid: &str) -> Option<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// A size field of `/proc/{pid}/status` (`VmRSS:`, `VmHWM:`: the peak), in bytes.
+pub(crate) fn status_bytes(pid: &str, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kb = status.lines().find_map(|l| l.strip_prefix(field))?;
     Some(
         kb.trim()
             .trim_end_matches("kB")
@@ -390,7 +403,7 @@ fn rss_bytes(pid: &str) -> Option<u64> {
 }
 
 /// The bytes of every file under `dir`, and of its SST files.
-fn disk_use(dir: &Path) -> anyhow::Result<DiskUse> {
+pub(crate) fn disk_use(dir: &Path) -> anyhow::Result<DiskUse> {
     let mut usage = DiskUse { total: 0, sst: 0 };
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -511,20 +524,28 @@ fn table(
         }
     }
 
-    // 4. Profile reads.
-    row(
-        "   (reads start once compactions are done, after)",
-        Cell::fixed(p.settled.as_secs_f64(), 1),
-        Cell::Empty,
-        None,
-        "s",
-    );
+    // 4. Profile reads: right after the ingestion, the wait for compactions, then at rest.
     let avg_profile = p.profiles.iter().map(Vec::len).sum::<usize>() / p.profiles.len().max(1);
-    for (connections, reads) in &p.reads {
-        let theirs = r.and_then(|r| r.reads.iter().find(|(c, _)| c == connections));
+    let after = [(
+        AFTER_CONNECTIONS,
+        &p.after,
+        " right after the ingestion (no wait)",
+    )];
+    let rest = p.reads.iter().map(|(c, t)| (*c, t, ""));
+    for (i, (connections, reads, when)) in after.into_iter().chain(rest).enumerate() {
+        if i == 1 {
+            row(
+                "   compactions settle wait (the reads below start after it)",
+                Cell::fixed(p.settled.as_secs_f64(), 1),
+                Cell::Empty,
+                None,
+                "s",
+            );
+        }
+        let theirs = r.and_then(|r| r.reads.iter().find(|(c, _)| *c == connections));
         let theirs = theirs.map(|(_, t)| t);
         row(
-            &format!("4. profile reads, {connections} connections"),
+            &format!("4. profile reads{when}, {connections} connections"),
             Cell::int(reads.per_s),
             Cell::or_empty(theirs.map(|t| t.per_s), Cell::int),
             theirs.map(|t| reads.per_s / t.per_s),
@@ -599,12 +620,13 @@ fn table(
 // ---------------------------------------------------------------------------------------------
 // Penchant.
 
-fn profile_path(user: u32) -> String {
+pub(crate) fn profile_path(user: u32) -> String {
     format!("/1/profiles/personalization/{}", user_token(user))
 }
 
 /// Every Penchant row, on a store in `dir`: the catalog and strategy first, then (1) and (2)
-/// together, (5), (4), (6), and (3) last (its heavy users would count in the bytes per user).
+/// together, the reads right after them (4), (5), the wait for compactions and the reads at
+/// rest (4), (6), and (3) last (its heavy users would count in the bytes per user).
 async fn penchant_rows(
     plan: &Plan,
     work: &Arc<Workload>,
@@ -616,34 +638,18 @@ async fn penchant_rows(
     };
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
     let client = Arc::new(InProcess::start(store.clone(), APP).await?);
-    let progress = spinner(format!(
-        "ingest: indexing {} items",
-        rate(work.items.len() as f64)
-    ));
-    for chunk in work.items.chunks(BATCH) {
-        let requests: Vec<_> = chunk
-            .iter()
-            .map(|item| {
-                let mut body = json!({"objectID": item.id});
-                for ((name, _), value) in FACETS.iter().zip(&item.facets) {
-                    body[*name] = json!(value);
-                }
-                json!({"action": "addObject", "body": body})
-            })
-            .collect();
-        client
-            .post::<IgnoredAny>(
-                &format!("/1/indexes/{INDEX}/batch"),
-                &json!({ "requests": requests }),
-            )
-            .await?;
-    }
-    client
-        .post::<IgnoredAny>("/1/strategies/personalization", &strategy())
-        .await?;
-    drop(progress);
+    setup(&client, work, "ingest").await?;
 
     let (ingest, under_load) = ingest(&client, work, plan.clients).await?;
+    // Reads right after the load, while RocksDB still flushes and compacts: what a client sees
+    // when it reads before any settling wait.
+    let progress = spinner(format!(
+        "ingest: Penchant profile reads right after the ingestion, {AFTER_CONNECTIONS} \
+         connections, {} s",
+        plan.read_for.as_secs()
+    ));
+    let after = read_profiles(&client, work.users, AFTER_CONNECTIONS, plan.read_for).await?;
+    drop(progress);
 
     store.flush().await?;
     let disk = disk_use(dir)?;
@@ -698,6 +704,7 @@ async fn penchant_rows(
         under_load,
         heavy,
         reads,
+        after,
         disk,
         rss_bytes,
         recompute,
@@ -706,12 +713,44 @@ async fn penchant_rows(
     })
 }
 
+/// The catalog (every item with its facets, in batches) and the strategy, through the API;
+/// `suite` labels the spinner.
+pub(crate) async fn setup(client: &InProcess, work: &Workload, suite: &str) -> anyhow::Result<()> {
+    let progress = spinner(format!(
+        "{suite}: indexing {} items",
+        rate(work.items.len() as f64)
+    ));
+    for chunk in work.items.chunks(BATCH) {
+        let requests: Vec<_> = chunk
+            .iter()
+            .map(|item| {
+                let mut body = json!({"objectID": item.id});
+                for ((name, _), value) in FACETS.iter().zip(&item.facets) {
+                    body[*name] = json!(value);
+                }
+                json!({"action": "addObject", "body": body})
+            })
+            .collect();
+        client
+            .post::<IgnoredAny>(
+                &format!("/1/indexes/{INDEX}/batch"),
+                &json!({ "requests": requests }),
+            )
+            .await?;
+    }
+    client
+        .post::<IgnoredAny>("/1/strategies/personalization", &strategy())
+        .await?;
+    drop(progress);
+    Ok(())
+}
+
 /// The longest the reads wait for compactions after the load.
 const SETTLE_AT_MOST: Duration = Duration::from_secs(300);
 
 /// Wait until the store runs no compaction and has none pending (or [`SETTLE_AT_MOST`]);
 /// how long that took.
-async fn settle(store: &dyn Store) -> Duration {
+pub(crate) async fn settle(store: &dyn Store) -> Duration {
     let start = Instant::now();
     let gauge = |gauges: &[penchant_store::Gauge], name: &str| {
         gauges
@@ -876,36 +915,9 @@ async fn read_profiles(
 ) -> anyhow::Result<Timed> {
     let client = client.clone();
     tokio::task::spawn_blocking(move || {
-        let start = Instant::now();
-        let deadline = start + read_for;
-        let latency = std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..connections)
-                .map(|task| {
-                    let client = &client;
-                    scope.spawn(move || -> anyhow::Result<Histogram<u64>> {
-                        let mut conn = client.raw()?;
-                        let mut rng = StdRng::seed_from_u64(100 + task as u64);
-                        let mut hist = histogram();
-                        while Instant::now() < deadline {
-                            let path = profile_path(rng.random_range(0..users as u32));
-                            let t = Instant::now();
-                            std::hint::black_box(conn.get(&path)?);
-                            hist.record(t.elapsed().as_micros() as u64)?;
-                        }
-                        Ok(hist)
-                    })
-                })
-                .collect();
-            let mut latency = histogram();
-            for t in threads {
-                latency.add(&t.join().expect("a reading thread panicked")?)?;
-            }
-            anyhow::Ok(latency)
-        })?;
-        Ok(Timed {
-            per_s: latency.len() as f64 / start.elapsed().as_secs_f64(),
-            latency,
-        })
+        let until = Until::Deadline(Instant::now() + read_for);
+        let path = |rng: &mut StdRng| profile_path(rng.random_range(0..users as u32));
+        Ok(read_loop(&client, connections, until, 100, &path)?.timed())
     })
     .await?
 }
@@ -975,28 +987,21 @@ fn redis_rows(
     anyhow::ensure!(!profiles.is_empty(), "no Penchant profile to size Redis's");
     let server = RedisServer::start(path, Persistence::AofAlways, plan.dir.as_deref())?;
 
-    let ingest = redis_ingest(&server, work, plan.clients)?;
+    let ingest = redis_ingest(
+        &server,
+        work,
+        0..work.batches(),
+        plan.clients,
+        None,
+        "ingest: Redis ingesting events",
+    )?;
     let aof_bytes = disk_use(server.dir())?.total
         - std::fs::metadata(server.dir().join("redis.log")).map_or(0, |m| m.len());
     let rss_bytes = redis_rss(&server)?;
 
     // One profile JSON per sampled user, Penchant's sampled bodies in turn.
-    let sample = work.users.min(REDIS_PROFILES);
-    let mut conn = server.connect()?;
-    for chunk in (0..sample).collect::<Vec<_>>().chunks(BATCH) {
-        let mut buf = Vec::new();
-        for &user in chunk {
-            let key = format!("profile-json:{}", user_token(user as u32));
-            encode_command(
-                &mut buf,
-                &[b"SET", key.as_bytes(), &profiles[user % profiles.len()]],
-            );
-        }
-        conn.pipeline(&buf, chunk.len(), |reply| match reply {
-            Reply::Simple(ok) if ok == "OK" => Ok(()),
-            other => bail!("SET: unexpected reply {other:?}"),
-        })?;
-    }
+    let sample: Vec<u32> = (0..work.users.min(REDIS_PROFILES) as u32).collect();
+    redis_set_profiles(&server, &sample, profiles)?;
 
     let mut reads = Vec::new();
     for connections in READ_CONNECTIONS {
@@ -1006,7 +1011,12 @@ fn redis_rows(
         ));
         reads.push((
             connections,
-            redis_reads(&server, sample, connections, plan.read_for)?,
+            redis_reads(
+                &server,
+                RedisRead::Profiles(&sample),
+                connections,
+                Until::Deadline(Instant::now() + plan.read_for),
+            )?,
         ));
         drop(progress);
     }
@@ -1018,24 +1028,36 @@ fn redis_rows(
     })
 }
 
-/// The reference for (1): the same batches from `clients` connections, each one pipeline of
-/// `HINCRBY profile:{user} {facet}:{value} {weight}` per (event, facet) and `RPUSH
-/// events:{user} <event JSON>` per event. Events per second.
-fn redis_ingest(server: &RedisServer, work: &Workload, clients: usize) -> anyhow::Result<f64> {
-    let progress = bar("ingest: Redis ingesting events", work.events.len() as u64);
-    let next = AtomicUsize::new(0);
-    let batches = work.batches();
+/// The reference for (1): the batches of `batches` from `clients` connections, each one
+/// pipeline of `HINCRBY profile:{user} {facet}:{value} {weight}` per (event, facet) and `RPUSH
+/// events:{user} <event JSON>` per event, at most at `pace` events per second when given (the
+/// `mixed` suite's). Events per second.
+pub(crate) fn redis_ingest(
+    server: &RedisServer,
+    work: &Workload,
+    batches: Range<usize>,
+    clients: usize,
+    pace: Option<f64>,
+    label: &'static str,
+) -> anyhow::Result<f64> {
+    let events: usize = batches.clone().map(|i| work.batch(i).len()).sum();
+    let progress = bar(label, events as u64);
+    let next = AtomicUsize::new(batches.start);
+    let pace = pace.map(|per_s| Pace::new(per_s, batches.start));
     let start = Instant::now();
     std::thread::scope(|scope| {
         let threads: Vec<_> = (0..clients)
             .map(|_| {
-                let (next, progress) = (&next, &progress);
+                let (next, progress, end) = (&next, &progress, batches.end);
                 scope.spawn(move || -> anyhow::Result<()> {
                     let mut conn = server.connect()?;
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= batches {
+                        if i >= end {
                             return Ok(());
+                        }
+                        if let Some(pace) = &pace {
+                            pace.wait(i);
                         }
                         let (buf, commands) = redis_batch(work, work.batch(i))?;
                         conn.pipeline(&buf, commands, |reply| match reply {
@@ -1051,7 +1073,31 @@ fn redis_ingest(server: &RedisServer, work: &Workload, clients: usize) -> anyhow
             .into_iter()
             .try_for_each(|t| t.join().expect("a Redis client thread panicked"))
     })?;
-    Ok(work.events.len() as f64 / start.elapsed().as_secs_f64())
+    Ok(events as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A profile JSON for each of `users` (`SET profile-json:{user}`), `profiles`' bodies in turn,
+/// for the reference's profile reads.
+pub(crate) fn redis_set_profiles(
+    server: &RedisServer,
+    users: &[u32],
+    profiles: &[Vec<u8>],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(!profiles.is_empty(), "no Penchant profile to size Redis's");
+    let mut conn = server.connect()?;
+    for (n, chunk) in users.chunks(BATCH).enumerate() {
+        let mut buf = Vec::new();
+        for (i, &user) in chunk.iter().enumerate() {
+            let key = format!("profile-json:{}", user_token(user));
+            let profile = &profiles[(n * BATCH + i) % profiles.len()];
+            encode_command(&mut buf, &[b"SET", key.as_bytes(), profile]);
+        }
+        conn.pipeline(&buf, chunk.len(), |reply| match reply {
+            Reply::Simple(ok) if ok == "OK" => Ok(()),
+            other => bail!("SET: unexpected reply {other:?}"),
+        })?;
+    }
+    Ok(())
 }
 
 /// One batch as Redis commands: the encoded pipeline and its number of commands.
@@ -1084,7 +1130,7 @@ fn redis_batch(work: &Workload, events: &[LightEvent]) -> anyhow::Result<(Vec<u8
 }
 
 /// `redis-server`'s resident memory, from `INFO memory`.
-fn redis_rss(server: &RedisServer) -> anyhow::Result<Option<u64>> {
+pub(crate) fn redis_rss(server: &RedisServer) -> anyhow::Result<Option<u64>> {
     let info = match server.connect()?.command(&[b"INFO", b"memory"])? {
         Reply::Bulk(Some(info)) => String::from_utf8_lossy(&info).into_owned(),
         other => bail!("INFO memory: unexpected reply {other:?}"),
@@ -1095,16 +1141,24 @@ fn redis_rss(server: &RedisServer) -> anyhow::Result<Option<u64>> {
         .and_then(|n| n.trim().parse().ok()))
 }
 
-/// The reference for (4): `GET profile-json:{user}` for random users of the first `sample`
-/// from `connections` threads, each on its own connection, for `read_for`.
-fn redis_reads(
+/// What the reference's readers ask Redis.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RedisRead<'a> {
+    /// `GET profile-json:{user}` of random users among these ([`redis_set_profiles`]).
+    Profiles(&'a [u32]),
+    /// `PING`: the protocol's floor.
+    Ping,
+}
+
+/// The reference for (4): `read` from `connections` threads, each on its own connection,
+/// until `until`.
+pub(crate) fn redis_reads(
     server: &RedisServer,
-    sample: usize,
+    read: RedisRead<'_>,
     connections: usize,
-    read_for: Duration,
+    until: Until<'_>,
 ) -> anyhow::Result<Timed> {
     let start = Instant::now();
-    let deadline = start + read_for;
     let latency = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..connections)
             .map(|task| {
@@ -1112,16 +1166,29 @@ fn redis_reads(
                     let mut conn = server.connect()?;
                     let mut rng = StdRng::seed_from_u64(200 + task as u64);
                     let mut hist = histogram();
-                    while Instant::now() < deadline {
-                        let user = rng.random_range(0..sample as u32);
-                        let key = format!("profile-json:{}", user_token(user));
-                        let t = Instant::now();
-                        match conn.command(&[b"GET", key.as_bytes()])? {
-                            Reply::Bulk(Some(value)) => {
-                                std::hint::black_box(value);
+                    while until.going() {
+                        let t = match read {
+                            RedisRead::Profiles(users) => {
+                                let user = users[rng.random_range(0..users.len())];
+                                let key = format!("profile-json:{}", user_token(user));
+                                let t = Instant::now();
+                                match conn.command(&[b"GET", key.as_bytes()])? {
+                                    Reply::Bulk(Some(value)) => {
+                                        std::hint::black_box(value);
+                                    }
+                                    other => bail!("GET {key}: unexpected reply {other:?}"),
+                                }
+                                t
                             }
-                            other => bail!("GET {key}: unexpected reply {other:?}"),
-                        }
+                            RedisRead::Ping => {
+                                let t = Instant::now();
+                                match conn.command(&[b"PING"])? {
+                                    Reply::Simple(pong) if pong == "PONG" => {}
+                                    other => bail!("PING: unexpected reply {other:?}"),
+                                }
+                                t
+                            }
+                        };
                         hist.record(t.elapsed().as_micros() as u64)?;
                     }
                     Ok(hist)

@@ -15,6 +15,13 @@
 //! - [`ingest`]: a shop's traffic over HTTP (many light users, a few heavy ones): ingestion,
 //!   event-to-profile latency under load, a heavy user's push latency by history, profile
 //!   reads, bytes per user; beside Redis doing the same with its AOF fsynced.
+//! - [`mixed`]: ingestion and profile reads at once (1M users at scale large): the first half
+//!   of the users' batches at full speed with event-to-profile latency, the second half at half
+//!   that rate beside profile reads, reads right after the ingestion, the wait for compactions,
+//!   reads at rest and `/health`; the server's CPU per event and per read (the process's CPU
+//!   less the client threads'), the store operations per batch, event and read (counted at the
+//!   `Store` trait), resident memory and bytes per user; beside Redis doing the same work with
+//!   its AOF fsynced.
 //! - [`als`]: implicit-feedback ALS on MovieLens 100k and a planted synthetic set: time per
 //!   iteration and precision/NDCG@10, beside the Python `implicit` library on the same split,
 //!   factors and threads, and a popularity baseline.
@@ -66,8 +73,11 @@ use penchant_store::Store;
 
 pub mod als;
 pub mod bloom;
+mod counting;
+mod cpu;
 mod http;
 pub mod ingest;
+pub mod mixed;
 pub mod personalization;
 pub mod recommend;
 mod redis;
@@ -121,6 +131,14 @@ pub enum Suite {
     /// Scale: light users (2 events each) small 2,000, medium 50,000, large 1,000,000; the heavy
     /// user's histories up to 1,000, 50,000, 100,000 events; profile reads for 1, 5, 5 s.
     Ingest(ingest::IngestBenchArgs),
+    /// Ingestion and profile reads at once: max-rate ingestion with event-to-profile latency,
+    /// reads beside ingestion at half that rate, right after it and at rest, `/health`; server
+    /// CPU per event and per read, store operations per batch and per read, memory; each beside
+    /// Redis with an fsynced AOF.
+    ///
+    /// Scale: users (2 events each) small 10,000, medium 200,000, large 1,000,000; each read
+    /// phase 1, 5, 5 s.
+    Mixed(mixed::MixedBenchArgs),
     /// Implicit-feedback ALS on MovieLens 100k and synthetic data: seconds per iteration,
     /// precision and NDCG@10, beside the Python `implicit` library on the same split.
     ///
@@ -151,9 +169,8 @@ pub enum Suite {
     ///
     /// Scale: users of the moved app (3 events each) small 500, medium 20,000, large 200,000.
     Residency(residency::ResidencyBenchArgs),
-    /// Every suite in turn (store, bloom, personalization, ingest, als, topk, recommend, schema,
-    /// residency), each
-    /// with its default flags at the scale.
+    /// Every suite in turn (store, bloom, personalization, ingest, mixed, als, topk, recommend,
+    /// schema, residency), each with its default flags at the scale.
     ///
     /// References are used where found, never installed (als runs with --no-install): a suite
     /// whose data is missing (MovieLens) is reported skipped, rows whose reference is missing
@@ -170,6 +187,7 @@ impl Suite {
             Suite::Bloom(args) => one(args),
             Suite::Personalization(args) => one(args),
             Suite::Ingest(args) => one(args),
+            Suite::Mixed(args) => one(args),
             Suite::Als(args) => one(args),
             Suite::Topk(args) => one(args),
             Suite::Recommend(args) => one(args),
@@ -187,6 +205,7 @@ pub const ALL: &[fn(&mut Report) -> Outcome] = &[
     in_all::<bloom::BloomBenchArgs>,
     in_all::<personalization::PersonalizationBenchArgs>,
     in_all::<ingest::IngestBenchArgs>,
+    in_all::<mixed::MixedBenchArgs>,
     in_all::<als::AlsBenchArgs>,
     in_all::<topk::TopkBenchArgs>,
     in_all::<recommend::RecommendBenchArgs>,
@@ -418,6 +437,7 @@ mod tests {
         check::<bloom::BloomBenchArgs>();
         check::<personalization::PersonalizationBenchArgs>();
         check::<ingest::IngestBenchArgs>();
+        check::<mixed::MixedBenchArgs>();
         check::<als::AlsBenchArgs>();
         check::<topk::TopkBenchArgs>();
         check::<recommend::RecommendBenchArgs>();

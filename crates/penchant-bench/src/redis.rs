@@ -111,6 +111,11 @@ impl RedisServer {
         Ok(Resp { stream, reader })
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The server's directory (its AOF and log).
     pub(crate) fn dir(&self) -> &Path {
         self.dir.path()

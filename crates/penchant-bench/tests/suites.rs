@@ -38,11 +38,12 @@ fn help_lists_the_suites_and_a_missing_suite_is_a_usage_error() {
 }
 
 /// Every suite, as `all` runs them.
-const SUITES: [&str; 8] = [
+const SUITES: [&str; 9] = [
     "store",
     "bloom",
     "personalization",
     "ingest",
+    "mixed",
     "als",
     "topk",
     "recommend",
