@@ -94,6 +94,9 @@ pub struct MixedBenchArgs {
     /// Acknowledge writes without fsync (Redis keeps `appendfsync always` either way).
     #[arg(long)]
     no_sync: bool,
+    /// The store's block cache, in MiB (`store.block_cache_mib`; default: the store's).
+    #[arg(long, value_name = "MIB")]
+    block_cache_mib: Option<usize>,
     /// The `redis-server` binary for the reference (default: `redis-server` on PATH;
     /// `scripts/redis-server.sh` installs one and prints its path).
     #[arg(long)]
@@ -125,6 +128,7 @@ struct Plan {
     readers: usize,
     read_for: Duration,
     no_sync: bool,
+    block_cache_mib: Option<usize>,
     dir: Option<PathBuf>,
 }
 
@@ -138,6 +142,7 @@ impl Plan {
             readers: args.readers,
             read_for: Duration::from_secs(args.read_for.unwrap_or(scale.pick(1, 5, 5))),
             no_sync: args.no_sync,
+            block_cache_mib: args.block_cache_mib,
             dir: args.dir.clone(),
         }
     }
@@ -588,6 +593,9 @@ fn penchant_rows(
 ) -> anyhow::Result<PenchantRows> {
     let options = RocksOptions {
         sync_writes: !plan.no_sync,
+        block_cache_bytes: plan
+            .block_cache_mib
+            .map_or(RocksOptions::default().block_cache_bytes, |mib| mib << 20),
         ..RocksOptions::default()
     };
     let store = Arc::new(CountingStore::new(Arc::new(RocksStore::open(
@@ -1107,13 +1115,16 @@ fn table(
         table: Table::new(
             format!(
                 "mixed: ingestion and profile reads at once over HTTP, scale {}: {} users x 2 \
-                 events = {} events in batches of {BATCH}, {} writers, {} readers, fsync {}",
+                 events = {} events in batches of {BATCH}, {} writers, {} readers, fsync {}, \
+                 block cache {} MiB",
                 plan.scale.name(),
                 rate(work.users as f64),
                 rate(work.events.len() as f64),
                 plan.clients,
                 plan.readers,
                 if plan.no_sync { "off" } else { "on" },
+                plan.block_cache_mib
+                    .unwrap_or(RocksOptions::default().block_cache_bytes >> 20),
             ),
             &[
                 "workload", "penchant", "goal", "met", "redis", "ratio", "unit",
