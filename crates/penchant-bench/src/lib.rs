@@ -327,10 +327,16 @@ pub struct InProcess {
 }
 
 impl InProcess {
+    /// The server on a store it is alone on, as `penchant serve` runs on the embedded one.
     pub async fn start(store: Arc<dyn Store>, app: &str) -> anyhow::Result<Self> {
-        // One node on the store, as `penchant serve` runs on the embedded one.
+        Self::start_node(store, app, true).await
+    }
+
+    /// The server as one node of several on the store when `alone` is false (as on Bigtable:
+    /// nothing cached that another node could change, aggregates read again after a refresh).
+    pub async fn start_node(store: Arc<dyn Store>, app: &str, alone: bool) -> anyhow::Result<Self> {
         let config = EngineConfig {
-            exclusive_store: true,
+            exclusive_store: alone,
             ..EngineConfig::serving()
         };
         let engine = Engine::open(store, config).await?;

@@ -94,6 +94,10 @@ pub struct MixedBenchArgs {
     /// Acknowledge writes without fsync (Redis keeps `appendfsync always` either way).
     #[arg(long)]
     no_sync: bool,
+    /// Run the server as one node of several on its store, as on Bigtable (no facets cached,
+    /// aggregates read again after each refresh): the store operations a shared store sees.
+    #[arg(long)]
+    shared_store: bool,
     /// The store's block cache, in MiB (`store.block_cache_mib`; default: the store's).
     #[arg(long, value_name = "MIB")]
     block_cache_mib: Option<usize>,
@@ -128,6 +132,7 @@ struct Plan {
     readers: usize,
     read_for: Duration,
     no_sync: bool,
+    shared_store: bool,
     block_cache_mib: Option<usize>,
     dir: Option<PathBuf>,
 }
@@ -142,6 +147,7 @@ impl Plan {
             readers: args.readers,
             read_for: Duration::from_secs(args.read_for.unwrap_or(scale.pick(1, 5, 5))),
             no_sync: args.no_sync,
+            shared_store: args.shared_store,
             block_cache_mib: args.block_cache_mib,
             dir: args.dir.clone(),
         }
@@ -605,7 +611,7 @@ fn penchant_rows(
         .enable_all()
         .build()?;
     let client = runtime.block_on(async {
-        let client = InProcess::start(store.clone(), APP).await?;
+        let client = InProcess::start_node(store.clone(), APP, !plan.shared_store).await?;
         ingest::setup(&client, work, "mixed").await?;
         anyhow::Ok(client)
     })?;
@@ -1116,7 +1122,7 @@ fn table(
             format!(
                 "mixed: ingestion and profile reads at once over HTTP, scale {}: {} users x 2 \
                  events = {} events in batches of {BATCH}, {} writers, {} readers, fsync {}, \
-                 block cache {} MiB",
+                 block cache {} MiB{}",
                 plan.scale.name(),
                 rate(work.users as f64),
                 rate(work.events.len() as f64),
@@ -1125,6 +1131,11 @@ fn table(
                 if plan.no_sync { "off" } else { "on" },
                 plan.block_cache_mib
                     .unwrap_or(RocksOptions::default().block_cache_bytes >> 20),
+                if plan.shared_store {
+                    ", the server as one node of several on its store"
+                } else {
+                    ""
+                },
             ),
             &[
                 "workload", "penchant", "goal", "met", "redis", "ratio", "unit",
