@@ -84,9 +84,8 @@ impl Engine {
 
     /// Delete an app and every row it owns.
     pub async fn delete_app(&self, app_id: &str) -> Result<()> {
-        let deleted = self.tenancy.delete_app(app_id).await;
-        self.catalog.changed(app_id);
-        deleted
+        let deleted = self.tenancy.delete_app(app_id);
+        self.catalog.changing(app_id, deleted).await
     }
 
     /// Create an API key (with a rate limit per client and hour, 0 for none); returns the key

@@ -1,4 +1,6 @@
-//! Whole indexes: moves that stop halfway, and copies onto indexes with vectors.
+//! Whole indexes: moves that stop halfway, and copies onto indexes with vectors; events count
+//! an item's facets as its record is when they arrive, through every kind of catalog write, on a
+//! node that caches them.
 
 use std::sync::Arc;
 
@@ -114,4 +116,81 @@ async fn copies_replace_records_and_settings_and_leave_the_source() {
     let list = engine.list_indexes("APP").await.unwrap();
     let big2 = list.iter().find(|i| i.name == "big2").unwrap();
     assert_eq!(big2.entries, 2500);
+}
+
+/// A click on `item` of `index`, `n` ms ago (distinct events: the same event again is a retry).
+fn click(index: &str, item: &str, n: i64) -> penchant_engine::events::Event {
+    use penchant_engine::events::{Event, EventType, Target};
+    Event {
+        event_type: EventType::Click,
+        event_subtype: None,
+        event_name: "Clicked".into(),
+        index: index.into(),
+        user_token: "u1".into(),
+        authenticated_user_token: None,
+        timestamp: penchant_store::validate::now_micros() / 1000 - n,
+        target: Target::ObjectIds(vec![item.into()]),
+        query_id: None,
+        positions: None,
+        object_data: None,
+        value: None,
+        currency: None,
+    }
+}
+
+/// The user's click counts of facet `v`, summed over the aggregates.
+async fn clicked(engine: &Engine) -> std::collections::BTreeMap<String, u64> {
+    let counts = engine.aggregates().counts("APP", "u1").await.unwrap();
+    let q = penchant_engine::events::qualifier(
+        penchant_engine::events::EventType::Click,
+        "Clicked",
+        "v",
+    );
+    counts.get(&q).cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_node_alone_on_its_store_counts_facets_as_records_are_after_every_catalog_write() {
+    let store: Arc<dyn Store> = Arc::new(MemStore::new());
+    let config = EngineConfig {
+        exclusive_store: true,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(store, config).await.unwrap();
+    let counts = |pairs: &[(&str, u64)]| -> std::collections::BTreeMap<String, u64> {
+        pairs.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect()
+    };
+    put(&engine, "products", &["a"], 1).await;
+    engine
+        .push_events("APP", &[click("products", "a", 4)])
+        .await
+        .unwrap();
+    // An update: the next click counts the new value.
+    put(&engine, "products", &["a"], 2).await;
+    engine
+        .push_events("APP", &[click("products", "a", 3)])
+        .await
+        .unwrap();
+    assert_eq!(clicked(&engine).await, counts(&[("1", 1), ("2", 1)]));
+    // A move onto the index: its records replace the index's.
+    put(&engine, "tmp", &["a"], 3).await;
+    engine.move_index("APP", "tmp", "products").await.unwrap();
+    engine
+        .push_events("APP", &[click("products", "a", 2)])
+        .await
+        .unwrap();
+    assert_eq!(
+        clicked(&engine).await,
+        counts(&[("1", 1), ("2", 1), ("3", 1)])
+    );
+    // A deletion: the item has no facets any more.
+    engine.delete_index("APP", "products").await.unwrap();
+    engine
+        .push_events("APP", &[click("products", "a", 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        clicked(&engine).await,
+        counts(&[("1", 1), ("2", 1), ("3", 1)])
+    );
 }

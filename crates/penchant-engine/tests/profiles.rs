@@ -34,7 +34,7 @@ enum Op {
         filters: Vec<(usize, usize)>,
         /// Days before now: the app keeps 7, so some events fall outside its window.
         age_days: i64,
-        /// Events in the request, one ms apart (past 16, a day's aggregate folds).
+        /// Events in the request, one ms apart (once a refresh reads 32 deltas in a day, it folds the day).
         copies: usize,
     },
     /// The last request again, as a client retries one whose answer it lost.

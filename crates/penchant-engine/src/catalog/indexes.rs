@@ -379,9 +379,8 @@ impl Catalog {
                     )
                 })
                 .collect();
-            let written = self.store.mutate_all(CATALOG_TABLE, batch).await;
-            self.changed(app);
-            written?;
+            self.changing(app, self.store.mutate_all(CATALOG_TABLE, batch))
+                .await?;
             deleted.extend(ids);
             match page.next {
                 Some(next) => after = Some(next),
@@ -402,12 +401,9 @@ impl Catalog {
                 vec![Mutation::DeleteFromRow],
             )
             .await?;
-        let deleted = self
-            .store
-            .delete_prefix(CATALOG_TABLE, index_prefix(app, index))
-            .await;
-        self.changed(app);
-        deleted?;
+        let prefix = index_prefix(app, index);
+        self.changing(app, self.store.delete_prefix(CATALOG_TABLE, prefix))
+            .await?;
         Ok(ids)
     }
 
@@ -436,12 +432,9 @@ impl Catalog {
             return Ok(Vec::new());
         }
         let before: BTreeSet<String> = self.object_ids(app, to).await?.into_iter().collect();
-        let deleted = self
-            .store
-            .delete_prefix(CATALOG_TABLE, index_prefix(app, to))
-            .await;
-        self.changed(app);
-        deleted?;
+        let prefix = index_prefix(app, to);
+        self.changing(app, self.store.delete_prefix(CATALOG_TABLE, prefix))
+            .await?;
         let mut copied = BTreeSet::new();
         let mut after: Option<String> = None;
         loop {
@@ -459,9 +452,8 @@ impl Catalog {
                 copied.insert(id.clone());
                 after = Some(id);
             }
-            let written = self.store.mutate_all(CATALOG_TABLE, batch).await;
-            self.changed(app);
-            written?;
+            self.changing(app, self.store.mutate_all(CATALOG_TABLE, batch))
+                .await?;
             if !full {
                 break;
             }

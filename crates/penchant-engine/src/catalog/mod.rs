@@ -524,12 +524,18 @@ impl Catalog {
         self
     }
 
-    /// The catalog of an app changed (after the change is written): cached facets read before
-    /// are not used again.
-    pub(crate) fn changed(&self, app: &str) {
+    /// A write to an app's catalog: once it is done (or failed, maybe half-done), the facets
+    /// cached before it are not used again.
+    pub(crate) async fn changing<T, E: Into<crate::EngineError>>(
+        &self,
+        app: &str,
+        write: impl std::future::Future<Output = std::result::Result<T, E>>,
+    ) -> Result<T> {
+        let written = write.await;
         if let Some(cache) = &self.facets {
             cache.bump(app);
         }
+        written.map_err(Into::into)
     }
 
     /// The facet values ([`facet_values`]) of some items of one index, as their records are
@@ -785,12 +791,9 @@ impl Catalog {
             written.iter().map(String::as_str).collect();
         self.touch(app, &touched).await?;
         for index in &cleared {
-            let deleted = self
-                .store
-                .delete_prefix(CATALOG_TABLE, index_prefix(app, index))
-                .await;
-            self.changed(app);
-            deleted?;
+            let prefix = index_prefix(app, index);
+            self.changing(app, self.store.delete_prefix(CATALOG_TABLE, prefix))
+                .await?;
         }
         let batch: Vec<RowMutation> = state
             .into_iter()
@@ -817,11 +820,9 @@ impl Catalog {
                     status?;
                 }
             }
-            Ok(())
-        }
-        .await;
-        self.changed(app);
-        written
+            Ok::<_, penchant_store::StoreError>(())
+        };
+        self.changing(app, written).await
     }
 }
 
