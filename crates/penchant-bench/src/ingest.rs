@@ -785,7 +785,7 @@ async fn recompute(client: &InProcess, dir: &Path) -> anyhow::Result<Recompute> 
     let parallelism = penchant_engine::EngineConfig::serving().recompute_parallelism;
     let start = Instant::now();
     let stats = engine
-        .jobs()
+        .recomputes()
         .recompute_now(APP, &versioned, Source::Raw, parallelism)
         .await?;
     let elapsed = start.elapsed();

@@ -253,7 +253,7 @@ async fn bench(
     let versioned = engine.strategies().set(APP, parsed).await?;
     let start = Instant::now();
     let stats = engine
-        .jobs()
+        .recomputes()
         .recompute_now(APP, &versioned, Source::Raw, args.parallelism)
         .await?;
     let recompute = stats.events as f64 / start.elapsed().as_secs_f64();
@@ -262,7 +262,7 @@ async fn bench(
     let versioned = engine.strategies().set(APP, parsed).await?;
     let start = Instant::now();
     let agg_stats = engine
-        .jobs()
+        .recomputes()
         .recompute_now(APP, &versioned, Source::Aggregates, args.parallelism)
         .await?;
     let from_aggregates = stats.events as f64 / start.elapsed().as_secs_f64();

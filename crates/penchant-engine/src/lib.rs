@@ -37,10 +37,10 @@ use crate::aggregates::Aggregates;
 use crate::catalog::Catalog;
 use crate::catalog::Record;
 use crate::events::Events;
-use crate::jobs::Jobs;
 use crate::leases::Leases;
 use crate::profiles::Profile;
 use crate::profiles::Profiles;
+use crate::profiles::job::{RecomputeStatus, Recomputes};
 use crate::seen::Seen;
 use crate::sets::Sets;
 use crate::strategy::{Strategies, Strategy, Versioned};
@@ -202,7 +202,9 @@ pub struct Engine {
     aggregates: Aggregates,
     strategies: Arc<Strategies>,
     profiles: Profiles,
-    jobs: Arc<Jobs>,
+    recomputes: Arc<Recomputes>,
+    /// The node's background work: jobs of every kind and periodic tasks.
+    runtime: jobs::Runtime,
     sets: Arc<Sets>,
     seen: Arc<Seen>,
     pending: pending::Pending,
@@ -312,14 +314,19 @@ impl Engine {
         }
         let supervisor = Arc::new(Supervisor::default());
         let leases = Leases::new(store.clone(), clock.clone(), config.lease_ttl);
-        let jobs = Arc::new(Jobs::new(
+        let runtime = jobs::Runtime::new(
+            store.clone(),
+            leases.clone(),
+            supervisor.clone(),
+            clock.clone(),
+        );
+        let recomputes = Arc::new(Recomputes::new(
+            &runtime,
             store.clone(),
             profiles.clone(),
             strategies.clone(),
             config.recompute_parallelism,
             clock.clone(),
-            leases.clone(),
-            supervisor.clone(),
         ));
         let sets = Arc::new(Sets::new(
             store.clone(),
@@ -344,25 +351,23 @@ impl Engine {
             clock.clone(),
         ));
         let trainings = Arc::new(Trainings::new(
+            &runtime,
             store.clone(),
             vectors.clone(),
             strategies.clone(),
             tenancy.clone(),
-            leases.clone(),
-            supervisor.clone(),
             clock.clone(),
         ));
         let recommend = Arc::new(recommend::Recommend::new(
             store.clone(),
             config.strategy_cache_ttl,
             clock.clone(),
-            leases.clone(),
+            &runtime,
         ));
         let migrations = Arc::new(events::migration::Migrations::new(
+            &runtime,
             store.clone(),
             tenancy.clone(),
-            leases.clone(),
-            supervisor.clone(),
             clock.clone(),
             config.tenancy.cache_ttl,
         ));
@@ -370,8 +375,7 @@ impl Engine {
             store.clone(),
             config.placement.clone(),
             table_names,
-            leases.clone(),
-            supervisor.clone(),
+            &runtime,
             clock.clone(),
             config.placement_refresh,
         ));
@@ -402,7 +406,8 @@ impl Engine {
             aggregates,
             strategies,
             profiles,
-            jobs,
+            recomputes,
+            runtime,
         })
     }
 
@@ -477,7 +482,7 @@ impl Engine {
             ("trending", self.recommend.cache_stats()),
         ];
         caches.extend(self.tenancy.cache_stats());
-        let (jobs_running, recomputed_users, recomputed_events) = self.jobs.progress();
+        let (jobs_running, recomputed_users, recomputed_events) = self.recomputes.progress();
         EngineStats {
             caches,
             jobs_running,
@@ -618,14 +623,14 @@ impl Engine {
     /// Save an app's strategy and start recomputing every profile of the app under it.
     pub async fn set_strategy(&self, app: &str, strategy: Strategy) -> Result<Arc<Versioned>> {
         let versioned = self.strategies.set(app, strategy).await?;
-        self.jobs.start(app, versioned.clone()).await?;
+        self.recomputes.start(app, versioned.clone()).await?;
         Ok(versioned)
     }
 
     /// Resume the recompute jobs that no node runs (a stopped or dead node's, once its lease
     /// has expired), from their checkpoints. Returns how many this node resumed.
     pub async fn take_over_jobs(&self) -> Result<usize> {
-        Ok(self.jobs.take_over().await?
+        Ok(self.recomputes.take_over().await?
             + self.trainings.take_over().await?
             + self.take_over_builds().await?
             + self.migrations.take_over().await?
@@ -638,76 +643,73 @@ impl Engine {
     /// purge expired events (every `purge_interval`, if set). With several nodes, leases make
     /// one node do each.
     pub fn start_background(&self, purge_interval: Option<std::time::Duration>) {
-        use std::time::Duration;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        // Alone on its store, a node that starts finishes every batch left at once: they are
+        // its dead predecessor's. With other nodes, a batch is taken for interrupted only after
+        // a minute, lest a batch in flight on another node be redone.
+        let (engine, first) = (
+            self.clone(),
+            Arc::new(AtomicBool::new(self.exclusive_store)),
+        );
+        let every = self.leases.ttl() / 2;
+        self.runtime
+            .every("repair and take-over", every, true, move || {
+                let (engine, first) = (engine.clone(), first.clone());
+                async move {
+                    let age = match first.load(Ordering::Relaxed) {
+                        true => std::time::Duration::ZERO,
+                        false => REPAIR_AFTER,
+                    };
+                    match engine.repair_once(age).await {
+                        // Until a round ran (the dead predecessor's lease may hold it off a while).
+                        Ok(ran) => {
+                            if ran {
+                                first.store(false, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot repair interrupted ingestions")
+                        }
+                    }
+                    engine.take_over_jobs().await.map(drop)
+                }
+            });
         let engine = self.clone();
-        self.supervisor.spawn(async move {
-            // Alone on its store, a node that starts finishes every batch left at once: they
-            // are its dead predecessor's. With other nodes, a batch is taken for interrupted
-            // only after a minute, lest a batch in flight on another node be redone.
-            let mut first = engine.exclusive_store;
-            loop {
-                let age = if first { Duration::ZERO } else { REPAIR_AFTER };
-                match engine.repair_once(age).await {
-                    // Until a round ran (the dead predecessor's lease may hold it off a while).
-                    Ok(ran) => first &= !ran,
-                    Err(e) => tracing::warn!(error = %e, "cannot repair interrupted ingestions"),
-                }
-                if let Err(e) = engine.take_over_jobs().await {
-                    tracing::warn!(error = %e, "cannot look for orphaned jobs");
-                }
-                let stopped = engine.supervisor.stopped();
-                tokio::select! {
-                    () = tokio::time::sleep(engine.leases.ttl() / 2) => {}
-                    () = stopped => return,
-                }
-            }
-        });
-        let (engine, refresh) = (self.clone(), self.placement_refresh);
-        self.supervisor.spawn(async move {
-            loop {
-                let stopped = engine.supervisor.stopped();
-                tokio::select! {
-                    () = tokio::time::sleep(refresh) => {}
-                    () = stopped => return,
-                }
-                if let Err(e) = engine.residency.load().await {
-                    tracing::warn!(error = %e, "cannot reload the placements");
-                }
-            }
-        });
+        self.runtime.every(
+            "reloading the placements",
+            self.placement_refresh,
+            false,
+            move || {
+                let engine = engine.clone();
+                async move { engine.residency.load().await }
+            },
+        );
         let engine = self.clone();
-        self.supervisor.spawn(async move {
-            loop {
-                let stopped = engine.supervisor.stopped();
-                tokio::select! {
-                    () = tokio::time::sleep(stats::FLUSH_EVERY) => {}
-                    () = stopped => return,
-                }
-                if let Err(e) = engine.traffic.flush().await {
-                    tracing::warn!(error = %e, "cannot save the traffic counts");
-                }
-            }
-        });
+        self.runtime.every(
+            "saving the traffic counts",
+            stats::FLUSH_EVERY,
+            false,
+            move || {
+                let engine = engine.clone();
+                async move { engine.traffic.flush().await }
+            },
+        );
         let Some(interval) = purge_interval.filter(|i| !i.is_zero()) else {
             return;
         };
         let engine = self.clone();
-        self.supervisor.spawn(async move {
-            loop {
-                let stopped = engine.supervisor.stopped();
-                tokio::select! {
-                    () = tokio::time::sleep(interval) => {}
-                    () = stopped => return,
-                }
-                match engine.purge_expired().await {
-                    Ok(Some((events, days))) if events + days > 0 => {
+        self.runtime
+            .every("the retention purge", interval, false, move || {
+                let engine = engine.clone();
+                async move {
+                    if let Some((events, days)) = engine.purge_expired().await?
+                        && events + days > 0
+                    {
                         tracing::info!(events, days, "purged events past their app's retention");
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "retention purge failed"),
+                    Ok(())
                 }
-            }
-        });
+            });
     }
 
     /// One repair round under the repair lease (one node at a time): whether it ran.
@@ -748,8 +750,8 @@ impl Engine {
     }
 
     /// The app's latest profile recompute, as last saved by whichever node runs it.
-    pub async fn recompute_status(&self, app: &str) -> Result<Option<jobs::JobStatus>> {
-        self.jobs.status(app).await
+    pub async fn recompute_status(&self, app: &str) -> Result<Option<RecomputeStatus>> {
+        self.recomputes.status(app).await
     }
 
     /// The placement targets; the first is the default.
@@ -838,8 +840,8 @@ impl Engine {
     }
 
     /// The app's recomputes, newest first: the current or last one, then up to 20 past ones.
-    pub async fn recompute_history(&self, app: &str) -> Result<Vec<jobs::JobStatus>> {
-        self.jobs.history(app).await
+    pub async fn recompute_history(&self, app: &str) -> Result<Vec<RecomputeStatus>> {
+        self.recomputes.history(app).await
     }
 
     /// A user's profile; `None` when no counted event gives it a score. A strong read reads
@@ -1037,10 +1039,10 @@ impl Engine {
         &self.profiles
     }
 
-    /// Background jobs of this node.
+    /// Profile recomputes.
     #[doc(hidden)]
-    pub fn jobs(&self) -> &Jobs {
-        &self.jobs
+    pub fn recomputes(&self) -> &Recomputes {
+        &self.recomputes
     }
 
     /// Per-day aggregates of events.

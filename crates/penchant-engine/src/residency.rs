@@ -34,7 +34,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use penchant_store::{
     GcRule, Mutation, PlacedStore, ReadRows, Route, Row, RowFilter, RowMutation, RowSet, Store,
     Workload, for_workload, unit_range,
@@ -43,15 +42,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::events::migration::IN_FLIGHT;
-use crate::jobs::JobState;
-use crate::leases::{Claims, LEASES_TABLE, Leases};
-use crate::supervisor::Supervisor;
+use crate::jobs::{Job, JobState, Run, Runner, Runtime, Status, hex, unhex};
+use crate::leases::LEASES_TABLE;
 use crate::{EngineError, Result, internal, keys};
 
 pub const PLACEMENTS_TABLE: &str = "placements";
 const FAMILY: &str = "p";
+/// A placement's column in table `placements`.
 const COLUMN: &[u8] = b"placement";
-const LEASE: &str = "placement";
 /// Rows copied (or deleted) in one write.
 const ROWS_AT_ONCE: usize = 500;
 /// Verify passes before a move gives up (each pass after the first only meets rows written
@@ -227,22 +225,16 @@ pub struct MoveStatus {
     pub error: Option<String>,
 }
 
-fn hex(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Result<Bytes> {
-    let corrupt = || internal("corrupt move checkpoint", text);
-    if !text.len().is_multiple_of(2) {
-        return Err(corrupt());
+impl Status for MoveStatus {
+    fn state(&self) -> JobState {
+        self.state
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(text.get(i..i + 2).ok_or_else(corrupt)?, 16).map_err(|_| corrupt())
-        })
-        .collect::<Result<Vec<u8>>>()
-        .map(Bytes::from)
+
+    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
+        self.state = state;
+        self.finished_at = Some(now);
+        self.error = error;
+    }
 }
 
 /// A row written whole: what was there is replaced by `row`'s cells.
@@ -267,9 +259,8 @@ pub struct Residency {
     /// The engine's store (placements, job statuses).
     store: Arc<dyn Store>,
     placed: Option<PlacedStore>,
-    supervisor: Arc<Supervisor>,
     clock: Clock,
-    claims: Claims,
+    runner: Runner<Self>,
     /// Every table a unit's rows may be in.
     tables: Vec<String>,
     /// How long after a placement change every node has seen it.
@@ -281,8 +272,7 @@ impl Residency {
         store: Arc<dyn Store>,
         placed: Option<PlacedStore>,
         tables: Vec<String>,
-        leases: Leases,
-        supervisor: Arc<Supervisor>,
+        runtime: &Runtime,
         clock: Clock,
         refresh: Duration,
     ) -> Self {
@@ -290,9 +280,8 @@ impl Residency {
         Self {
             store,
             placed,
-            supervisor,
             clock,
-            claims: Claims::new(leases, LEASE),
+            runner: runtime.runner(),
             tables: tables.into_iter().filter(|t| !pinned.contains(t)).collect(),
             settle: refresh + IN_FLIGHT,
         }
@@ -502,11 +491,6 @@ impl Residency {
                 unit.describe()
             )));
         }
-        if !self.claims.claim(&unit.app).await? {
-            return Err(EngineError::Refused(
-                "a move of this app is running: wait for it to end".into(),
-            ));
-        }
         let now = self.clock.now_ms();
         let status = MoveStatus {
             state: JobState::Running,
@@ -536,150 +520,17 @@ impl Residency {
             },
             _ => status,
         };
-        if let Err(e) = self.save(&unit.app, &status).await {
-            self.unclaim(&unit.app).await;
-            return Err(e);
-        }
-        self.launch(unit.app.clone(), status.clone());
-        Ok(status)
+        self.runner.submit(self, &unit.app, status).await
     }
 
     /// The app's latest move (of the app or of one of its users), as last saved.
     pub async fn status(&self, app: &str) -> Result<Option<MoveStatus>> {
-        crate::jobs::saved_status(&self.store, app, COLUMN).await
-    }
-
-    async fn save(&self, app: &str, status: &MoveStatus) -> Result<()> {
-        crate::jobs::save_status(&self.store, app, COLUMN, status).await
-    }
-
-    async fn unclaim(&self, app: &str) {
-        if let Err(e) = self.claims.release(app).await {
-            tracing::warn!(%app, error = %e, "cannot release the move's lease");
-        }
+        self.runner.status(app).await
     }
 
     /// Resume every running move whose lease no node holds, from its checkpoint.
     pub async fn take_over(self: &Arc<Self>) -> Result<usize> {
-        if self.supervisor.stopping() || self.placed.is_none() {
-            return Ok(0);
-        }
-        let running = crate::jobs::running::<MoveStatus>(&self.store, COLUMN, |s| s.state).await?;
-        let mut resumed = 0;
-        for (app, status) in running {
-            if self.claims.claim(&app).await? {
-                tracing::info!(%app, phase = ?status.phase, "resuming a placement move");
-                self.launch(app, status);
-                resumed += 1;
-            }
-        }
-        Ok(resumed)
-    }
-
-    fn launch(self: &Arc<Self>, app: String, status: MoveStatus) {
-        let residency = Arc::clone(self);
-        self.supervisor.spawn(async move {
-            residency.run(&app, status).await;
-            residency.unclaim(&app).await;
-        });
-    }
-
-    /// Run a claimed move to its end, saving its status as it goes; a node stopping (or losing
-    /// the lease) leaves it running for another node.
-    async fn run(&self, app: &str, status: MoveStatus) {
-        let shared = Arc::new(Mutex::new(status));
-        let (this, status) = (self, &shared);
-        let ended = crate::jobs::drive(
-            &self.supervisor,
-            self.steps(app, &shared),
-            move || async move {
-                let renewed = this.claims.renew(app).await.unwrap_or(false);
-                if !renewed {
-                    tracing::warn!(%app, "lost the move's lease: stopping");
-                }
-                renewed
-            },
-            move || async move {
-                let snapshot = status.lock().clone();
-                if let Err(e) = this.save(app, &snapshot).await {
-                    tracing::warn!(%app, error = %e, "cannot save the move's status");
-                }
-            },
-        )
-        .await;
-        let crate::jobs::Ended::Finished(outcome) = ended else {
-            return;
-        };
-        let mut status = shared.lock().clone();
-        match outcome {
-            Ok(()) => status.state = JobState::Done,
-            Err(e) => {
-                tracing::error!(%app, error = %e, "placement move failed");
-                status.state = JobState::Failed;
-                status.error = Some(e.to_string());
-            }
-        }
-        status.finished_at = Some(self.clock.now_ms());
-        if let Err(e) = self.save(app, &status).await {
-            tracing::error!(%app, error = %e, "cannot save the move's end");
-        }
-    }
-
-    /// The phases from where the status stands to the end.
-    async fn steps(&self, app: &str, shared: &Mutex<MoveStatus>) -> Result<()> {
-        loop {
-            let status = shared.lock().clone();
-            let unit = match &status.user {
-                Some(user) => Unit::user(app, user),
-                None => Unit::app(app),
-            };
-            if status.phase.changes_placement() {
-                let changed_at = match status.changed_at {
-                    Some(at) => at,
-                    None => {
-                        let placement = status.phase.placement(&status.from, &status.to);
-                        self.write(&unit, &placement).await?;
-                        let now = self.clock.now_ms();
-                        let snapshot = {
-                            let mut s = shared.lock();
-                            s.changed_at = Some(now);
-                            s.clone()
-                        };
-                        self.save(app, &snapshot).await?;
-                        now
-                    }
-                };
-                self.settle(changed_at).await;
-            }
-            match status.phase {
-                Phase::Copy => self.copy(&unit, shared).await?,
-                Phase::Verify => self.verify(&unit, shared).await?,
-                Phase::Drop => self.drop_old(&unit, shared).await?,
-                Phase::Done => return Ok(()),
-                Phase::DualWrite | Phase::Switch | Phase::StopOld => {}
-            }
-            let snapshot = {
-                let mut s = shared.lock();
-                s.phase = s.phase.next();
-                s.changed_at = None;
-                s.table = None;
-                s.after = None;
-                s.clone()
-            };
-            self.save(app, &snapshot).await?;
-        }
-    }
-
-    /// Wait until every node has seen a placement change made at `changed_at` (ms).
-    async fn settle(&self, changed_at: i64) {
-        let until = changed_at + self.settle.as_millis() as i64;
-        loop {
-            let left = until - self.clock.now_ms();
-            if left <= 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(left.min(100) as u64)).await;
-        }
+        self.runner.take_over(self).await
     }
 
     /// A target as batch work sees it.
@@ -692,13 +543,9 @@ impl Residency {
     }
 
     /// The unit's tables from the checkpoint's on, each with the row to start after.
-    fn remaining(
-        &self,
-        unit: &Unit,
-        shared: &Mutex<MoveStatus>,
-    ) -> Result<Vec<(String, Option<Bytes>)>> {
+    fn remaining(&self, unit: &Unit, run: &Run<Self>) -> Result<Vec<(String, Option<Bytes>)>> {
         let (table, after) = {
-            let s = shared.lock();
+            let s = run.lock();
             (s.table.clone(), s.after.clone())
         };
         let tables = self.tables_of(unit);
@@ -739,12 +586,12 @@ impl Residency {
     }
 
     /// Copy the unit's rows of every table from `from` to `to`, each row replaced whole.
-    async fn copy(&self, unit: &Unit, shared: &Mutex<MoveStatus>) -> Result<()> {
+    async fn copy(&self, unit: &Unit, run: &Run<Self>) -> Result<()> {
         let (from, to) = {
-            let s = shared.lock();
+            let s = run.lock();
             (self.target(&s.from)?, self.target(&s.to)?)
         };
-        for (table, after) in self.remaining(unit, shared)? {
+        for (table, after) in self.remaining(unit, run)? {
             let rows = self.scan(&from, &table, unit, after, None).await?;
             for chunk in rows.chunks(ROWS_AT_ONCE) {
                 let bytes: usize = chunk
@@ -754,7 +601,7 @@ impl Residency {
                     .sum();
                 to.mutate_all(&table, chunk.iter().map(replace).collect())
                     .await?;
-                let mut s = shared.lock();
+                let mut s = run.lock();
                 s.table = Some(table.clone());
                 s.after = chunk.last().map(|r| hex(&r.key));
                 s.copied += chunk.len() as u64;
@@ -766,13 +613,13 @@ impl Residency {
 
     /// Compare the unit's rows in both targets and copy again those that differ, until a pass
     /// finds none.
-    async fn verify(&self, unit: &Unit, shared: &Mutex<MoveStatus>) -> Result<()> {
+    async fn verify(&self, unit: &Unit, run: &Run<Self>) -> Result<()> {
         let (from, to) = {
-            let s = shared.lock();
+            let s = run.lock();
             (self.target(&s.from)?, self.target(&s.to)?)
         };
         loop {
-            let pass = shared.lock().passes;
+            let pass = run.lock().passes;
             if pass >= MAX_PASSES {
                 return Err(EngineError::Unavailable(format!(
                     "the {} still differs between targets after {MAX_PASSES} passes",
@@ -780,7 +627,7 @@ impl Residency {
                 )));
             }
             let mut found = 0;
-            for (table, _) in self.remaining(unit, shared)? {
+            for (table, _) in self.remaining(unit, run)? {
                 let old = self.scan(&from, &table, unit, None, None).await?;
                 let new = self.scan(&to, &table, unit, None, None).await?;
                 // Rows the two scans saw differ: the scans ran one after the other while writes
@@ -817,9 +664,9 @@ impl Residency {
                 for chunk in fixes.chunks(ROWS_AT_ONCE) {
                     to.mutate_all(&table, chunk.to_vec()).await?;
                 }
-                shared.lock().table = Some(table);
+                run.lock().table = Some(table);
             }
-            let mut s = shared.lock();
+            let mut s = run.lock();
             s.passes += 1;
             s.differences += found;
             s.table = None;
@@ -858,12 +705,12 @@ impl Residency {
     }
 
     /// Delete the unit's rows from `from`.
-    async fn drop_old(&self, unit: &Unit, shared: &Mutex<MoveStatus>) -> Result<()> {
+    async fn drop_old(&self, unit: &Unit, run: &Run<Self>) -> Result<()> {
         let from = {
-            let s = shared.lock();
+            let s = run.lock();
             self.target(&s.from)?
         };
-        for (table, after) in self.remaining(unit, shared)? {
+        for (table, after) in self.remaining(unit, run)? {
             let rows = self
                 .scan(&from, &table, unit, after, Some(RowFilter::StripValue))
                 .await?;
@@ -873,13 +720,65 @@ impl Residency {
                     .map(|r| RowMutation::new(r.key.clone(), vec![Mutation::DeleteFromRow]))
                     .collect();
                 from.mutate_all(&table, deletes).await?;
-                let mut s = shared.lock();
+                let mut s = run.lock();
                 s.table = Some(table.clone());
                 s.after = chunk.last().map(|r| hex(&r.key));
                 s.dropped += chunk.len() as u64;
             }
         }
         Ok(())
+    }
+}
+
+impl Job for Residency {
+    type Status = MoveStatus;
+    const KEY: &'static str = "placement";
+    const NAME: &'static str = "move";
+
+    fn enabled(&self) -> bool {
+        self.placed.is_some()
+    }
+
+    /// The phases from where the status stands to the end.
+    async fn steps(&self, run: &Run<Self>) -> Result<JobState> {
+        loop {
+            let status = run.status();
+            let unit = match &status.user {
+                Some(user) => Unit::user(run.app(), user),
+                None => Unit::app(run.app()),
+            };
+            if status.phase.changes_placement() {
+                let changed_at = match status.changed_at {
+                    Some(at) => at,
+                    None => {
+                        let placement = status.phase.placement(&status.from, &status.to);
+                        self.write(&unit, &placement).await?;
+                        let now = run.now_ms();
+                        run.lock().changed_at = Some(now);
+                        run.save().await?;
+                        now
+                    }
+                };
+                // Until every node has seen the change.
+                run.wait_until(changed_at + self.settle.as_millis() as i64)
+                    .await;
+            }
+            match status.phase {
+                Phase::Copy => self.copy(&unit, run).await?,
+                Phase::Verify => self.verify(&unit, run).await?,
+                Phase::Drop => self.drop_old(&unit, run).await?,
+                Phase::Done => return Ok(JobState::Done),
+                Phase::DualWrite | Phase::Switch | Phase::StopOld => {}
+            }
+            {
+                let mut s = run.lock();
+                s.phase = s.phase.next();
+                s.changed_at = None;
+                s.table = None;
+                s.after = None;
+            }
+            run.save().await?;
+        }
     }
 }
 

@@ -78,7 +78,7 @@ async fn a_refresh_during_a_batch_is_not_overwritten() {
             let engine = engine.clone();
             tokio::spawn(async move {
                 engine
-                    .jobs()
+                    .recomputes()
                     .recompute_now(APP, &versioned, source, 1)
                     .await
             })

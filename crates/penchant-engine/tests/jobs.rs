@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use penchant_engine::events::{Event, EventType, Target};
-use penchant_engine::jobs::{JobState, JobStatus, RangeStatus};
+use penchant_engine::jobs::JobState;
 use penchant_engine::profiles::RecomputeStats;
+use penchant_engine::profiles::job::{RangeStatus, RecomputeStatus};
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
 use penchant_engine::{Engine, EngineConfig};
 use penchant_store::{Mutation, Store};
@@ -33,7 +34,7 @@ fn user(i: usize) -> String {
 }
 
 /// Store a job record as a node that stopped mid-job left it.
-async fn save_job(store: &Arc<dyn Store>, status: &JobStatus) {
+async fn save_job(store: &Arc<dyn Store>, status: &RecomputeStatus) {
     let json = serde_json::to_vec(status).unwrap();
     store
         .mutate_row(
@@ -48,9 +49,9 @@ async fn save_job(store: &Arc<dyn Store>, status: &JobStatus) {
         .unwrap();
 }
 
-async fn wait(engine: &Engine) -> JobStatus {
+async fn wait(engine: &Engine) -> RecomputeStatus {
     loop {
-        let status = engine.jobs().status(APP).await.unwrap().unwrap();
+        let status = engine.recomputes().status(APP).await.unwrap().unwrap();
         if status.state != JobState::Running {
             return status;
         }
@@ -101,7 +102,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
     let ranges = engine.profiles().plan_ranges(APP, 3).await.unwrap();
     assert_eq!(ranges.len(), 3);
     let checkpoint = user(75);
-    let status = JobStatus {
+    let status = RecomputeStatus {
         strategy_version: v3.version,
         state: JobState::Running,
         stats: RecomputeStats::default(),
@@ -168,7 +169,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
         assert_eq!(version, v3.version, "{u}");
     }
     // A job whose strategy is no longer current is not resumed.
-    let stale = JobStatus {
+    let stale = RecomputeStatus {
         strategy_version: 1,
         state: JobState::Running,
         ..resumed
@@ -176,7 +177,13 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
     save_job(&store, &stale).await;
     assert_eq!(engine.take_over_jobs().await.unwrap(), 0);
     assert_eq!(
-        engine.jobs().status(APP).await.unwrap().unwrap().state,
+        engine
+            .recomputes()
+            .status(APP)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
         JobState::Superseded
     );
 }

@@ -92,7 +92,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 async fn wait_for_job(engine: &Engine) {
     loop {
-        let status = engine.jobs().status(APP).await.unwrap();
+        let status = engine.recomputes().status(APP).await.unwrap();
         match status.as_ref().map(|s| s.state) {
             Some(JobState::Running) => tokio::time::sleep(Duration::from_millis(1)).await,
             Some(JobState::Failed) => panic!("{status:?}"),

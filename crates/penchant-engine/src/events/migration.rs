@@ -34,9 +34,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::TryStreamExt;
-use parking_lot::Mutex;
 use penchant_store::{
     ReadRows, RowFilter, RowMutation, RowRange, RowSet, Store, TimeRange, Workload, for_workload,
 };
@@ -44,14 +42,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{EVENTS_TABLE, Layout};
 use crate::clock::Clock;
-use crate::jobs::JobState;
-use crate::leases::{Claims, Leases};
-use crate::supervisor::Supervisor;
+use crate::jobs::{Job, JobState, Run, Runner, Runtime, Status, hex, unhex};
 use crate::tenancy::Tenancy;
-use crate::{EngineError, Result, internal, keys};
+use crate::{EngineError, Result, keys};
 
-const LEASE: &str = "layout";
-const COLUMN: &[u8] = b"layout";
 /// Event rows rewritten (or cleared) in one write.
 const ROWS_AT_ONCE: usize = 500;
 /// The longest an ingestion takes from reading its app's layouts to writing its events.
@@ -121,22 +115,16 @@ pub struct MigrationStatus {
     pub error: Option<String>,
 }
 
-fn hex(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Result<Bytes> {
-    let corrupt = || internal("corrupt migration checkpoint", text);
-    if !text.len().is_multiple_of(2) {
-        return Err(corrupt());
+impl Status for MigrationStatus {
+    fn state(&self) -> JobState {
+        self.state
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(text.get(i..i + 2).ok_or_else(corrupt)?, 16).map_err(|_| corrupt())
-        })
-        .collect::<Result<Vec<u8>>>()
-        .map(Bytes::from)
+
+    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
+        self.state = state;
+        self.finished_at = Some(now);
+        self.error = error;
+    }
 }
 
 /// Layout migrations of every app.
@@ -144,28 +132,25 @@ fn unhex(text: &str) -> Result<Bytes> {
 pub struct Migrations {
     store: Arc<dyn Store>,
     tenancy: Arc<Tenancy>,
-    supervisor: Arc<Supervisor>,
     clock: Clock,
-    claims: Claims,
+    runner: Runner<Self>,
     /// How long after changing an app every node has seen the change.
     settle: Duration,
 }
 
 impl Migrations {
     pub fn new(
+        runtime: &Runtime,
         store: Arc<dyn Store>,
         tenancy: Arc<Tenancy>,
-        leases: Leases,
-        supervisor: Arc<Supervisor>,
         clock: Clock,
         cache_ttl: Duration,
     ) -> Self {
         Self {
             store,
             tenancy,
-            supervisor,
             clock,
-            claims: Claims::new(leases, LEASE),
+            runner: runtime.runner(),
             settle: cache_ttl + IN_FLIGHT,
         }
     }
@@ -190,11 +175,6 @@ impl Migrations {
             return Err(EngineError::Refused(format!(
                 "the app's events are in the {to} layout already"
             )));
-        }
-        if !self.claims.claim(app).await? {
-            return Err(EngineError::Refused(
-                "a migration of this app is running: wait for it to end".into(),
-            ));
         }
         // An app left between layouts by a failed migration starts over from what it reads.
         let status = MigrationStatus {
@@ -221,158 +201,25 @@ impl Migrations {
         } else {
             status
         };
-        if let Err(e) = self.save(app, &status).await {
-            self.unclaim(app).await;
-            return Err(e);
-        }
-        self.launch(app.to_owned(), status.clone());
-        Ok(status)
+        self.runner.submit(self, app, status).await
     }
 
     /// The app's latest migration, as last saved.
     pub async fn status(&self, app: &str) -> Result<Option<MigrationStatus>> {
-        crate::jobs::saved_status(&self.store, app, COLUMN).await
-    }
-
-    async fn save(&self, app: &str, status: &MigrationStatus) -> Result<()> {
-        crate::jobs::save_status(&self.store, app, COLUMN, status).await
-    }
-
-    async fn unclaim(&self, app: &str) {
-        if let Err(e) = self.claims.release(app).await {
-            tracing::warn!(%app, error = %e, "cannot release the migration's lease");
-        }
+        self.runner.status(app).await
     }
 
     /// Resume every running migration whose lease no node holds, from its checkpoint. Returns
     /// how many.
     pub async fn take_over(self: &Arc<Self>) -> Result<usize> {
-        if self.supervisor.stopping() {
-            return Ok(0);
-        }
-        let running =
-            crate::jobs::running::<MigrationStatus>(&self.store, COLUMN, |s| s.state).await?;
-        let mut resumed = 0;
-        for (app, status) in running {
-            if self.claims.claim(&app).await? {
-                tracing::info!(%app, phase = ?status.phase, "resuming an event layout migration");
-                self.launch(app, status);
-                resumed += 1;
-            }
-        }
-        Ok(resumed)
-    }
-
-    fn launch(self: &Arc<Self>, app: String, status: MigrationStatus) {
-        let migrations = Arc::clone(self);
-        self.supervisor.spawn(async move {
-            migrations.run(&app, status).await;
-            migrations.unclaim(&app).await;
-        });
-    }
-
-    /// Run a claimed migration to its end, saving its status as it goes; a node stopping (or
-    /// losing the lease) leaves it running for another node.
-    async fn run(&self, app: &str, status: MigrationStatus) {
-        let shared = Arc::new(Mutex::new(status));
-        let (this, status) = (self, &shared);
-        let ended = crate::jobs::drive(
-            &self.supervisor,
-            self.steps(app, &shared),
-            move || async move {
-                let renewed = this.claims.renew(app).await.unwrap_or(false);
-                if !renewed {
-                    tracing::warn!(%app, "lost the migration's lease: stopping");
-                }
-                renewed
-            },
-            move || async move {
-                let snapshot = status.lock().clone();
-                if let Err(e) = this.save(app, &snapshot).await {
-                    tracing::warn!(%app, error = %e, "cannot save the migration's status");
-                }
-            },
-        )
-        .await;
-        let crate::jobs::Ended::Finished(outcome) = ended else {
-            return;
-        };
-        let mut status = shared.lock().clone();
-        match outcome {
-            Ok(()) => status.state = JobState::Done,
-            Err(e) => {
-                tracing::error!(%app, error = %e, "event layout migration failed");
-                status.state = JobState::Failed;
-                status.error = Some(e.to_string());
-            }
-        }
-        status.finished_at = Some(self.clock.now_ms());
-        if let Err(e) = self.save(app, &status).await {
-            tracing::error!(%app, error = %e, "cannot save the migration's end");
-        }
-    }
-
-    /// The phases from where the status stands to the end.
-    async fn steps(&self, app: &str, shared: &Mutex<MigrationStatus>) -> Result<()> {
-        loop {
-            let status = shared.lock().clone();
-            let (from, to) = (status.from, status.to);
-            if status.phase.changes_app() {
-                let changed_at = match status.changed_at {
-                    Some(at) => at,
-                    None => {
-                        let (reads, also) = status.phase.app_layouts(from, to);
-                        self.tenancy.set_event_layout(app, reads, also).await?;
-                        // Saved after the change: the wait below starts no earlier than it.
-                        let now = self.clock.now_ms();
-                        let snapshot = {
-                            let mut s = shared.lock();
-                            s.changed_at = Some(now);
-                            s.clone()
-                        };
-                        self.save(app, &snapshot).await?;
-                        now
-                    }
-                };
-                self.settle(changed_at).await;
-            }
-            match status.phase {
-                Phase::Backfill => self.rewrite(app, shared, Step::Backfill).await?,
-                Phase::Drop => self.rewrite(app, shared, Step::Drop).await?,
-                Phase::Done => return Ok(()),
-                Phase::DualWrite | Phase::Switch | Phase::StopOld => {}
-            }
-            let snapshot = {
-                let mut s = shared.lock();
-                s.phase = s.phase.next();
-                s.changed_at = None;
-                s.after = None;
-                s.clone()
-            };
-            self.save(app, &snapshot).await?;
-        }
-    }
-
-    /// Wait until every node has seen a change of the app made at `changed_at` (ms).
-    async fn settle(&self, changed_at: i64) {
-        let until = changed_at + self.settle.as_millis() as i64;
-        loop {
-            let left = until - self.clock.now_ms();
-            if left <= 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(left.min(100) as u64)).await;
-        }
+        self.runner.take_over(self).await
     }
 
     /// Go through the app's event rows from the checkpoint: write the new layout's cells
     /// (backfill, rows in the retention window) or delete the old layout's (drop).
-    async fn rewrite(&self, app: &str, shared: &Mutex<MigrationStatus>, step: Step) -> Result<()> {
-        let store = for_workload(&self.store, Workload::Batch);
-        let (from, to, after) = {
-            let s = shared.lock();
-            (s.from, s.to, s.after.clone())
-        };
+    async fn rewrite(&self, run: &Run<Self>, step: Step) -> Result<()> {
+        let (app, store) = (run.app(), for_workload(&self.store, Workload::Batch));
+        let (from, to, after) = run.update(|s| (s.from, s.to, s.after.clone()));
         let start = match after {
             Some(key) => Bound::Excluded(unhex(&key)?),
             None => Bound::Included(keys::app(app)),
@@ -420,16 +267,62 @@ impl Migrations {
                     .filter(|m| !m.mutations.is_empty())
                     .collect();
                 store.mutate_all(EVENTS_TABLE, entries).await?;
-                let mut s = shared.lock();
-                s.after = last.map(|k| hex(&k));
-                match step {
-                    Step::Backfill => s.backfilled += n,
-                    Step::Drop => s.dropped += n,
-                }
+                run.update(|s| {
+                    s.after = last.map(|k| hex(&k));
+                    match step {
+                        Step::Backfill => s.backfilled += n,
+                        Step::Drop => s.dropped += n,
+                    }
+                });
             }
             if row.is_none() {
                 return Ok(());
             }
+        }
+    }
+}
+
+impl Job for Migrations {
+    type Status = MigrationStatus;
+    const KEY: &'static str = "layout";
+    const NAME: &'static str = "migration";
+
+    /// The phases from where the status stands to the end.
+    async fn steps(&self, run: &Run<Self>) -> Result<JobState> {
+        loop {
+            let status = run.status();
+            let (from, to) = (status.from, status.to);
+            if status.phase.changes_app() {
+                let changed_at = match status.changed_at {
+                    Some(at) => at,
+                    None => {
+                        let (reads, also) = status.phase.app_layouts(from, to);
+                        self.tenancy
+                            .set_event_layout(run.app(), reads, also)
+                            .await?;
+                        // Saved after the change: the wait below starts no earlier than it.
+                        let now = run.now_ms();
+                        run.update(|s| s.changed_at = Some(now));
+                        run.save().await?;
+                        now
+                    }
+                };
+                // Until every node has seen the change.
+                run.wait_until(changed_at + self.settle.as_millis() as i64)
+                    .await;
+            }
+            match status.phase {
+                Phase::Backfill => self.rewrite(run, Step::Backfill).await?,
+                Phase::Drop => self.rewrite(run, Step::Drop).await?,
+                Phase::Done => return Ok(JobState::Done),
+                Phase::DualWrite | Phase::Switch | Phase::StopOld => {}
+            }
+            run.update(|s| {
+                s.phase = s.phase.next();
+                s.changed_at = None;
+                s.after = None;
+            });
+            run.save().await?;
         }
     }
 }
@@ -446,11 +339,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn checkpoints_round_trip_and_phases_run_in_order() {
-        let key = b"app\0user\0\x00\xff\x10";
-        assert_eq!(&unhex(&hex(key)).unwrap()[..], key);
-        assert!(unhex("abc").is_err());
-        assert!(unhex("zz").is_err());
+    fn phases_run_in_order() {
         let mut phase = Phase::DualWrite;
         let mut seen = vec![phase];
         while phase != Phase::Done {

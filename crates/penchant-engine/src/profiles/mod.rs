@@ -26,8 +26,10 @@
 //! |---|---|
 //! | `scoring.rs` | the formula: a strategy's weights, [`compute`] over a user's rows |
 //! | `mod.rs` | stored profiles: read, the streaming refresh, deletions |
-//! | `recompute.rs` | the batch path over ranges of users, which [`crate::jobs`] runs |
+//! | `recompute.rs` | the batch path over ranges of users |
+//! | `job.rs` | the recompute job: every profile of an app after a strategy change, on the job runtime ([`crate::jobs`]) |
 
+pub mod job;
 mod recompute;
 mod scoring;
 

@@ -3,8 +3,7 @@
 //! One node at a time runs an app's build (the holder of its lease, like a training); its
 //! status (`j:recommend` in table `jobs`, row `app 0`) is saved every half second with its
 //! checkpoint: the phase and the last user whose queues are done. A node that stops or dies
-//! leaves it `running`; the node that takes it over ([`Engine::take_over_builds`]) resumes from
-//! the checkpoint, so users already done are not rebuilt (a user rebuilt twice is harmless).
+//! leaves it `running`; the node that takes it over resumes from the checkpoint, so users already done are not rebuilt (a user rebuilt twice is harmless).
 //! Users are those with events in the app's retention window (their per-day aggregate rows),
 //! in key order, [`USERS_AT_ONCE`] at a time.
 
@@ -12,16 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
-use parking_lot::Mutex;
 use penchant_store::{ReadRows, RowFilter, RowSet, Workload};
 use serde::{Deserialize, Serialize};
 
 use super::QueueDefinition;
-use crate::jobs::JobState;
+use crate::jobs::{Job, JobState, Run, Status};
 use crate::{Engine, EngineError, Result, keys};
 
-pub(crate) const LEASE: &str = "recommend";
-const COLUMN: &[u8] = b"recommend";
 /// Users whose queues are rebuilt at once.
 const USERS_AT_ONCE: usize = 16;
 
@@ -60,16 +56,45 @@ pub struct BuildStatus {
     pub error: Option<String>,
 }
 
+impl Status for BuildStatus {
+    fn state(&self) -> JobState {
+        self.state
+    }
+
+    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
+        self.state = state;
+        if state == JobState::Done {
+            self.phase = Phase::Done;
+        }
+        self.finished_at = Some(now);
+        self.error = error;
+    }
+
+    /// Events read so far by the lists' build.
+    fn count(&mut self, events: u64) {
+        self.events = self.events.max(events);
+    }
+}
+
+/// The build job, run by the engine whose recommendations it builds.
+#[derive(Debug)]
+pub(crate) struct Build(Engine);
+
+impl Job for Build {
+    type Status = BuildStatus;
+    const KEY: &'static str = "recommend";
+    const NAME: &'static str = "build";
+
+    async fn steps(&self, run: &Run<Self>) -> Result<JobState> {
+        self.0.build_steps(run).await.map(|()| JobState::Done)
+    }
+}
+
 impl Engine {
     /// Start building the app's lists and every user's queues in the background; refused while
     /// a build of the app runs.
     pub async fn start_build(&self, app: &str) -> Result<BuildStatus> {
         let queues = self.recommend.queues.definitions(app).await?;
-        if !self.recommend.builds.claim(app).await? {
-            return Err(EngineError::Refused(
-                "a build of this app is running: wait for it to end".into(),
-            ));
-        }
         let status = BuildStatus {
             state: JobState::Running,
             phase: Phase::Lists,
@@ -83,102 +108,32 @@ impl Engine {
             finished_at: None,
             error: None,
         };
-        if let Err(e) = self.save_build(app, &status).await {
-            self.unclaim_build(app).await;
-            return Err(e);
-        }
-        self.launch_build(app.to_owned(), status.clone());
-        Ok(status)
+        self.recommend
+            .builds
+            .submit(&self.build(), app, status)
+            .await
+    }
+
+    fn build(&self) -> Arc<Build> {
+        Arc::new(Build(self.clone()))
     }
 
     /// The app's latest build, as last saved.
     pub async fn build_status(&self, app: &str) -> Result<Option<BuildStatus>> {
-        crate::jobs::saved_status(&self.store, app, COLUMN).await
-    }
-
-    async fn save_build(&self, app: &str, status: &BuildStatus) -> Result<()> {
-        crate::jobs::save_status(&self.store, app, COLUMN, status).await
-    }
-
-    async fn unclaim_build(&self, app: &str) {
-        if let Err(e) = self.recommend.builds.release(app).await {
-            tracing::warn!(%app, error = %e, "cannot release the build's lease");
-        }
+        self.recommend.builds.status(app).await
     }
 
     /// Resume every running build whose lease no node holds, from its checkpoint. Returns how
     /// many.
     pub(crate) async fn take_over_builds(&self) -> Result<usize> {
-        if self.supervisor.stopping() {
-            return Ok(0);
-        }
-        let running = crate::jobs::running::<BuildStatus>(&self.store, COLUMN, |s| s.state).await?;
-        let mut resumed = 0;
-        for (app, status) in running {
-            if self.recommend.builds.claim(&app).await? {
-                tracing::info!(%app, phase = ?status.phase, "resuming a recommendation build");
-                self.launch_build(app, status);
-                resumed += 1;
-            }
-        }
-        Ok(resumed)
+        self.recommend.builds.take_over(&self.build()).await
     }
 
-    fn launch_build(&self, app: String, status: BuildStatus) {
-        let engine = self.clone();
-        self.supervisor.spawn(async move {
-            engine.run_build(&app, status).await;
-            engine.unclaim_build(&app).await;
-        });
-    }
-
-    /// Run a claimed build to its end, saving its status as it goes; a node stopping (or
-    /// losing the lease) leaves it running for another node.
-    async fn run_build(&self, app: &str, status: BuildStatus) {
-        let shared = Arc::new(Mutex::new(status));
-        let events = Arc::new(AtomicU64::new(0));
-        let work = self.build_steps(app, shared.clone(), events.clone());
-        let (this, status, counted) = (self, &shared, &events);
-        let ended = crate::jobs::drive(
-            &self.supervisor,
-            work,
-            move || async move { this.recommend.builds.renew(app).await.unwrap_or(false) },
-            move || async move {
-                let mut snapshot = status.lock().clone();
-                snapshot.events = snapshot.events.max(counted.load(Ordering::Relaxed));
-                if let Err(e) = this.save_build(app, &snapshot).await {
-                    tracing::warn!(%app, error = %e, "cannot save the build's status");
-                }
-            },
-        )
-        .await;
-        let crate::jobs::Ended::Finished(outcome) = ended else {
-            return;
-        };
-        let mut status = shared.lock().clone();
-        if let Err(e) = outcome {
-            tracing::warn!(%app, error = %e, "recommendation build failed");
-            status.state = JobState::Failed;
-            status.error = Some(e.to_string());
-        } else {
-            status.state = JobState::Done;
-            status.phase = Phase::Done;
-        }
-        status.finished_at = Some(self.now_ms());
-        if let Err(e) = self.save_build(app, &status).await {
-            tracing::warn!(%app, error = %e, "cannot save the build's status");
-        }
-    }
-
-    async fn build_steps(
-        &self,
-        app: &str,
-        shared: Arc<Mutex<BuildStatus>>,
-        events: Arc<AtomicU64>,
-    ) -> Result<()> {
+    async fn build_steps(&self, run: &Run<Build>) -> Result<()> {
+        let (app, events) = (run.app(), run.counter());
         let window = self.tenancy.retention(app).await?;
         let since = self.now_ms() - window.as_millis() as i64;
-        if shared.lock().phase == Phase::Lists {
+        if run.lock().phase == Phase::Lists {
             let stamp = self.now_ms() * 1000;
             let skipped = AtomicU64::new(0);
             let lists =
@@ -188,14 +143,14 @@ impl Engine {
                 tracing::warn!(%app, items = skipped,
                     "items of events left out of the lists: objectID or index name too long");
             }
-            let mut status = shared.lock();
+            let mut status = run.lock();
             status.lists = lists;
             status.skipped = skipped;
             status.events = events.load(Ordering::Relaxed);
             status.phase = Phase::Queues;
         }
         let (names, after) = {
-            let status = shared.lock();
+            let status = run.lock();
             (status.queues.clone(), status.after.clone())
         };
         let mut queues: Vec<(String, QueueDefinition)> = Vec::new();
@@ -250,7 +205,7 @@ impl Engine {
                 .try_for_each(|_| async { Ok(()) })
                 .await?;
             {
-                let mut status = shared.lock();
+                let mut status = run.lock();
                 status.users += chunk.len() as u64;
                 status.after = chunk.last().cloned();
             }

@@ -275,7 +275,7 @@ pub struct Recommend {
     trending: TtlCache<(String, String), Arc<Ranked>>,
     /// Trending facet values, by (app, index, facet).
     facets: TtlCache<(String, String, String), Arc<Ranked>>,
-    pub(crate) builds: crate::leases::Claims,
+    pub(crate) builds: crate::jobs::Runner<build::Build>,
 }
 
 impl Recommend {
@@ -283,13 +283,13 @@ impl Recommend {
         store: Arc<dyn penchant_store::Store>,
         ttl: Duration,
         clock: crate::clock::Clock,
-        leases: crate::leases::Leases,
+        runtime: &crate::jobs::Runtime,
     ) -> Self {
         Self {
             queues: queues::Queues::new(store),
             trending: TtlCache::new(1024, ttl, clock.clone()),
             facets: TtlCache::new(1024, ttl, clock),
-            builds: crate::leases::Claims::new(leases, build::LEASE),
+            builds: runtime.runner(),
         }
     }
 

@@ -23,8 +23,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use futures::TryStreamExt;
 use penchant_store::{ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
@@ -35,16 +35,10 @@ use serde::{Deserialize, Serialize};
 use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
-use crate::jobs::JobState;
-use crate::leases::{Claims, Leases};
+use crate::jobs::{Job, JobState, Run, Runner, Runtime, Status};
 use crate::strategy::Strategies;
-use crate::supervisor::Supervisor;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, internal, keys};
-
-const COLUMN: &[u8] = b"train";
-const LEASE: &str = "train";
-const SAVE_EVERY: Duration = Duration::from_millis(500);
 
 /// Event weights by event name, else by event type (`click`, `conversion`, `view`). Empty:
 /// every event weighs 1.
@@ -201,6 +195,36 @@ pub struct Evaluation {
     pub popularity: eval::Metrics,
 }
 
+impl Job for Trainings {
+    type Status = TrainingStatus;
+    const KEY: &'static str = "train";
+    const NAME: &'static str = "training";
+
+    async fn steps(&self, run: &Run<Self>) -> Result<JobState> {
+        let (app, config) = (run.app(), run.status().config);
+        let (done, cancel) = (run.counter(), run.cancelled());
+        let outcome = match config.mode {
+            Mode::Train => self.train(app, &config, done, cancel).await?,
+            Mode::FoldIn => self.fold_in_all(app, &config, done, cancel).await?,
+        };
+        // `None`: cancelled, this node left the job.
+        let Some(outcome) = outcome else {
+            return Ok(JobState::Running);
+        };
+        let mut status = run.lock();
+        status.iteration = outcome.iterations;
+        status.users = outcome.users;
+        status.items = outcome.items;
+        status.interactions = outcome.interactions;
+        Ok(JobState::Done)
+    }
+
+    /// A training starts again from its beginning.
+    async fn resume(&self, _app: &str, status: TrainingStatus) -> Result<Option<TrainingStatus>> {
+        Ok(Some(self.begin(status.config)))
+    }
+}
+
 /// What a job did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Outcome {
@@ -248,7 +272,7 @@ fn fold_in_missing(
     items: &super::Loaded,
     users: &super::Loaded,
     als: &AlsConfig,
-    done: &AtomicUsize,
+    done: &AtomicU64,
     cancel: &AtomicBool,
 ) -> Option<Folded> {
     let mut new_users: BTreeMap<u32, BTreeMap<u32, f32>> = BTreeMap::new();
@@ -311,6 +335,23 @@ fn weight_of(weights: &Weights, event: &Event) -> f32 {
         .unwrap_or(0.0)
 }
 
+impl Status for TrainingStatus {
+    fn state(&self) -> JobState {
+        self.state
+    }
+
+    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
+        self.state = state;
+        self.finished_at = Some(now);
+        self.error = error;
+    }
+
+    /// Iterations done (vectors solved, folding in) so far.
+    fn count(&mut self, done: u64) {
+        self.iteration = done as usize;
+    }
+}
+
 /// ALS trainings of every app.
 #[derive(Debug)]
 pub struct Trainings {
@@ -318,20 +359,17 @@ pub struct Trainings {
     vectors: Arc<Vectors>,
     strategies: Arc<Strategies>,
     tenancy: Arc<Tenancy>,
-    /// Apps whose training runs on this node.
-    claims: Claims,
-    supervisor: Arc<Supervisor>,
+    runner: Runner<Self>,
     clock: Clock,
 }
 
 impl Trainings {
     pub fn new(
+        runtime: &Runtime,
         store: Arc<dyn Store>,
         vectors: Arc<Vectors>,
         strategies: Arc<Strategies>,
         tenancy: Arc<Tenancy>,
-        leases: Leases,
-        supervisor: Arc<Supervisor>,
         clock: Clock,
     ) -> Self {
         Self {
@@ -339,25 +377,14 @@ impl Trainings {
             vectors,
             strategies,
             tenancy,
-            claims: Claims::new(leases, LEASE),
-            supervisor,
+            runner: runtime.runner(),
             clock,
         }
     }
 
     /// The app's latest training, as last saved.
     pub async fn status(&self, app: &str) -> Result<Option<TrainingStatus>> {
-        crate::jobs::saved_status(&self.store, app, COLUMN).await
-    }
-
-    async fn save(&self, app: &str, status: &TrainingStatus) -> Result<()> {
-        crate::jobs::save_status(&self.store, app, COLUMN, status).await
-    }
-
-    async fn unclaim(&self, app: &str) {
-        if let Err(e) = self.claims.release(app).await {
-            tracing::warn!(%app, error = %e, "cannot release the training's lease");
-        }
+        self.runner.status(app).await
     }
 
     /// Start training in the background; refused while one of the app's trainings runs.
@@ -367,18 +394,8 @@ impl Trainings {
         config: TrainingConfig,
     ) -> Result<TrainingStatus> {
         config.check()?;
-        if !self.claims.claim(app).await? {
-            return Err(EngineError::Refused(
-                "a training of this app is running: wait for it to end".into(),
-            ));
-        }
         let status = self.begin(config);
-        if let Err(e) = self.save(app, &status).await {
-            self.unclaim(app).await;
-            return Err(e);
-        }
-        self.launch(app.to_owned(), status.clone());
-        Ok(status)
+        self.runner.submit(self, app, status).await
     }
 
     fn begin(&self, config: TrainingConfig) -> TrainingStatus {
@@ -398,86 +415,7 @@ impl Trainings {
 
     /// Start again every running training whose lease no node holds. Returns how many.
     pub async fn take_over(self: &Arc<Self>) -> Result<usize> {
-        if self.supervisor.stopping() {
-            return Ok(0);
-        }
-        let running =
-            crate::jobs::running::<TrainingStatus>(&self.store, COLUMN, |s| s.state).await?;
-        let mut resumed = 0;
-        for (app, status) in running {
-            if self.claims.claim(&app).await? {
-                tracing::info!(%app, node = self.claims.node(), "starting an interrupted training again");
-                let status = self.begin(status.config);
-                self.save(&app, &status).await?;
-                self.launch(app, status);
-                resumed += 1;
-            }
-        }
-        Ok(resumed)
-    }
-
-    fn launch(self: &Arc<Self>, app: String, status: TrainingStatus) {
-        let trainings = Arc::clone(self);
-        self.supervisor.spawn(async move {
-            trainings.run(&app, status).await;
-            trainings.unclaim(&app).await;
-        });
-    }
-
-    /// Run a claimed training to its end, saving its status as it goes. A node stopping (or
-    /// losing the lease) leaves it `running` for another node.
-    async fn run(&self, app: &str, mut status: TrainingStatus) {
-        let done = Arc::new(AtomicUsize::new(0));
-        let cancel = Arc::new(AtomicBool::new(false));
-        let work = async {
-            match status.config.mode {
-                Mode::Train => {
-                    self.train(app, &status.config, done.clone(), cancel.clone())
-                        .await
-                }
-                Mode::FoldIn => {
-                    let config = &status.config;
-                    self.fold_in_all(app, config, done.clone(), cancel.clone())
-                        .await
-                }
-            }
-        };
-        tokio::pin!(work);
-        let mut stopped = Box::pin(self.supervisor.stopped());
-        let outcome = loop {
-            tokio::select! {
-                outcome = &mut work => break outcome,
-                () = tokio::time::sleep(SAVE_EVERY) => {
-                    status.iteration = done.load(Ordering::Relaxed);
-                    let renewed = self.claims.renew(app).await.unwrap_or(false);
-                    if !renewed {
-                        cancel.store(true, Ordering::Relaxed);
-                    } else if let Err(e) = self.save(app, &status).await {
-                        tracing::warn!(%app, error = %e, "cannot save the training's status");
-                    }
-                }
-                () = &mut stopped => cancel.store(true, Ordering::Relaxed),
-            }
-        };
-        match outcome {
-            Ok(Some(outcome)) => {
-                status.state = JobState::Done;
-                status.iteration = outcome.iterations;
-                status.users = outcome.users;
-                status.items = outcome.items;
-                status.interactions = outcome.interactions;
-            }
-            Ok(None) => return, // stopped: left running for another node
-            Err(e) => {
-                tracing::warn!(%app, error = %e, "training failed");
-                status.state = JobState::Failed;
-                status.error = Some(e.to_string());
-            }
-        }
-        status.finished_at = Some(self.clock.now_ms());
-        if let Err(e) = self.save(app, &status).await {
-            tracing::warn!(%app, error = %e, "cannot save the training's status");
-        }
+        self.runner.take_over(self).await
     }
 
     /// The weights a training uses: its own, else the strategy's event scores, else none.
@@ -570,7 +508,7 @@ impl Trainings {
         &self,
         app: &str,
         config: &TrainingConfig,
-        done: Arc<AtomicUsize>,
+        done: Arc<AtomicU64>,
         cancel: Arc<AtomicBool>,
     ) -> Result<Option<Outcome>> {
         let weights = self.weights(app, config).await?;
@@ -584,7 +522,7 @@ impl Trainings {
             let interactions = Interactions::from_triples(users, items, triples);
             let nnz = interactions.nnz();
             let factors = als::train(&interactions, &als, |i| {
-                done.store(i, Ordering::Relaxed);
+                done.store(i as u64, Ordering::Relaxed);
                 !cancel.load(Ordering::Relaxed)
             });
             (factors, nnz, data)
@@ -633,7 +571,7 @@ impl Trainings {
         &self,
         app: &str,
         config: &TrainingConfig,
-        done: Arc<AtomicUsize>,
+        done: Arc<AtomicU64>,
         cancel: Arc<AtomicBool>,
     ) -> Result<Option<Outcome>> {
         let space = self.vectors.fresh(app, &config.space).await?;
