@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::events::migration::IN_FLIGHT;
-use crate::jobs::{Job, JobState, Run, Runner, Runtime, Status, hex, unhex};
+use crate::jobs::{Job, JobState, Run, Runner, Runtime, hex, unhex};
 use crate::leases::LEASES_TABLE;
 use crate::{EngineError, Result, internal, keys};
 
@@ -172,8 +172,7 @@ impl Phase {
     ];
 
     fn next(self) -> Phase {
-        let at = Phase::ALL.iter().position(|p| *p == self).unwrap_or(0);
-        Phase::ALL[(at + 1).min(Phase::ALL.len() - 1)]
+        crate::jobs::next_phase(&Phase::ALL, self)
     }
 
     /// The unit's placement in this phase.
@@ -225,17 +224,7 @@ pub struct MoveStatus {
     pub error: Option<String>,
 }
 
-impl Status for MoveStatus {
-    fn state(&self) -> JobState {
-        self.state
-    }
-
-    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
-        self.state = state;
-        self.finished_at = Some(now);
-        self.error = error;
-    }
-}
+crate::jobs::status!(MoveStatus);
 
 /// A row written whole: what was there is replaced by `row`'s cells.
 fn replace(row: &Row) -> RowMutation {
@@ -748,20 +737,11 @@ impl Job for Residency {
                 None => Unit::app(run.app()),
             };
             if status.phase.changes_placement() {
-                let changed_at = match status.changed_at {
-                    Some(at) => at,
-                    None => {
-                        let placement = status.phase.placement(&status.from, &status.to);
-                        self.write(&unit, &placement).await?;
-                        let now = run.now_ms();
-                        run.lock().changed_at = Some(now);
-                        run.save().await?;
-                        now
-                    }
-                };
-                // Until every node has seen the change.
-                run.wait_until(changed_at + self.settle.as_millis() as i64)
-                    .await;
+                let placement = status.phase.placement(&status.from, &status.to);
+                let mark = |s: &mut MoveStatus, at| s.changed_at = Some(at);
+                let change = self.write(&unit, &placement);
+                run.change_and_settle(status.changed_at, self.settle, change, mark)
+                    .await?;
             }
             match status.phase {
                 Phase::Copy => self.copy(&unit, run).await?,

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{EVENTS_TABLE, Layout};
 use crate::clock::Clock;
-use crate::jobs::{Job, JobState, Run, Runner, Runtime, Status, hex, unhex};
+use crate::jobs::{Job, JobState, Run, Runner, Runtime, hex, unhex};
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, keys};
 
@@ -75,8 +75,7 @@ impl Phase {
     ];
 
     fn next(self) -> Phase {
-        let at = Phase::ALL.iter().position(|p| *p == self).unwrap_or(0);
-        Phase::ALL[(at + 1).min(Phase::ALL.len() - 1)]
+        crate::jobs::next_phase(&Phase::ALL, self)
     }
 
     /// The app's layouts in this phase: the one read, and the other one written.
@@ -115,17 +114,7 @@ pub struct MigrationStatus {
     pub error: Option<String>,
 }
 
-impl Status for MigrationStatus {
-    fn state(&self) -> JobState {
-        self.state
-    }
-
-    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
-        self.state = state;
-        self.finished_at = Some(now);
-        self.error = error;
-    }
-}
+crate::jobs::status!(MigrationStatus);
 
 /// Layout migrations of every app.
 #[derive(Debug)]

@@ -78,6 +78,27 @@ pub trait Status: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
     fn count(&mut self, _counted: u64) {}
 }
 
+/// Implement [`Status`] for a status with fields `state`, `finished_at` and `error` (and
+/// maybe other items of the trait, such as [`Status::count`]).
+macro_rules! status {
+    ($status:ty $(, $item:item)*) => {
+        impl $crate::jobs::Status for $status {
+            fn state(&self) -> $crate::jobs::JobState {
+                self.state
+            }
+
+            fn end(&mut self, state: $crate::jobs::JobState, now: i64, error: Option<String>) {
+                self.state = state;
+                self.finished_at = Some(now);
+                self.error = error;
+            }
+
+            $($item)*
+        }
+    };
+}
+pub(crate) use status;
+
 /// A kind of job: how to run one app's job from the checkpoint in its status.
 pub(crate) trait Job: Send + Sync + Sized + 'static {
     type Status: Status;
@@ -180,6 +201,32 @@ impl<J: Job> Run<J> {
     /// Now, by the engine's clock (Unix ms).
     pub fn now_ms(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// Make a change every node must see before the job goes on (of an app's layouts, of a
+    /// placement) once, then wait until they all have: `settle` after it was made. `made` is
+    /// when it was, from the checkpoint (`None`: not yet); `mark` records that time in the
+    /// status, which is saved before the wait.
+    pub async fn change_and_settle(
+        &self,
+        made: Option<i64>,
+        settle: Duration,
+        change: impl Future<Output = Result<()>>,
+        mark: impl FnOnce(&mut J::Status, i64),
+    ) -> Result<()> {
+        let made = match made {
+            Some(at) => at,
+            None => {
+                change.await?;
+                // Saved after the change: the wait starts no earlier than it.
+                let now = self.now_ms();
+                mark(&mut self.lock(), now);
+                self.save().await?;
+                now
+            }
+        };
+        self.wait_until(made + settle.as_millis() as i64).await;
+        Ok(())
     }
 
     /// Wait until `at` (Unix ms) by the engine's clock.
@@ -479,6 +526,12 @@ async fn running<T: Status>(store: &Arc<dyn Store>, column: &[u8]) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// The phase after `phase` in `phases` (the last one stays).
+pub(crate) fn next_phase<P: Copy + PartialEq>(phases: &[P], phase: P) -> P {
+    let at = phases.iter().position(|p| *p == phase).unwrap_or(0);
+    phases[(at + 1).min(phases.len() - 1)]
 }
 
 /// A row key as a checkpoint in a job's status (hex).

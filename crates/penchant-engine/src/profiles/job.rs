@@ -76,17 +76,7 @@ impl RecomputeStatus {
     }
 }
 
-impl Status for RecomputeStatus {
-    fn state(&self) -> JobState {
-        self.state
-    }
-
-    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
-        self.state = state;
-        self.finished_at = Some(now);
-        self.error = error;
-    }
-}
+crate::jobs::status!(RecomputeStatus);
 
 /// Profile recomputes of every app.
 #[derive(Debug)]

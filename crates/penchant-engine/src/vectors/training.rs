@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
-use crate::jobs::{Job, JobState, Run, Runner, Runtime, Status};
+use crate::jobs::{Job, JobState, Run, Runner, Runtime};
 use crate::strategy::Strategies;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, internal, keys};
@@ -335,22 +335,13 @@ fn weight_of(weights: &Weights, event: &Event) -> f32 {
         .unwrap_or(0.0)
 }
 
-impl Status for TrainingStatus {
-    fn state(&self) -> JobState {
-        self.state
-    }
-
-    fn end(&mut self, state: JobState, now: i64, error: Option<String>) {
-        self.state = state;
-        self.finished_at = Some(now);
-        self.error = error;
-    }
-
+crate::jobs::status!(
+    TrainingStatus,
     /// Iterations done (vectors solved, folding in) so far.
     fn count(&mut self, done: u64) {
         self.iteration = done as usize;
     }
-}
+);
 
 /// ALS trainings of every app.
 #[derive(Debug)]
