@@ -33,12 +33,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{
-    GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange,
-};
+use penchant_store::{Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange};
 
 use crate::events::{self, EVENTS_TABLE, Layout, RETENTION, Stored};
 use crate::sets::write_if_version;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, keys};
 
 pub const AGGREGATES_TABLE: &str = "aggregates";
@@ -58,13 +57,12 @@ const ATTEMPTS: usize = 8;
 /// Deltas a rebuild writes in one row mutation.
 const REBUILD_CHUNK: usize = 20_000;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        AGGREGATES_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxAge(RETENTION))]),
-    )]
-}
+/// Per-day aggregates of users' events.
+pub const AGGREGATES: Table = Table {
+    name: AGGREGATES_TABLE,
+    families: &[(FAMILY, Gc::Age(RETENTION))],
+    rows: Rows::User,
+};
 
 /// The day (since the epoch) of a time in ms.
 pub fn day_of(ms: i64) -> i64 {

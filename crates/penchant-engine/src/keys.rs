@@ -9,26 +9,7 @@
 //! one ([`check_user_token`] and the other checks keep them out), else `a\0` would reach `a`'s
 //! rows.
 //!
-//! | table | row key |
-//! |---|---|
-//! | `apps`, `strategies`, `jobs`, `seen` (settings) | `app 0` |
-//! | `keys` | `app 0 · SHA-256 of the key (32 bytes)` |
-//! | `catalog` | `app 0 · index 0 · objectID` |
-//! | `indexes` | `app 0 · index 0` |
-//! | `events` | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)`; a batch's ingestion intent: `app 0 · 0xFF · batch (u64 BE)` |
-//! | `aggregates` | `app 0 · user 0 · day since the epoch (u32 BE)` |
-//! | `seen` (a user's filter) | `app 0 · user 0` |
-//! | `profiles` | `app 0 · user` |
-//! | `sets` | `app 0 · set name` |
-//! | `set_partitions` | `app 0 · set name 0 · generation (u64 BE) · partition (u32 BE)` |
-//! | `leases` | `app 0 · lease name` |
-//! | `spaces` | `app 0 · space name` |
-//! | `item_vectors` | `app 0 · space name 0 · objectID` |
-//! | `user_vectors` | `app 0 · user 0` (one column per space) |
-//! | `queues` (a user's queue) | `app 0 · user 0 · queue name` |
-//! | `queues` (a queue's definition) | `app 0 · 0xFF · queue name` |
-//! | `trending` | `app 0 · index 0 · day (u32 BE) · shard (u8)` |
-//! | `related` | `app 0 · index 0 · model 0 · objectID` |
+//! Each table's row key is listed with the table in the registry ([`crate::tables`]).
 //!
 //! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
 //! `CSV(event type, event name, facet)`), an aggregate's per-event [`aggregate_delta`] and
@@ -466,6 +447,29 @@ pub fn related(app_id: &str, index_name: &str, model: &str, object_id: &str) -> 
 /// A lease's row: held by one node at a time (`app 0 · name`; global leases use app `""`).
 pub fn lease(app_id: &str, name: &str) -> Bytes {
     Bytes::from(app_and(app_id, &[name.as_bytes()]))
+}
+
+/// An app's traffic counts of one hour (table `stats`).
+pub fn traffic_hour(app_id: &str, hour: i64) -> Bytes {
+    Bytes::from(app_and(app_id, &[&(hour.max(0) as u32).to_be_bytes()]))
+}
+
+/// A placement's row (table `placements`): an app's is `app`, a user's `app 0 user` — the
+/// start of the unit's rows in every table it places.
+pub fn placement(app_id: &str, user: Option<&str>) -> Bytes {
+    match user {
+        None => Bytes::copy_from_slice(app_id.as_bytes()),
+        Some(user) => profile(app_id, user),
+    }
+}
+
+/// The app and user (`None`: the whole app) of a placement's row.
+pub fn placement_of(key: &[u8]) -> Option<(&str, Option<&str>)> {
+    let text = std::str::from_utf8(key).ok()?;
+    Some(match text.split_once('\0') {
+        Some((app, user)) => (app, Some(user)),
+        None => (text, None),
+    })
 }
 
 #[cfg(test)]

@@ -8,14 +8,14 @@
 //! works and releases the lease when it stops; a holder that dies stops renewing, and another node
 //! takes the lease once it has expired — and resumes the work from its last checkpoint.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, RowFilter, Store, TimeRange};
+use penchant_store::{Mutation, RowFilter, Store, TimeRange};
 
 use crate::clock::Clock;
+use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
 
 pub const LEASES_TABLE: &str = "leases";
@@ -24,13 +24,12 @@ const HOLDER: &[u8] = b"holder";
 /// A lease's life without renewal when none is configured.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        LEASES_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Leases on background work.
+pub const LEASES: Table = Table {
+    name: LEASES_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::Pinned,
+};
 
 /// The apps whose work of one kind (a recompute, a training) runs on this node. A claim is an
 /// app in this node's set and the app's lease of that kind: at most one run per app on this
@@ -234,9 +233,7 @@ mod tests {
     #[tokio::test]
     async fn one_node_holds_a_lease_until_it_expires_or_is_released() {
         let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
-        for (name, families) in tables() {
-            store.create_table(name, families).await.unwrap();
-        }
+        crate::tables::create(&*store, &[LEASES]).await.unwrap();
         let clock = Clock::manual(1_800_000_000_000_000);
         let ttl = Duration::from_secs(10);
         let a = Leases::new(store.clone(), clock.clone(), ttl);
@@ -264,9 +261,7 @@ mod tests {
     #[tokio::test]
     async fn a_lease_is_renewed_while_its_work_runs_and_the_work_stops_once_it_is_lost() {
         let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
-        for (name, families) in tables() {
-            store.create_table(name, families).await.unwrap();
-        }
+        crate::tables::create(&*store, &[LEASES]).await.unwrap();
         let clock = Clock::manual(1_800_000_000_000_000);
         let ttl = Duration::from_millis(300);
         let a = Leases::new(store.clone(), clock.clone(), ttl);

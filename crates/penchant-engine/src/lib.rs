@@ -24,6 +24,7 @@ pub mod sets;
 pub mod stats;
 pub mod strategy;
 pub mod supervisor;
+pub mod tables;
 pub mod tenancy;
 pub mod vectors;
 
@@ -226,64 +227,11 @@ pub struct Engine {
     exclusive_store: bool,
 }
 
-/// Create the families of `table` it lacks (several nodes may do so at once).
-async fn add_families(
-    store: &dyn Store,
-    table: &str,
-    families: std::collections::BTreeMap<String, penchant_store::GcRule>,
-) -> Result<()> {
-    let lacking = |schema: &penchant_store::TableSchema| -> Vec<penchant_store::FamilyChange> {
-        families
-            .iter()
-            .filter(|(family, _)| !schema.families.contains_key(*family))
-            .map(|(family, rule)| penchant_store::FamilyChange::Create {
-                family: family.clone(),
-                gc_rule: rule.clone(),
-            })
-            .collect()
-    };
-    let missing = lacking(&store.get_table(table).await?);
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if let Err(e) = store.modify_families(table, missing).await
-        // Unless another node added them meanwhile.
-        && !lacking(&store.get_table(table).await?).is_empty()
-    {
-        return Err(e.into());
-    }
-    Ok(())
-}
-
 impl Engine {
     /// Open the engine over a store, creating the tables it needs if they are missing (several
     /// nodes may do so at once).
     pub async fn open(store: Arc<dyn Store>, config: EngineConfig) -> Result<Self> {
-        let tables = tenancy::tables()
-            .into_iter()
-            .chain(catalog::tables())
-            .chain(events::tables())
-            .chain(strategy::tables())
-            .chain(profiles::tables())
-            .chain(aggregates::tables())
-            .chain(jobs::tables())
-            .chain(sets::tables())
-            .chain(seen::tables())
-            .chain(leases::tables())
-            .chain(vectors::tables())
-            .chain(recommend::tables())
-            .chain(stats::tables())
-            .chain(residency::tables());
-        let tables: Vec<_> = tables.collect();
-        let table_names: Vec<String> = tables.iter().map(|(n, _)| (*n).to_owned()).collect();
-        for (name, families) in tables {
-            match store.create_table(name, families.clone()).await {
-                Ok(()) => {}
-                // A table made by an older version may lack a family added since.
-                Err(StoreError::TableExists(_)) => add_families(&*store, name, families).await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        tables::create(&*store, &tables::ALL).await?;
         let clock = config.clock.clone();
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.tenancy, clock.clone()));
         let mut catalog = Catalog::new(store.clone(), config.strategy_cache_ttl, clock.clone());
@@ -374,7 +322,6 @@ impl Engine {
         let residency = Arc::new(residency::Residency::new(
             store.clone(),
             config.placement.clone(),
-            table_names,
             &runtime,
             clock.clone(),
             config.placement_refresh,

@@ -4,7 +4,7 @@
 //!
 //! **Placement as data.** Table `placements` (pinned to the default target) has one row per
 //! placed unit ([`penchant_store::PlacedStore`]): an app `A` (its rows `A 0 ...`) or a user
-//! `A 0 u` (its rows in the tables keyed by user, [`user_tables`]), holding `{target,
+//! `A 0 u` (its rows in the tables keyed by user, [`crate::tables::Rows::User`]), holding `{target,
 //! alsoWritten}`. Every node loads the whole table into its store's routes at start and every
 //! `refresh` ([`Residency::load`]); the node that changes a placement applies it at once. So a
 //! change reaches every node within `refresh`.
@@ -35,15 +35,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use penchant_store::{
-    GcRule, Mutation, PlacedStore, ReadRows, Route, Row, RowFilter, RowMutation, RowSet, Store,
-    Workload, for_workload, unit_range,
+    Mutation, PlacedStore, ReadRows, Route, Row, RowFilter, RowMutation, RowSet, Store, Workload,
+    for_workload, unit_range,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::events::migration::IN_FLIGHT;
 use crate::jobs::{Job, JobState, Run, Runner, Runtime, hex, unhex};
-use crate::leases::LEASES_TABLE;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
 
 pub const PLACEMENTS_TABLE: &str = "placements";
@@ -58,32 +58,25 @@ const MAX_PASSES: u32 = 10;
 /// Times a row seen different is read again from both targets before it is fixed.
 const VERIFY_READS: u32 = 5;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, std::collections::BTreeMap<String, GcRule>)> {
-    vec![(
-        PLACEMENTS_TABLE,
-        std::collections::BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Placements of apps and users.
+pub const PLACEMENTS: Table = Table {
+    name: PLACEMENTS_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::Pinned,
+};
 
 /// The tables that never move: who lives where, and the leases that say who moves it.
 pub fn pinned_tables() -> Vec<String> {
-    vec![PLACEMENTS_TABLE.to_owned(), LEASES_TABLE.to_owned()]
+    crate::tables::named(Rows::Pinned)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The tables keyed by user (`app 0 user ...`): where a user's own placement applies.
 pub fn user_tables() -> BTreeSet<String> {
-    [
-        crate::events::EVENTS_TABLE,
-        crate::aggregates::AGGREGATES_TABLE,
-        crate::profiles::PROFILES_TABLE,
-        crate::seen::SEEN_TABLE,
-        crate::vectors::USER_VECTORS_TABLE,
-        crate::recommend::queues::QUEUES_TABLE,
-    ]
-    .into_iter()
-    .map(str::to_owned)
-    .collect()
+    crate::tables::named(Rows::User)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// What moves: an app, or one of its users.
@@ -110,21 +103,14 @@ impl Unit {
 
     /// The unit's key: `app`, or `app 0 user`.
     pub fn key(&self) -> Bytes {
-        match &self.user {
-            None => Bytes::copy_from_slice(self.app.as_bytes()),
-            Some(user) => {
-                let mut key = keys::app(&self.app).to_vec();
-                key.extend_from_slice(user.as_bytes());
-                Bytes::from(key)
-            }
-        }
+        keys::placement(&self.app, self.user.as_deref())
     }
 
     fn of_key(key: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(key).ok()?;
-        Some(match text.split_once('\0') {
-            Some((app, user)) => Self::user(app, user),
-            None => Self::app(text),
+        let (app, user) = keys::placement_of(key)?;
+        Some(Self {
+            app: app.to_owned(),
+            user: user.map(str::to_owned),
         })
     }
 
@@ -260,18 +246,20 @@ impl Residency {
     pub fn new(
         store: Arc<dyn Store>,
         placed: Option<PlacedStore>,
-        tables: Vec<String>,
         runtime: &Runtime,
         clock: Clock,
         refresh: Duration,
     ) -> Self {
-        let pinned = pinned_tables();
         Self {
             store,
             placed,
             clock,
             runner: runtime.runner(),
-            tables: tables.into_iter().filter(|t| !pinned.contains(t)).collect(),
+            tables: crate::tables::ALL
+                .iter()
+                .filter(|t| t.rows != Rows::Pinned)
+                .map(|t| t.name.to_owned())
+                .collect(),
             settle: refresh + IN_FLIGHT,
         }
     }

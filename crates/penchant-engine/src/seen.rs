@@ -26,9 +26,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use penchant_bloom::{BloomFilter, RotatingFilter, key_hash, keys_per_partition};
-use penchant_store::{
-    Consistency, GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store,
-};
+use penchant_store::{Consistency, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, TtlCache};
@@ -36,6 +34,7 @@ use crate::clock::Clock;
 use crate::events::EventType;
 use crate::keys;
 use crate::sets::write_if_version;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 pub const SEEN_TABLE: &str = "seen";
@@ -58,13 +57,12 @@ pub const SPARSE_SHARE: u64 = 16;
 pub const MAX_IDS_PER_CALL: usize = 100_000;
 const ATTEMPTS: usize = 32;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        SEEN_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Users' seen filters, and the apps' settings.
+pub const SEEN: Table = Table {
+    name: SEEN_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::User,
+};
 
 /// An app's seen-filter settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use penchant_store::{GcRule, ReadModifyWriteRule, ReadRows, RowFilter, RowRange, RowSet, Store};
+use penchant_store::{ReadModifyWriteRule, ReadRows, RowFilter, RowRange, RowSet, Store};
 use serde::Serialize;
 
 use crate::events::{Event, EventType};
+use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
 
 /// How often a node adds its counts to the store.
@@ -32,17 +33,18 @@ const HOUR_MS: i64 = 60 * MINUTE_MS;
 pub const MAX_HOURS: u32 = 48;
 const TYPES: [EventType; 3] = [EventType::Click, EventType::Conversion, EventType::View];
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    let age = std::time::Duration::from_millis((i64::from(MAX_HOURS) + 24) as u64 * HOUR_MS as u64);
-    vec![(
-        STATS_TABLE,
-        BTreeMap::from([(
-            FAMILY.to_owned(),
-            GcRule::Union(vec![GcRule::MaxVersions(1), GcRule::MaxAge(age)]),
-        )]),
-    )]
-}
+/// Events per minute, kept a day longer than the longest window shown.
+pub const STATS: Table = Table {
+    name: STATS_TABLE,
+    families: &[(
+        FAMILY,
+        Gc::VersionsAndAge(
+            1,
+            std::time::Duration::from_millis((MAX_HOURS as u64 + 24) * HOUR_MS as u64),
+        ),
+    )],
+    rows: Rows::App,
+};
 
 /// Events per minute by type over a window, oldest minute first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -55,12 +57,6 @@ pub struct EventsPerMinute {
     /// Per event type (`click`, `conversion`, `view`), one count per minute, the last being the
     /// current minute.
     pub counts: BTreeMap<&'static str, Vec<u64>>,
-}
-
-fn row(app: &str, hour: i64) -> Bytes {
-    let mut key = keys::app(app).to_vec();
-    key.extend_from_slice(&(hour.max(0) as u32).to_be_bytes());
-    Bytes::from(key)
 }
 
 fn qualifier(event_type: EventType, minute: u8) -> Bytes {
@@ -143,7 +139,7 @@ impl Traffic {
                 .collect();
             let done = self
                 .store
-                .read_modify_write_row(STATS_TABLE, row(&app, hour), rules)
+                .read_modify_write_row(STATS_TABLE, keys::traffic_hour(&app, hour), rules)
                 .await;
             if let Err(e) = done {
                 let mut pending = self.pending.lock();
@@ -175,7 +171,10 @@ pub(crate) async fn events_per_minute(
         (first * MINUTE_MS).div_euclid(HOUR_MS),
         now.div_euclid(HOUR_MS) + 1,
     );
-    let range = RowRange::closed_open(row(app, from), row(app, until));
+    let range = RowRange::closed_open(
+        keys::traffic_hour(app, from),
+        keys::traffic_hour(app, until),
+    );
     let request = ReadRows::new(RowSet::range(range)).filter(RowFilter::CellsPerColumnLimit(1));
     let mut counts: BTreeMap<&'static str, Vec<u64>> = TYPES
         .into_iter()

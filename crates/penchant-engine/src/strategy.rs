@@ -2,17 +2,17 @@
 //! and how much, and how strongly results are re-ranked. Algolia's
 //! `GET/POST /1/strategies/personalization` body.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use penchant_store::{GcRule, Mutation, Store};
+use penchant_store::{Mutation, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::EventType;
 use crate::keys;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 pub const STRATEGIES_TABLE: &str = "strategies";
@@ -21,13 +21,12 @@ const COLUMN: &[u8] = b"strategy";
 pub const MAX_EVENTS_SCORING: usize = 15;
 pub const MAX_FACETS_SCORING: usize = 15;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        STRATEGIES_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Strategies, with their versions.
+pub const STRATEGIES: Table = Table {
+    name: STRATEGIES_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 
 /// How much one event counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

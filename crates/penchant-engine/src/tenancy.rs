@@ -8,12 +8,12 @@
 //! Every node caches key lookups (hits and misses) for a configured interval: a key created or
 //! deleted through one node is seen by the others within that interval.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, ReadRows, RowSet, Store};
+use penchant_store::{Mutation, ReadRows, RowSet, Store};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -22,6 +22,7 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::Layout;
 use crate::keys;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 pub const APPS_TABLE: &str = "apps";
@@ -246,11 +247,18 @@ pub struct Tenancy {
     events: TtlCache<String, AppEvents>,
 }
 
-/// The tables this module needs, with their families.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    let family = || BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]);
-    vec![(APPS_TABLE, family()), (KEYS_TABLE, family())]
-}
+/// Apps.
+pub const APPS: Table = Table {
+    name: APPS_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
+/// API keys, by digest.
+pub const KEYS: Table = Table {
+    name: KEYS_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 
 impl Tenancy {
     /// How the API key and retention caches have served.
@@ -580,9 +588,7 @@ mod tests {
     async fn tenancy(ttl: Duration) -> (Arc<dyn Store>, Tenancy, Clock) {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let clock = Clock::manual(1_800_000_000_000_000);
-        for (name, families) in tables() {
-            store.create_table(name, families).await.unwrap();
-        }
+        crate::tables::create(&*store, &[APPS, KEYS]).await.unwrap();
         let config = TenancyConfig {
             admin_key: Some("root".into()),
             cache_ttl: ttl,

@@ -21,10 +21,17 @@ use serde_json::{Map, Value};
 use super::{CATALOG_TABLE, COLUMN, Catalog, FAMILY, Record, check_index_name, index_prefix};
 use crate::keys;
 use crate::recommend::filters::Filter;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 pub const INDEXES_TABLE: &str = "indexes";
 pub(super) const INDEX_FAMILY: &str = "m";
+/// Indexes' settings.
+pub const INDEXES: Table = Table {
+    name: INDEXES_TABLE,
+    families: &[(INDEX_FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 const CREATED: &[u8] = b"c";
 const UPDATED: &[u8] = b"u";
 const SETTINGS: &[u8] = b"s";

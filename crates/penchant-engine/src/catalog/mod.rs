@@ -14,17 +14,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, RowMutation, RowSet, Store};
+use penchant_store::{Mutation, RowMutation, RowSet, Store};
 use rand::Rng;
 use serde_json::{Map, Value};
 
 use crate::keys;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 mod indexes;
 
 pub use self::indexes::{
-    INDEXES_TABLE, IndexInfo, MAX_BROWSE_HITS, Page, Scope, Settings, check_settings,
+    INDEXES, INDEXES_TABLE, IndexInfo, MAX_BROWSE_HITS, Page, Scope, Settings, check_settings,
     facet_attribute,
 };
 
@@ -39,19 +40,12 @@ pub const MAX_INDEX_NAME_BYTES: usize = 256;
 
 pub type Record = Map<String, Value>;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![
-        (
-            CATALOG_TABLE,
-            BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-        ),
-        (
-            INDEXES_TABLE,
-            BTreeMap::from([(indexes::INDEX_FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-        ),
-    ]
-}
+/// Records, per index.
+pub const CATALOG: Table = Table {
+    name: CATALOG_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 
 fn invalid(msg: impl Into<String>) -> EngineError {
     EngineError::Invalid(msg.into())
@@ -1027,9 +1021,9 @@ mod tests {
     #[tokio::test]
     async fn a_request_is_all_or_nothing() {
         let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
-        for (t, f) in tables() {
-            store.create_table(t, f).await.unwrap();
-        }
+        crate::tables::create(&*store, &[CATALOG, INDEXES])
+            .await
+            .unwrap();
         let c = Catalog::new(
             store,
             std::time::Duration::ZERO,
@@ -1115,9 +1109,9 @@ mod tests {
     #[tokio::test]
     async fn writes_and_reads() {
         let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
-        for (t, f) in tables() {
-            store.create_table(t, f).await.unwrap();
-        }
+        crate::tables::create(&*store, &[CATALOG, INDEXES])
+            .await
+            .unwrap();
         let c = Catalog::new(
             store,
             std::time::Duration::ZERO,

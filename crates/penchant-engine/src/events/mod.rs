@@ -18,11 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store};
+use penchant_store::{Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalog::Catalog;
+use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
 
 pub mod layout;
@@ -37,16 +38,17 @@ pub const EVENT_COLUMN: &[u8] = b"event";
 /// How long raw events are kept.
 pub const RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    let families = std::iter::once(FAMILY).chain(layout::NARROW_FAMILIES);
-    vec![(
-        EVENTS_TABLE,
-        families
-            .map(|f| (f.to_owned(), GcRule::MaxAge(RETENTION)))
-            .collect(),
-    )]
-}
+/// Raw events: the event, and its counts in the narrow layout (a family per event type).
+pub const EVENTS: Table = Table {
+    name: EVENTS_TABLE,
+    families: &[
+        (FAMILY, Gc::Age(RETENTION)),
+        (layout::NARROW_FAMILIES[0], Gc::Age(RETENTION)),
+        (layout::NARROW_FAMILIES[1], Gc::Age(RETENTION)),
+        (layout::NARROW_FAMILIES[2], Gc::Age(RETENTION)),
+    ],
+    rows: Rows::User,
+};
 
 /// An event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

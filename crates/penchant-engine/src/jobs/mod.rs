@@ -26,7 +26,6 @@
 //! Each runs on every node under the supervisor; those that must run on one node at a time
 //! take a global lease themselves ([`crate::leases::Leases::run`]).
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -36,13 +35,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::Mutex;
-use penchant_store::{GcRule, Mutation, ReadRows, RowFilter, RowSet, Store};
+use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, Store};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::leases::{Claims, Leases};
 use crate::supervisor::Supervisor;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
 
 pub const JOBS_TABLE: &str = "jobs";
@@ -50,13 +50,12 @@ pub(crate) const FAMILY: &str = "j";
 /// How often a running job's status is saved and its lease renewed.
 const SAVE_EVERY: Duration = Duration::from_millis(500);
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        JOBS_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Job statuses: a row per app, a column per kind.
+pub const JOBS: Table = Table {
+    name: JOBS_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

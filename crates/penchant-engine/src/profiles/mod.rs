@@ -36,9 +36,7 @@ mod scoring;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use penchant_store::{
-    Consistency, GcRule, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store,
-};
+use penchant_store::{Consistency, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
 pub use recompute::{RecomputeStats, Source, UserRange};
@@ -49,6 +47,7 @@ use crate::clock::Clock;
 use crate::events::{EVENT_COLUMN, EVENTS_TABLE, Event, FAMILY as EVENTS_FAMILY, Layout};
 use crate::keys;
 use crate::strategy::{Strategies, Strategy};
+use crate::tables::{Gc, Rows, Table};
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result};
 
@@ -58,13 +57,12 @@ const PROFILE: &[u8] = b"profile";
 const VERSION: &[u8] = b"version";
 const DELETED_UNTIL: &[u8] = b"deletedUntil";
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        PROFILES_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Stored profiles.
+pub const PROFILES: Table = Table {
+    name: PROFILES_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::User,
+};
 
 /// Scores per facet and value, 1..20.
 pub type Scores = BTreeMap<String, BTreeMap<String, u32>>;
@@ -493,14 +491,9 @@ impl Profiles {
     pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
         // Row by row (Bigtable's DropRowRange is an admin operation, not meant for per-user
         // traffic).
+        // Every user table's rows of the user (the profile, keyed apart, last).
         let prefix = keys::user(app, user);
-        for table in [
-            EVENTS_TABLE,
-            AGGREGATES_TABLE,
-            crate::seen::SEEN_TABLE,
-            crate::vectors::USER_VECTORS_TABLE,
-            crate::recommend::queues::QUEUES_TABLE,
-        ] {
+        for table in crate::tables::named(Rows::User).filter(|t| *t != PROFILES_TABLE) {
             self.store.delete_prefix(table, prefix.clone()).await?;
         }
         if let Some(local) = &self.local {

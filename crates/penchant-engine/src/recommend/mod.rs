@@ -21,12 +21,12 @@ pub mod queues;
 pub mod related;
 pub mod trending;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::{Consistency, GcRule};
+use penchant_store::Consistency;
 use penchant_vectors::{Aggregate, Metric};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,15 +42,6 @@ use crate::{Engine, EngineError, Result, internal, keys};
 
 /// Items with scores, best first.
 pub type Ranked = Vec<(String, f32)>;
-
-/// The tables of recommendations.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    queues::tables()
-        .into_iter()
-        .chain(related::tables())
-        .chain(trending::tables())
-        .collect()
-}
 
 /// A ranked list as a cell: per item, its objectID's length (u16 LE), the objectID and the
 /// score (f32 LE).

@@ -16,17 +16,16 @@
 //! items whose record exists (their records are read anyway, to be returned); the next rebuild
 //! drops them for good, and an item added again before it is served again.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use penchant_store::{
-    Consistency, GcRule, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet,
-    Store,
+    Consistency, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store,
 };
 use serde::{Deserialize, Serialize};
 
 use super::{Ranked, decode_ranked, encode_ranked};
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
 
 pub const QUEUES_TABLE: &str = "queues";
@@ -43,13 +42,12 @@ pub const MAX_NAME_BYTES: usize = 64;
 /// Queues an app may define.
 pub const MAX_QUEUES: usize = 32;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        QUEUES_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Users' queues and the queues' definitions.
+pub const QUEUES: Table = Table {
+    name: QUEUES_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::User,
+};
 
 /// Where a queue's candidates come from. Each source's scores are divided by its best one, and
 /// an item's score is the weighted sum over the sources that propose it.

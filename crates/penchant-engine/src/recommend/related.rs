@@ -20,12 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::TryStreamExt;
 use penchant_store::{
-    GcRule, Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store, TimeRange, Workload,
+    Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store, TimeRange, Workload,
 };
 
 use super::{Ranked, decode_ranked, encode_ranked};
 use crate::aggregates::day_of;
 use crate::events::{self, Event, EventType, Target};
+use crate::tables::{Gc, Rows, Table};
 use crate::{Result, internal, keys};
 
 pub const RELATED_TABLE: &str = "related";
@@ -54,13 +55,12 @@ impl Links {
     }
 }
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![(
-        RELATED_TABLE,
-        BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-    )]
-}
+/// Co-interaction lists.
+pub const RELATED: Table = Table {
+    name: RELATED_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 
 /// An item's list of a model, best first (empty when it has none).
 pub(crate) async fn list(

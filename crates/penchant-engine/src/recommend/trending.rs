@@ -16,10 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{GcRule, ReadModifyWriteRule, ReadRows, RowFilter, Store};
+use penchant_store::{ReadModifyWriteRule, ReadRows, RowFilter, Store};
 
 use crate::aggregates::{DAY_MS, day_of};
 use crate::events::{Event, EventType, Target};
+use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
 
 pub const TRENDING_TABLE: &str = "trending";
@@ -34,17 +35,18 @@ pub const HALF_LIFE_DAYS: f64 = 2.0;
 const CONVERSION: i64 = 10;
 const CLICK: i64 = 1;
 
-/// The tables this module needs (counters expire a little after the window).
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    let age = std::time::Duration::from_millis(((WINDOW_DAYS + 7) * DAY_MS) as u64);
-    vec![(
-        TRENDING_TABLE,
-        BTreeMap::from([(
-            FAMILY.to_owned(),
-            GcRule::Union(vec![GcRule::MaxVersions(1), GcRule::MaxAge(age)]),
-        )]),
-    )]
-}
+/// Trending counters, kept a little longer than the window.
+pub const TRENDING: Table = Table {
+    name: TRENDING_TABLE,
+    families: &[(
+        FAMILY,
+        Gc::VersionsAndAge(
+            1,
+            std::time::Duration::from_millis(((WINDOW_DAYS + 7) * DAY_MS) as u64),
+        ),
+    )],
+    rows: Rows::App,
+};
 
 /// Count the conversions and clicks of stored events, one atomic increment per touched row.
 pub(crate) async fn count(store: &Arc<dyn Store>, app: &str, events: &[&Event]) -> Result<()> {

@@ -25,13 +25,14 @@ use futures::{Stream, StreamExt};
 use parking_lot::Mutex;
 use penchant_bloom::{BloomFilter, PartitionedFilter, key_hash, partition_of};
 use penchant_store::{
-    GcRule, Mutation, ReadModifyWriteRule, ReadRows, Row, RowFilter, RowMutation, RowSet, Store,
+    Mutation, ReadModifyWriteRule, ReadRows, Row, RowFilter, RowMutation, RowSet, Store,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::keys;
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 mod partitions;
@@ -65,19 +66,18 @@ const WRITE_BATCH: usize = 256;
 /// Attempts of an optimistic update before giving up.
 const ATTEMPTS: usize = 32;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    vec![
-        (
-            SETS_TABLE,
-            BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-        ),
-        (
-            PARTITIONS_TABLE,
-            BTreeMap::from([(PART_FAMILY.to_owned(), GcRule::MaxVersions(1))]),
-        ),
-    ]
-}
+/// Sets' descriptions.
+pub const SETS: Table = Table {
+    name: SETS_TABLE,
+    families: &[(FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
+/// Sets' filter partitions.
+pub const PARTITIONS: Table = Table {
+    name: PARTITIONS_TABLE,
+    families: &[(PART_FAMILY, Gc::Versions(1))],
+    rows: Rows::App,
+};
 
 /// What a set is reserved with (RedisBloom's `BF.RESERVE`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -30,15 +30,14 @@
 
 pub mod training;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
 use penchant_store::{
-    GcRule, Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store,
-    TimeRange,
+    Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store, TimeRange,
 };
 pub use penchant_vectors::{Aggregate, Hnsw, HnswConfig, Matrix, Metric};
 use serde::{Deserialize, Serialize};
@@ -46,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::{self, Event, EventType, Target};
+use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
 
 pub const SPACES_TABLE: &str = "spaces";
@@ -78,18 +78,24 @@ pub const MAX_LIKED: usize = 100;
 /// Floats above which a search runs on a blocking thread rather than the runtime's.
 const INLINE_FLOATS: usize = 1 << 20;
 
-/// The tables this module needs.
-pub fn tables() -> Vec<(&'static str, BTreeMap<String, GcRule>)> {
-    let versions = || BTreeMap::from([(FAMILY.to_owned(), GcRule::MaxVersions(2))]);
-    vec![
-        (
-            SPACES_TABLE,
-            BTreeMap::from([(META.to_owned(), GcRule::MaxVersions(1))]),
-        ),
-        (ITEM_VECTORS_TABLE, versions()),
-        (USER_VECTORS_TABLE, versions()),
-    ]
-}
+/// Spaces' descriptions.
+pub const SPACES: Table = Table {
+    name: SPACES_TABLE,
+    families: &[(META, Gc::Versions(1))],
+    rows: Rows::App,
+};
+/// Item vectors (two versions: a rollback restores the previous training's).
+pub const ITEM_VECTORS: Table = Table {
+    name: ITEM_VECTORS_TABLE,
+    families: &[(FAMILY, Gc::Versions(2))],
+    rows: Rows::App,
+};
+/// User vectors (two versions, as items').
+pub const USER_VECTORS: Table = Table {
+    name: USER_VECTORS_TABLE,
+    families: &[(FAMILY, Gc::Versions(2))],
+    rows: Rows::User,
+};
 
 /// Whose vectors: users' or items'.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
