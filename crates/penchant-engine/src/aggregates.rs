@@ -36,14 +36,13 @@ use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange};
 
 use crate::events::{self, EVENTS_TABLE, Layout, RETENTION, Stored};
-use crate::sets::write_if_version;
 use crate::tables::{Gc, Rows, Table};
+use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result, keys};
 
 pub const AGGREGATES_TABLE: &str = "aggregates";
 pub const FAMILY: &str = "a";
 pub const LAST: &[u8] = b"_last";
-const VERSION: &[u8] = b"v";
 pub const DAY_MS: i64 = 86_400_000;
 /// A day row whose profile read shows this many deltas is folded after the read
 /// ([`crowded`]).
@@ -321,7 +320,7 @@ impl Aggregates {
         folds.sort_unstable();
         folds.dedup();
         let folds: Vec<_> = folds.into_iter().map(|day| self.fold(day)).collect();
-        crate::concurrently(folds).await
+        crate::writes::concurrently(folds).await
     }
 
     /// Fold a day's deltas into its base, if no other fold changed the row meanwhile (then it

@@ -33,8 +33,8 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::EventType;
 use crate::keys;
-use crate::sets::write_if_version;
 use crate::tables::{Gc, Rows, Table};
+use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result};
 
 pub const SEEN_TABLE: &str = "seen";
@@ -45,7 +45,6 @@ const PREVIOUS: &[u8] = b"prev";
 const COUNT: &[u8] = b"n";
 /// Keys per generation, fixed when the filter is created.
 const CAPACITY: &[u8] = b"cap";
-const VERSION: &[u8] = b"v";
 /// The first byte of a delta's column.
 const DELTA: u8 = keys::SEEN_DELTA;
 /// Deltas a row holds before an add folds them into the base.
@@ -336,7 +335,7 @@ impl Seen {
             }
         }
         self.store.mutate_all(SEEN_TABLE, deltas).await?;
-        crate::concurrently(rewrites).await
+        crate::writes::concurrently(rewrites).await
     }
 
     /// Whether each item may have been seen (the filter read as consistent as asked).

@@ -346,7 +346,7 @@ impl Profiles {
             .into_iter()
             .map(|day| aggregates.fold(day))
             .collect();
-        crate::concurrently(folds).await?;
+        crate::writes::concurrently(folds).await?;
         Ok(users.iter().filter_map(|u| profiles.remove(u)).collect())
     }
 

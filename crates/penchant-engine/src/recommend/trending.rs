@@ -86,7 +86,7 @@ pub(crate) async fn count(store: &Arc<dyn Store>, app: &str, events: &[&Event]) 
             Ok(())
         }
     });
-    crate::concurrently(work.collect()).await
+    crate::writes::concurrently(work.collect()).await
 }
 
 fn shard(id: &str) -> u8 {

@@ -33,12 +33,12 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::keys;
 use crate::tables::{Gc, Rows, Table};
+use crate::writes::VERSION;
 use crate::{EngineError, Result};
 
 mod partitions;
 mod rebuild;
 
-pub(crate) use partitions::write_if_version;
 use partitions::{Cached, read_partition};
 
 pub const SETS_TABLE: &str = "sets";
@@ -54,7 +54,6 @@ const REBUILD: &[u8] = b"rebuild";
 const KEYS: &[u8] = b"keys";
 const PART_FAMILY: &str = "p";
 const FILTER: &[u8] = b"f";
-const VERSION: &[u8] = b"v";
 /// The default partition size.
 pub const DEFAULT_PARTITION_BYTES: u64 = 8 << 10;
 /// The largest partition (one store cell).

@@ -3,6 +3,7 @@
 //! Lookups and adds group their keys by partition.
 
 use super::*;
+use crate::writes::write_if_version;
 
 /// A cached partition: when it was read, its version, the filter.
 pub(super) type Cached = (Instant, u64, Arc<BloomFilter>);
@@ -22,49 +23,6 @@ pub(super) fn read_partition(row: Option<&Row>, empty: &BloomFilter) -> Result<(
         None => empty.clone(),
     };
     Ok((version, filter))
-}
-
-/// Replace a cell-and-version pair if its version is still `version` (0: no cell yet).
-/// Returns whether it wrote. The version cell is stamped like the newest cell written with an
-/// explicit time (rows whose cells carry their data's time, as a day's aggregate does, keep
-/// doing so: the retention purge goes by those times), else with the store's clock. The old
-/// version cell is deleted in the same write: stamped otherwise, it would stay beside the new
-/// one, and a writer that read it would find its version still there (ABA).
-pub(crate) async fn write_if_version(
-    store: &dyn Store,
-    table: &str,
-    row: Bytes,
-    family: &str,
-    version: u64,
-    mut cells: Vec<Mutation>,
-) -> Result<bool> {
-    let stamp = cells
-        .iter()
-        .filter_map(|m| match m {
-            Mutation::SetCell {
-                timestamp: penchant_store::Timestamp::Micros(t),
-                ..
-            } => Some(*t),
-            _ => None,
-        })
-        .max();
-    let next = (version + 1).to_string();
-    cells.push(Mutation::delete_column(family, Bytes::from_static(VERSION)));
-    cells.push(match stamp {
-        Some(t) => Mutation::set(family, Bytes::from_static(VERSION), t, next),
-        None => Mutation::set_now(family, Bytes::from_static(VERSION), next),
-    });
-    let column = RowFilter::column(family, Bytes::from_static(VERSION));
-    Ok(if version == 0 {
-        !store
-            .check_and_mutate_row(table, row, Some(column), vec![], cells)
-            .await?
-    } else {
-        let same = column.and(RowFilter::ValueRegex(version.to_string()));
-        store
-            .check_and_mutate_row(table, row, Some(same), cells, vec![])
-            .await?
-    })
 }
 
 impl Sets {

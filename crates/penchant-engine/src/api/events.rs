@@ -1,0 +1,227 @@
+//! Events: ingestion (the streaming path), the repair of interrupted batches, the retention
+//! purge, and what the dashboard shows of them.
+
+use crate::{
+    Engine, Result, aggregates, events, internal, keys, pending, recommend, stats, tenancy,
+};
+
+/// The global leases of the repair and the purge.
+const PURGE_LEASE: &str = "purge";
+const REPAIR_LEASE: &str = "repair";
+
+/// Events.
+impl Engine {
+    /// Store valid events, then add them to their days' aggregates and refresh their users'
+    /// profiles from them (the streaming path), while their items are marked seen: a profile
+    /// read after this returns reflects the events. Each step is one write for the whole batch,
+    /// whichever users it holds. An intent recorded before the events ([`pending`]) lets
+    /// [`Engine::repair`] finish the work if this stops half-way; a retried request (its events
+    /// stored already) rebuilds their days itself, so an acknowledged event always counts.
+    pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let layouts = self.tenancy.events_of(app).await?.written();
+        let batch = self.pending.record(app, events).await?;
+        // From the raw write until the deltas are written, no rebuild of these users runs here.
+        let users = self
+            .user_locks
+            .shared(app, events.iter().map(events::Event::user))
+            .await;
+        let ingested = self.events.ingest(app, events, &layouts).await?;
+        let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
+        let aggregates_then_profiles = async {
+            let added = self.aggregates.add(app, &ingested.stored).await;
+            drop(users);
+            added?;
+            self.rebuild_days(app, &ingested.retried).await?;
+            recommend::trending::count(&self.store, app, &counted).await?;
+            let started = std::time::Instant::now();
+            self.refresh_users(app, events).await?;
+            self.refresh_latency.observe(started.elapsed());
+            Ok(())
+        };
+        self.traffic.add(app, &counted, self.clock.now_ms());
+        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
+        // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
+        // that is already done, which changes nothing.
+        let (pending, app) = (self.pending.clone(), app.to_owned());
+        self.supervisor.spawn(async move {
+            if let Err(e) = pending.done(&app, batch).await {
+                tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
+            }
+        });
+        Ok(())
+    }
+
+    /// Rebuild the days of these events' users from their raw events, each alone on this node
+    /// ([`pending::UserLocks`]).
+    async fn rebuild_days(&self, app: &str, events: &[&events::Event]) -> Result<()> {
+        let days: std::collections::BTreeSet<(&str, i64)> = events
+            .iter()
+            .map(|e| (e.user(), aggregates::day_of(e.timestamp)))
+            .collect();
+        if days.is_empty() {
+            return Ok(());
+        }
+        let layout = self.tenancy.events_of(app).await?.layout;
+        for (user, day) in days {
+            let _alone = self.user_locks.exclusive(app, user).await;
+            self.aggregates.rebuild_day(app, user, day, layout).await?;
+        }
+        Ok(())
+    }
+
+    /// Finish the work of event batches that stopped half-way more than `age` ago (a crash
+    /// between storing events and acknowledging them): rebuild their days' aggregates from the
+    /// raw events (which of their deltas were written is unknown), refresh their users'
+    /// profiles, mark their items seen. Returns how many (batch, user) intents it finished; one
+    /// that fails is left for the next repair.
+    pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {
+        let apps: Vec<String> = self
+            .tenancy
+            .list_apps()
+            .await?
+            .into_iter()
+            .map(|a| a.app_id)
+            .collect();
+        let intents = self.pending.left_behind(&apps, age).await?;
+        let mut finished = 0;
+        for intent in &intents {
+            match self.finish(intent).await {
+                Ok(()) => finished += 1,
+                Err(e) => tracing::warn!(app = %intent.app, user = %intent.user, error = %e,
+                    "cannot finish an interrupted ingestion; the next repair will"),
+            }
+        }
+        Ok(finished)
+    }
+
+    /// One repair round under the repair lease (one node at a time): whether it ran.
+    pub async fn repair_once(&self, age: std::time::Duration) -> Result<bool> {
+        Ok(self
+            .leases
+            .run("", REPAIR_LEASE, self.repair(age))
+            .await?
+            .is_some())
+    }
+
+    /// Finish one user's share of an interrupted batch.
+    async fn finish(&self, intent: &pending::Intent) -> Result<()> {
+        let mut stored = Vec::new();
+        let layout = self.tenancy.events_of(&intent.app).await?.layout;
+        for day in &intent.days {
+            {
+                let _alone = self.user_locks.exclusive(&intent.app, &intent.user).await;
+                self.aggregates
+                    .rebuild_day(&intent.app, &intent.user, *day, layout)
+                    .await?;
+            }
+            let request =
+                penchant_store::ReadRows::new(aggregates::raw_day(&intent.app, &intent.user, *day))
+                    .filter(penchant_store::RowFilter::column(
+                        events::FAMILY,
+                        events::EVENT_COLUMN,
+                    ));
+            for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
+                if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
+                    stored.push(
+                        serde_json::from_slice::<events::Event>(&cell.value)
+                            .map_err(|e| internal("corrupt event", e))?,
+                    );
+                }
+            }
+        }
+        if !stored.is_empty() {
+            tracing::info!(app = %intent.app, user = %intent.user, events = stored.len(),
+                "finishing an interrupted ingestion");
+            futures::try_join!(
+                self.refresh_users(&intent.app, &stored),
+                self.mark_events_seen(&intent.app, &stored)
+            )?;
+        }
+        self.pending.resolve(intent).await
+    }
+
+    async fn refresh_users(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        let users: Vec<&str> = events.iter().map(events::Event::user).collect();
+        self.profiles.refresh_many(app, &users).await?;
+        Ok(())
+    }
+
+    /// Mark the objectIDs of the app's seen-marking events as seen by their users.
+    async fn mark_events_seen(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        let settings = self.seen.settings(app).await?;
+        let mut by_user: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for event in events {
+            if let events::Target::ObjectIds(ids) = &event.target
+                && settings.event_types.contains(&event.event_type)
+            {
+                by_user
+                    .entry(event.user())
+                    .or_default()
+                    .extend(ids.iter().map(String::as_str));
+            }
+        }
+        self.seen.add_many(app, &by_user).await
+    }
+
+    /// Delete the events (and per-day aggregates) of every app that are older than the app's
+    /// retention window: they stopped counting already; the store's own 90-day rule would
+    /// remove them only later. Returns how many event rows and aggregate rows it deleted, or
+    /// `None` when another node holds the purge's lease (it is purging).
+    pub async fn purge_expired(&self) -> Result<Option<(u64, u64)>> {
+        self.leases.run("", PURGE_LEASE, self.purge_all()).await
+    }
+
+    async fn purge_all(&self) -> Result<(u64, u64)> {
+        let mut deleted = (0, 0);
+        for app in self.tenancy.list_apps().await? {
+            if app.retention_days >= tenancy::MAX_RETENTION_DAYS {
+                continue;
+            }
+            let window = self.tenancy.retention(&app.app_id).await?;
+            let cutoff = self.clock.now_micros() - window.as_micros() as i64;
+            deleted.0 += self
+                .purge_before(events::EVENTS_TABLE, &app.app_id, cutoff)
+                .await?;
+            let agg = aggregates::AGGREGATES_TABLE;
+            deleted.1 += self.purge_before(agg, &app.app_id, cutoff).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Delete an app's rows of `table` whose cells are all older than `cutoff` (µs). Events
+    /// and aggregates stamp every cell of a row with the same time (the event's; the day's
+    /// latest), so a row with a cell newer than the cutoff is kept whole.
+    async fn purge_before(&self, table: &str, app: &str, cutoff: i64) -> Result<u64> {
+        use penchant_store::{ReadRows, RowFilter, RowSet, TimeRange};
+        let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
+        // Rows with a cell in the window, then the others: keys only.
+        let newer = RowFilter::TimestampRange(TimeRange::new(cutoff, i64::MAX));
+        let old_only = RowFilter::Condition {
+            predicate: Box::new(newer),
+            on_match: Box::new(RowFilter::BlockAll),
+            on_no_match: Box::new(RowFilter::StripValue.and(RowFilter::CellsPerRowLimit(1))),
+        };
+        let request = ReadRows::new(RowSet::prefix(keys::app(app))).filter(old_only);
+        Ok(store.delete_read(table, request).await?)
+    }
+
+    /// An app's events per minute by type over the last `hours` (1–48), as received.
+    pub async fn events_per_minute(&self, app: &str, hours: u32) -> Result<stats::EventsPerMinute> {
+        self.traffic.flush().await?;
+        stats::events_per_minute(&self.store, app, hours, self.clock.now_ms()).await
+    }
+
+    /// A user's latest events (at most `limit`), newest first, as stored.
+    pub async fn recent_events(
+        &self,
+        app: &str,
+        user: &str,
+        limit: usize,
+    ) -> Result<Vec<events::Event>> {
+        keys::check_user_token(user)?;
+        self.profiles.recent_events(app, user, limit).await
+    }
+}

@@ -1,0 +1,27 @@
+//! The engine's API by resource, for the server's handlers (and the CLI's): each file adds the
+//! methods of one resource to [`Engine`]. Handlers call these, never a subsystem or the store.
+//! Recommendations and queues are in [`crate::recommend`], builds in
+//! [`crate::recommend::build`].
+//!
+//! | file | resource |
+//! |---|---|
+//! | `apps.rs` | apps and API keys |
+//! | `catalog.rs` | records and indexes |
+//! | `events.rs` | ingestion, the repair of interrupted batches, the retention purge |
+//! | `profiles.rs` | strategies, profiles, re-ranking and the simulator |
+//! | `sets.rs` | key sets and seen filters |
+//! | `vectors.rs` | vector spaces, similarity search, ALS training |
+//! | `placement.rs` | placements and moves |
+
+#[cfg(doc)]
+use crate::Engine;
+
+mod apps;
+mod catalog;
+mod events;
+mod placement;
+mod profiles;
+mod sets;
+mod vectors;
+
+pub use profiles::{Ranking, Simulation};
