@@ -1,130 +1,59 @@
-//! Residency on real Bigtable emulators, two standing for two regions' instances: an app moves
-//! from one to the other while a writer sends events and a reader reads profiles, the node
-//! running the move is killed mid-move and another finishes it; then one user of another app
-//! moves apart. Afterwards each emulator holds exactly what its placements say, and the moved
-//! app's profiles equal those of an app fed the same events that never moved.
+//! The engine's scenarios on the Bigtable backend (real emulators, started per test): the
+//! emulator was seen returning some cells of a day's aggregate row twice, which folds counted
+//! twice (issue 15); and residency between two emulators standing for two regions' instances.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use penchant_engine::events::{Event, EventType, Layout, Target};
+use penchant_engine::events::{Event, Layout};
 use penchant_engine::jobs::JobState;
-use penchant_engine::residency::{MoveStatus, Phase};
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
-use penchant_engine::{Consistency, Engine, EngineConfig, keys};
-use penchant_store::{PlacedStore, ReadRows, RowFilter, RowSet, Store, unit_range};
+use penchant_engine::residency::Phase;
+use penchant_engine::{Consistency, keys};
+use penchant_store::{ReadRows, RowSet, Store, unit_range};
 use penchant_store_bigtable::BigtableStore;
 use penchant_store_bigtable::emulator::Emulator;
 
-const APP: &str = "SHOP";
-const CONTROL: &str = "CTRL";
-const USERS: usize = 40;
-
-fn strategy() -> Strategy {
-    Strategy {
-        events_scoring: vec![
-            EventScoring {
-                event_name: "Viewed".into(),
-                event_type: EventType::View,
-                score: 10,
-            },
-            EventScoring {
-                event_name: "Bought".into(),
-                event_type: EventType::Conversion,
-                score: 50,
-            },
-        ],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    }
-}
-
-fn event(n: usize, now: i64) -> Event {
-    let bought = n.is_multiple_of(5);
-    Event {
-        event_type: if bought {
-            EventType::Conversion
-        } else {
-            EventType::View
-        },
-        event_subtype: None,
-        event_name: if bought { "Bought" } else { "Viewed" }.into(),
-        index: "items".into(),
-        user_token: format!("u{:03}", n % USERS),
-        authenticated_user_token: None,
-        timestamp: now - 3_600_000 + n as i64,
-        target: Target::Filters(vec![("brand".into(), format!("b{}", n % 7))]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
-}
+use crate::residency::{finished, node, rows_of};
+use crate::{concurrent_days, support};
 
 async fn connect(emulator: &Emulator) -> Arc<dyn Store> {
     Arc::new(BigtableStore::connect(emulator.config("")).await.unwrap())
 }
 
-/// A node over the two emulators (`us` the default), with its own routes.
-async fn node(us: &Emulator, eu: &Emulator) -> Engine {
-    let targets = BTreeMap::from([
-        ("us".to_owned(), connect(us).await),
-        ("eu".to_owned(), connect(eu).await),
-    ]);
-    let placed = PlacedStore::new(targets, "us", penchant_engine::residency::pinned_tables());
-    let config = EngineConfig {
-        lease_ttl: Duration::from_secs(1),
-        placement: Some(placed.clone()),
-        placement_refresh: Duration::from_millis(100),
-        ..EngineConfig::default()
-    };
-    Engine::open(Arc::new(placed), config).await.unwrap()
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_of_the_same_days_count_every_event_once_on_bigtable() {
+    let emulator = Emulator::start();
+    concurrent_days::every_event_counts_once(connect(&emulator).await).await;
 }
 
-async fn finished(engine: &Engine, app: &str) -> MoveStatus {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let status = engine.placement(app, None).await.unwrap().1;
-        if let Some(status) = status.filter(|s| s.state != JobState::Running) {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the move did not end");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+const APP: &str = "SHOP";
+const CONTROL: &str = "CTRL";
+const USERS: usize = 40;
+const WITHIN: Duration = Duration::from_secs(180);
+const REFRESH: Duration = Duration::from_millis(100);
+
+fn event(n: usize, now: i64) -> Event {
+    crate::residency::event(n, now, USERS)
 }
 
-/// The rows of a unit an emulator holds, by table (the pinned tables left out).
-async fn rows_of(store: &dyn Store, unit: &[u8]) -> BTreeMap<String, usize> {
-    let mut out = BTreeMap::new();
-    for table in store.list_tables().await.unwrap() {
-        if penchant_engine::residency::pinned_tables().contains(&table.name) {
-            continue;
-        }
-        let request = ReadRows::new(RowSet::range(unit_range(unit))).filter(RowFilter::StripValue);
-        let n = store.read_all(&table.name, request).await.unwrap().len();
-        if n > 0 {
-            out.insert(table.name, n);
-        }
-    }
-    out
-}
-
+/// An app moves from one emulator to the other while a writer sends events and a reader reads
+/// profiles, the node running the move is killed mid-move and another finishes it; then one user
+/// of another app moves apart. Afterwards each emulator holds exactly what its placements say,
+/// and the moved app's profiles equal those of an app fed the same events that never moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_app_and_a_user_move_between_emulators_while_served() {
     let (us, eu) = (Emulator::start(), Emulator::start());
-    let a = node(&us, &eu).await;
-    let b = node(&us, &eu).await;
+    let a = node(connect(&us).await, connect(&eu).await, REFRESH).await;
+    let b = node(connect(&us).await, connect(&eu).await, REFRESH).await;
     for app in [APP, CONTROL] {
         b.create_app(Some(app), app, 90, Layout::Wide)
             .await
             .unwrap();
-        b.set_strategy(app, strategy()).await.unwrap();
+        b.set_strategy(app, support::views_and_purchases())
+            .await
+            .unwrap();
     }
     let now = b.now_ms();
     let initial = 1_000;
@@ -181,7 +110,7 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     a.kill_background();
-    let done = finished(&b, APP).await;
+    let done = finished(&b, APP, WITHIN).await;
     stop.store(true, Ordering::SeqCst);
     let sent = writer.await.unwrap();
     let reads = reader.await.unwrap();
@@ -215,7 +144,7 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
 
     // One user of the control app moves to eu; the app's other users stay.
     b.move_placement(CONTROL, Some("u007"), "eu").await.unwrap();
-    let done = finished(&b, CONTROL).await;
+    let done = finished(&b, CONTROL, WITHIN).await;
     assert_eq!(done.state, JobState::Done, "{done:?}");
     let unit = b"CTRL\0u007";
     assert_eq!(rows_of(&*us_store, unit).await, BTreeMap::new());

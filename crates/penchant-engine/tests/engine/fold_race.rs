@@ -11,51 +11,29 @@
 //! - a fold that read the row before a rebuild and writes after it: it must not write its base
 //!   over the rebuilt row.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Gate, Hooked, Op};
 use penchant_engine::aggregates::{self, AGGREGATES_TABLE};
-use penchant_engine::events::{self, Event, EventType, Target};
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::events::{self, Event, EventType};
 use penchant_engine::{Engine, EngineConfig};
+
+use crate::support::{self, Gate, Hooked, Op};
 
 const APP: &str = "APP";
 const USER: &str = "u1";
 
-fn strategy() -> Strategy {
-    Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score: 10,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    }
-}
-
 /// An engine over a store gated at `op` on the aggregates, with an app and its strategy.
 async fn gated(op: Op) -> (Arc<Hooked<Gate>>, Engine) {
-    let store = Arc::new(Hooked {
-        inner: Default::default(),
-        hook: Gate::new(op, AGGREGATES_TABLE),
-    });
-    let engine = Engine::open(store.clone(), EngineConfig::default())
-        .await
-        .unwrap();
-    engine
-        .tenancy()
-        .create_app_with(Some(APP), "test", 30, Default::default())
-        .await
-        .unwrap();
-    engine.set_strategy(APP, strategy()).await.unwrap();
+    let store = Arc::new(Hooked::new(Gate::new(op, AGGREGATES_TABLE)));
+    let engine = support::engine_with_app(
+        store.clone(),
+        EngineConfig::default(),
+        APP,
+        support::views(10, 10),
+    )
+    .await;
     (store, engine)
 }
 
@@ -84,21 +62,7 @@ async fn consistent(engine: &Engine) {
 }
 
 fn view(brand: &str, timestamp: i64) -> Event {
-    Event {
-        event_type: EventType::View,
-        event_subtype: None,
-        event_name: "Viewed".into(),
-        index: "items".into(),
-        user_token: USER.into(),
-        authenticated_user_token: None,
-        timestamp,
-        target: Target::Filters(vec![("brand".into(), brand.into())]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
+    support::view(USER, brand, timestamp)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,60 +2,31 @@
 //! the user's profile) after the batch read the user's events but before the batch writes. The
 //! batch's older profile must not replace the fresher one.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{Gate, Hooked, Op};
-use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::events::Event;
 use penchant_engine::profiles::{PROFILES_TABLE, Source};
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::strategy::Strategy;
 use penchant_engine::{Engine, EngineConfig};
+
+use crate::support::{self, Gate, Hooked, Op};
 
 const APP: &str = "APP";
 const USER: &str = "u1";
 
 fn strategy(brand_score: u32) -> Strategy {
-    Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score: 10,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: brand_score,
-        }],
-        personalization_impact: 50,
-    }
+    support::views(10, brand_score)
 }
 
 fn view(brand: &str, timestamp: i64) -> Event {
-    Event {
-        event_type: EventType::View,
-        event_subtype: None,
-        event_name: "Viewed".into(),
-        index: "items".into(),
-        user_token: USER.into(),
-        authenticated_user_token: None,
-        timestamp,
-        target: Target::Filters(vec![("brand".into(), brand.into())]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
+    support::view(USER, brand, timestamp)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_during_a_batch_is_not_overwritten() {
     for source in [Source::Raw, Source::Aggregates] {
         // The batch's write of profiles waits at the gate.
-        let store = Arc::new(Hooked {
-            inner: Default::default(),
-            hook: Gate::new(Op::WriteRows, PROFILES_TABLE),
-        });
+        let store = Arc::new(Hooked::new(Gate::new(Op::WriteRows, PROFILES_TABLE)));
         let engine = Engine::open(store.clone(), EngineConfig::default())
             .await
             .unwrap();

@@ -3,30 +3,12 @@
 
 use std::sync::Arc;
 
-use penchant_engine::events::{Event, EventType, Target};
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
 use penchant_engine::{Engine, EngineConfig};
 use penchant_store::{ReadRows, RowSet};
 
-const DAY: i64 = 86_400_000;
+use crate::support::{self, view};
 
-fn view(user: &str, brand: &str, timestamp: i64) -> Event {
-    Event {
-        event_type: EventType::View,
-        event_subtype: None,
-        event_name: "Viewed".into(),
-        index: "items".into(),
-        user_token: user.into(),
-        authenticated_user_token: None,
-        timestamp,
-        target: Target::Filters(vec![("brand".into(), brand.into())]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
-}
+const DAY: i64 = 86_400_000;
 
 /// An app's rows of users in `table` (not the batches' intent rows).
 async fn rows(engine: &Engine, table: &str, app: &str) -> usize {
@@ -59,18 +41,7 @@ async fn the_purge_deletes_what_the_window_left_behind() {
         .create_app_with(Some("FULL"), "90 days", 90, Default::default())
         .await
         .unwrap();
-    let strategy = Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score: 10,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    };
+    let strategy = support::views(10, 10);
     let now = penchant_store::validate::now_micros() / 1000;
     let events = [
         view("u1", "old", now - 20 * DAY),

@@ -4,19 +4,17 @@
 //! and each user's stored profile is the one a recompute gives, on a node sharing its store and
 //! on a node alone on it (which trusts its own counters of changes instead of reading again).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Hook, Hooked, Op};
-use penchant_engine::events::{Event, EventType, Target};
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::events::Event;
 use penchant_engine::{Engine, EngineConfig, aggregates, keys};
 use penchant_store::{ReadRows, RowSet, Store};
 use rand::{Rng, SeedableRng};
+
+use crate::support::{self, Hook, Hooked, Op};
 
 const APP: &str = "APP";
 
@@ -26,9 +24,12 @@ struct Jitter;
 
 #[async_trait]
 impl Hook for Jitter {
-    async fn before(&self, _: Op, _: &str) {
-        let wait = rand::rng().random_range(0..3_000);
-        tokio::time::sleep(Duration::from_micros(wait)).await;
+    async fn before(&self, op: Op, _: &str) -> penchant_store::Result<()> {
+        if op.is_data() {
+            let wait = rand::rng().random_range(0..3_000);
+            tokio::time::sleep(Duration::from_micros(wait)).await;
+        }
+        Ok(())
     }
 }
 
@@ -39,32 +40,22 @@ struct SlowProfiles;
 
 #[async_trait]
 impl Hook for SlowProfiles {
-    async fn before(&self, op: Op, table: &str) {
+    async fn before(&self, op: Op, table: &str) -> penchant_store::Result<()> {
+        if !op.is_data() {
+            return Ok(());
+        }
         let wait = if table == "profiles" && op == Op::WriteRows && rand::rng().random_ratio(1, 3) {
             rand::rng().random_range(10_000..30_000)
         } else {
             rand::rng().random_range(0..3_000)
         };
         tokio::time::sleep(Duration::from_micros(wait)).await;
+        Ok(())
     }
 }
 
 fn event(user: usize, brand: usize, timestamp: i64) -> Event {
-    Event {
-        event_type: EventType::View,
-        event_subtype: None,
-        event_name: "Viewed".into(),
-        index: "items".into(),
-        user_token: format!("u{user}"),
-        authenticated_user_token: None,
-        timestamp,
-        target: Target::Filters(vec![("brand".into(), format!("b{brand}"))]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
+    support::view(&format!("u{user}"), &format!("b{brand}"), timestamp)
 }
 
 type Sums = BTreeMap<(bytes::Bytes, bytes::Bytes), u64>;
@@ -78,10 +69,12 @@ fn add(sums: &mut Sums, row: bytes::Bytes, qualifier: &[u8], value: &[u8]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_batches_of_the_same_days_count_every_event_once() {
-    let store = Arc::new(Hooked {
-        inner: Default::default(),
-        hook: Jitter,
-    });
+    every_event_counts_once(Arc::new(Hooked::new(Jitter))).await;
+}
+
+/// Many requests at once for the same few users and days on `store` (a jittered MemStore, a
+/// Bigtable emulator): each day's aggregate sums exactly its raw events.
+pub async fn every_event_counts_once(store: Arc<dyn Store>) {
     let engine = Engine::open(store.clone(), EngineConfig::default())
         .await
         .unwrap();
@@ -137,6 +130,16 @@ async fn concurrent_batches_of_the_same_days_count_every_event_once() {
         }
     }
     assert_eq!(rows, events.len());
+    let differ: Vec<_> = raw
+        .iter()
+        .filter(|(k, v)| aggregated.get(*k) != Some(*v))
+        .map(|(k, v)| (k.0.clone(), *v, aggregated.get(k).copied()))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "days whose aggregate differs (raw, aggregate): {differ:?}"
+    );
+    assert_eq!(aggregated.len(), raw.len());
     assert_eq!(aggregated, raw);
 }
 
@@ -144,29 +147,8 @@ async fn concurrent_batches_of_the_same_days_count_every_event_once() {
 /// writes are sometimes slow: once a round
 /// is answered, every stored profile equals a recompute from the raw events.
 async fn profiles_converge(config: EngineConfig) {
-    let store = Arc::new(Hooked {
-        inner: Default::default(),
-        hook: SlowProfiles,
-    });
-    let engine = Engine::open(store, config).await.unwrap();
-    engine
-        .tenancy()
-        .create_app_with(Some(APP), "test", 30, Default::default())
-        .await
-        .unwrap();
-    let strategy = Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score: 10,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    };
-    engine.set_strategy(APP, strategy).await.unwrap();
+    let store = Arc::new(Hooked::new(SlowProfiles));
+    let engine = support::engine_with_app(store, config, APP, support::views(10, 10)).await;
     let now = penchant_store::validate::now_micros() / 1000;
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     for round in 0..30 {

@@ -1,15 +1,14 @@
 //! Key sets and seen filters under concurrent writers: optimistic updates lose no key.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Hook, Hooked, Op};
 use penchant_engine::Consistency::Eventual;
 use penchant_engine::sets::SetConfig;
 use penchant_engine::{Engine, EngineConfig};
+
+use crate::support::{Hook, Hooked, Op};
 
 const APP: &str = "APP";
 
@@ -19,10 +18,11 @@ struct SlowReads;
 
 #[async_trait]
 impl Hook for SlowReads {
-    async fn before(&self, op: Op, table: &str) {
+    async fn before(&self, op: Op, table: &str) -> penchant_store::Result<()> {
         if op == Op::Read && (table == "set_partitions" || table == "seen") {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        Ok(())
     }
 }
 

@@ -11,11 +11,13 @@ use bytes::Bytes;
 use penchant_engine::{aggregates, keys};
 use penchant_store::{ReadRows, RowSet, Store};
 
-use penchant_engine::events::{Event, EventType, Layout, Target};
+use penchant_engine::events::{EventType, Layout};
 use penchant_engine::jobs::JobState;
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy as Personalization};
+use penchant_engine::strategy::Strategy as Personalization;
 use penchant_engine::{Engine, EngineConfig};
 use proptest::prelude::*;
+
+use crate::support;
 
 const APP: &str = "APP";
 const USERS: [&str; 3] = ["u1", "u2", "u3"];
@@ -45,24 +47,18 @@ enum Op {
 }
 
 fn personalization(seed: u8) -> Personalization {
-    Personalization {
-        events_scoring: (0..2)
-            .map(|i| EventScoring {
-                event_name: NAMES[i].into(),
-                event_type: KINDS[(seed as usize + i) % 3],
-                score: 1 + u32::from(seed) * 7 % 90 + i as u32 * 10,
-            })
-            .collect(),
-        facets_scoring: FACETS[..1 + seed as usize % 3]
-            .iter()
-            .enumerate()
-            .map(|(i, f)| FacetScoring {
-                facet_name: (*f).into(),
-                score: 10 + 30 * i as u32 + u32::from(seed),
-            })
-            .collect(),
-        personalization_impact: 50,
-    }
+    let events: Vec<(&str, EventType, u32)> = (0..2)
+        .map(|i| {
+            let score = 1 + u32::from(seed) * 7 % 90 + i as u32 * 10;
+            (NAMES[i], KINDS[(seed as usize + i) % 3], score)
+        })
+        .collect();
+    let facets: Vec<(&str, u32)> = FACETS[..1 + seed as usize % 3]
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (*f, 10 + 30 * i as u32 + u32::from(seed)))
+        .collect();
+    support::strategy(&events, &facets)
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -135,25 +131,13 @@ async fn run(layout: Layout, ops: Vec<Op>) {
                 age_days,
                 copies,
             } => {
-                let event = |i: usize| Event {
-                    event_type: KINDS[kind],
-                    event_subtype: None,
-                    event_name: NAMES[name].into(),
-                    index: "items".into(),
-                    user_token: USERS[user].into(),
-                    authenticated_user_token: None,
-                    timestamp: at - age_days * 86_400_000 + i as i64,
-                    target: Target::Filters(
-                        filters
-                            .iter()
-                            .map(|(f, v)| (FACETS[*f].into(), VALUES[*v].into()))
-                            .collect(),
-                    ),
-                    query_id: None,
-                    positions: None,
-                    object_data: None,
-                    value: None,
-                    currency: None,
+                let filters: Vec<(&str, &str)> = filters
+                    .iter()
+                    .map(|(f, v)| (FACETS[*f], VALUES[*v]))
+                    .collect();
+                let event = |i: usize| {
+                    let at = at - age_days * 86_400_000 + i as i64;
+                    support::event(KINDS[kind], NAMES[name], USERS[user], at, &filters)
                 };
                 last = (0..copies).map(event).collect();
                 engine.push_events(APP, &last).await.unwrap();

@@ -3,22 +3,20 @@
 //! event is lost or counted twice, and profiles equal those of an app that was narrow from the
 //! start. Tables made before the narrow layout existed get its families.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use common::{Hook, Hooked, Op};
 use penchant_engine::events::migration::{MigrationStatus, Phase};
-use penchant_engine::events::{Event, EventType, Facets, Layout, Target};
+use penchant_engine::events::{Event, EventType, Facets, Layout};
 use penchant_engine::jobs::JobState;
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::strategy::Strategy;
 use penchant_engine::{Engine, EngineConfig, EngineError, keys};
 use penchant_store::{GcRule, MemStore, ReadRows, RowSet, Store};
+
+use crate::support::{self, Hooked, Op, Stall, wait_until};
 
 const APP: &str = "APP";
 /// Fed the same events, narrow from the start.
@@ -26,83 +24,26 @@ const CONTROL: &str = "CTRL";
 const USERS: usize = 200;
 const BRANDS: [&str; 5] = ["a", "b", "c", "d", "e"];
 
-/// Once closed, stalls every `events` batch write after the first `allow`, like a node that
-/// dies.
-#[derive(Debug)]
-struct Stall {
-    allow: usize,
-    seen: AtomicUsize,
-    closed: AtomicBool,
-}
-
-#[async_trait]
-impl Hook for Stall {
-    async fn before(&self, op: Op, table: &str) {
-        if op == Op::WriteRows
-            && table == "events"
-            && self.closed.load(Ordering::SeqCst)
-            && self.seen.fetch_add(1, Ordering::SeqCst) >= self.allow
-        {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 fn strategy() -> Strategy {
-    Strategy {
-        events_scoring: vec![
-            EventScoring {
-                event_name: "Viewed".into(),
-                event_type: EventType::View,
-                score: 10,
-            },
-            EventScoring {
-                event_name: "Bought".into(),
-                event_type: EventType::Conversion,
-                score: 50,
-            },
+    // `size` is in the events but not weighed.
+    support::strategy(
+        &[
+            ("Viewed", EventType::View, 10),
+            ("Bought", EventType::Conversion, 50),
         ],
-        // `size` is in the events but not weighed.
-        facets_scoring: vec![
-            FacetScoring {
-                facet_name: "brand".into(),
-                score: 10,
-            },
-            FacetScoring {
-                facet_name: "color".into(),
-                score: 40,
-            },
-        ],
-        personalization_impact: 50,
-    }
+        &[("brand", 10), ("color", 40)],
+    )
 }
 
 /// The `n`th event of the test, the same for every app.
 fn event(n: usize, now: i64) -> Event {
-    let bought = n.is_multiple_of(5);
-    Event {
-        event_type: if bought {
-            EventType::Conversion
-        } else {
-            EventType::View
-        },
-        event_subtype: None,
-        event_name: if bought { "Bought" } else { "Viewed" }.into(),
-        index: "items".into(),
-        user_token: format!("u{:03}", n % USERS),
-        authenticated_user_token: None,
-        timestamp: now - 3_600_000 + n as i64,
-        target: Target::Filters(vec![
-            ("brand".into(), BRANDS[n % BRANDS.len()].into()),
-            ("color".into(), format!("c{}", n % 3)),
-            ("size".into(), format!("s{}", n % 4)),
-        ]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
+    let (color, size) = (format!("c{}", n % 3), format!("s{}", n % 4));
+    let filters = [
+        ("brand", BRANDS[n % BRANDS.len()]),
+        ("color", &color),
+        ("size", &size),
+    ];
+    support::nth(n, now, USERS, &filters)
 }
 
 fn config() -> EngineConfig {
@@ -133,20 +74,16 @@ async fn counted(store: &dyn Store, app: &str) -> Counted {
         .collect()
 }
 
-async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 async fn finished(engine: &Engine, app: &str) -> MigrationStatus {
     let mut last = None;
-    wait_until("the migration to end", async || {
-        last = engine.layout_migration(app).await.unwrap();
-        last.as_ref().is_some_and(|s| s.state != JobState::Running)
-    })
+    wait_until(
+        "the migration to end",
+        Duration::from_secs(60),
+        async || {
+            last = engine.layout_migration(app).await.unwrap();
+            last.as_ref().is_some_and(|s| s.state != JobState::Running)
+        },
+    )
     .await;
     last.unwrap()
 }
@@ -155,14 +92,10 @@ async fn finished(engine: &Engine, app: &str) -> MigrationStatus {
 async fn events_move_to_the_narrow_layout_while_they_arrive_and_a_dead_nodes_move_is_finished() {
     let mem = Arc::new(MemStore::new());
     // Node A runs the migration and dies on its third batch of rewritten rows.
-    let hooked = Arc::new(Hooked {
-        inner: mem.clone(),
-        hook: Stall {
-            allow: 2,
-            seen: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-        },
-    });
+    let hooked = Arc::new(Hooked::on(
+        mem.clone(),
+        Stall::new("events", Op::WriteRows, 2),
+    ));
     let a = Engine::open(hooked.clone(), config()).await.unwrap();
     let b = Engine::open(mem.clone(), config()).await.unwrap();
     b.create_app(Some(APP), "moved", 90, Layout::Wide)
@@ -214,14 +147,18 @@ async fn events_move_to_the_narrow_layout_while_they_arrive_and_a_dead_nodes_mov
     );
     // A saves a checkpoint in the backfill, then stalls.
     let mut checkpoint = None;
-    wait_until("a backfill checkpoint", async || {
-        checkpoint = b
-            .layout_migration(APP)
-            .await
-            .unwrap()
-            .filter(|s| s.phase == Phase::Backfill && s.after.is_some());
-        checkpoint.is_some()
-    })
+    wait_until(
+        "a backfill checkpoint",
+        Duration::from_secs(60),
+        async || {
+            checkpoint = b
+                .layout_migration(APP)
+                .await
+                .unwrap()
+                .filter(|s| s.phase == Phase::Backfill && s.after.is_some());
+            checkpoint.is_some()
+        },
+    )
     .await;
     let checkpoint = checkpoint.unwrap();
     // While dual-writing, reads still use the wide layout: the app says so.
@@ -232,9 +169,11 @@ async fn events_move_to_the_narrow_layout_while_they_arrive_and_a_dead_nodes_mov
     );
     a.kill_background();
     assert_eq!(b.take_over_jobs().await.unwrap(), 0, "A's lease holds");
-    wait_until("B to take the migration over", async || {
-        b.take_over_jobs().await.unwrap() == 1
-    })
+    wait_until(
+        "B to take the migration over",
+        Duration::from_secs(60),
+        async || b.take_over_jobs().await.unwrap() == 1,
+    )
     .await;
     let done = finished(&b, APP).await;
     stop.store(true, Ordering::SeqCst);

@@ -4,28 +4,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_engine::events::{Event, EventType, Target};
+use penchant_engine::events::Event;
 use penchant_engine::jobs::{JobState, JobStatus, RangeStatus};
 use penchant_engine::profiles::RecomputeStats;
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::strategy::Strategy;
 use penchant_engine::{Engine, EngineConfig};
 use penchant_store::{Mutation, Store};
+
+use crate::support;
 
 const APP: &str = "APP";
 
 fn strategy(score: u32) -> Strategy {
-    Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    }
+    support::views(score, 10)
 }
 
 fn user(i: usize) -> String {
@@ -70,21 +61,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
     wait(&engine).await;
     let now = penchant_store::validate::now_micros() / 1000;
     let events: Vec<Event> = (0..150)
-        .map(|i| Event {
-            event_type: EventType::View,
-            event_subtype: None,
-            event_name: "Viewed".into(),
-            index: "items".into(),
-            user_token: user(i),
-            authenticated_user_token: None,
-            timestamp: now - 1000,
-            target: Target::Filters(vec![("brand".into(), format!("b{}", i % 7))]),
-            query_id: None,
-            positions: None,
-            object_data: None,
-            value: None,
-            currency: None,
-        })
+        .map(|i| support::view(&user(i), &format!("b{}", i % 7), now - 1000))
         .collect();
     engine.push_events(APP, &events).await.unwrap();
 

@@ -2,91 +2,28 @@
 //! taken over from its checkpoint once its lease expires, and an ingestion a node died in the
 //! middle of is finished by the next node that starts.
 
-mod common;
-
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{Hook, Hooked, Op};
 use penchant_engine::clock::Clock;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::jobs::JobState;
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
+use penchant_engine::strategy::Strategy;
 use penchant_engine::{Engine, EngineConfig};
 use penchant_store::Store;
+
+use crate::support::{self, Hooked, Op, Stall};
 
 const APP: &str = "APP";
 const USERS: usize = 300;
 
-/// Once closed, stops every write of `table` (of the operation `op`) after the first `allow`:
-/// they never finish, like the writes of a node that dies.
-#[derive(Debug)]
-struct Stall {
-    table: &'static str,
-    op: Op,
-    allow: usize,
-    seen: AtomicUsize,
-    closed: AtomicBool,
-}
-
-impl Stall {
-    fn new(table: &'static str, op: Op, allow: usize) -> Self {
-        Self {
-            table,
-            op,
-            allow,
-            seen: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-        }
-    }
-}
-
-#[async_trait]
-impl Hook for Stall {
-    async fn before(&self, op: Op, table: &str) {
-        if op == self.op
-            && table == self.table
-            && self.closed.load(Ordering::SeqCst)
-            && self.seen.fetch_add(1, Ordering::SeqCst) >= self.allow
-        {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 fn strategy() -> Strategy {
-    Strategy {
-        events_scoring: vec![EventScoring {
-            event_name: "Viewed".into(),
-            event_type: EventType::View,
-            score: 10,
-        }],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    }
+    support::views(10, 10)
 }
 
 fn view(user: String, brand: String, timestamp: i64) -> Event {
-    Event {
-        event_type: EventType::View,
-        event_subtype: None,
-        event_name: "Viewed".into(),
-        index: "items".into(),
-        user_token: user,
-        authenticated_user_token: None,
-        timestamp,
-        target: Target::Filters(vec![("brand".into(), brand)]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
+    support::view(&user, &brand, timestamp)
 }
 
 fn user(i: usize) -> String {
@@ -106,10 +43,7 @@ fn config(clock: &Clock) -> EngineConfig {
 async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expires() {
     let clock = Clock::manual(penchant_store::validate::now_micros());
     // Node A dies after writing its first chunk of profiles.
-    let hooked = Arc::new(Hooked {
-        inner: Arc::new(penchant_store::MemStore::new()),
-        hook: Stall::new("profiles", Op::WriteRows, 1),
-    });
+    let hooked = Arc::new(Hooked::new(Stall::new("profiles", Op::WriteRows, 1)));
     let store: Arc<dyn Store> = hooked.clone();
     let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
     let b = Engine::open(store, config(&clock)).await.unwrap();
@@ -181,10 +115,7 @@ async fn a_dead_nodes_job_is_taken_over_from_its_checkpoint_once_its_lease_expir
 async fn an_ingestion_a_node_died_in_is_finished_by_the_next_node() {
     let clock = Clock::system();
     // The node dies once the events are stored, before their aggregates are written.
-    let hooked = Arc::new(Hooked {
-        inner: Arc::new(penchant_store::MemStore::new()),
-        hook: Stall::new("aggregates", Op::WriteRows, 0),
-    });
+    let hooked = Arc::new(Hooked::new(Stall::new("aggregates", Op::WriteRows, 0)));
     let store: Arc<dyn Store> = hooked.clone();
     let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
     a.create_app(Some(APP), "shop", 90, Default::default())
@@ -253,10 +184,7 @@ async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
     use penchant_engine::catalog::Write;
     use penchant_engine::recommend::{QueueDefinition, Source};
     let clock = Clock::manual(penchant_store::validate::now_micros());
-    let hooked = Arc::new(Hooked {
-        inner: Arc::new(penchant_store::MemStore::new()),
-        hook: Stall::new("queues", Op::Write, 40),
-    });
+    let hooked = Arc::new(Hooked::new(Stall::new("queues", Op::Write, 40)));
     let store: Arc<dyn Store> = hooked.clone();
     let a = Engine::open(store.clone(), config(&clock)).await.unwrap();
     let b = Engine::open(store, config(&clock)).await.unwrap();

@@ -4,118 +4,49 @@
 //! its profiles equal those of an app that never moved. One user moves apart from its app; a
 //! new app is placed before it has rows.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{Hook, Hooked, Op};
-use penchant_engine::events::{Event, EventType, Layout, Target};
+use penchant_engine::events::{Event, Layout};
 use penchant_engine::jobs::JobState;
 use penchant_engine::residency::{MoveStatus, Phase, Placement};
-use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
 use penchant_engine::{Consistency, Engine, EngineConfig, EngineError};
 use penchant_store::{MemStore, PlacedStore, ReadRows, RowFilter, RowSet, Store, unit_range};
+
+use crate::support::{self, Hooked, Op, Stall, wait_until};
 
 const APP: &str = "SHOP";
 /// Fed the same events, never moved.
 const CONTROL: &str = "CTRL";
 const USERS: usize = 100;
+const WITHIN: Duration = Duration::from_secs(90);
+const REFRESH: Duration = Duration::from_millis(50);
 
-/// Once closed, stalls every `events` batch write after the first `allow`, like a node that
-/// dies.
-#[derive(Debug)]
-struct Stall {
-    allow: usize,
-    seen: AtomicUsize,
-    closed: AtomicBool,
+/// The `n`th event of a scenario of `users` users, the same for every app.
+pub fn event(n: usize, now: i64, users: usize) -> Event {
+    support::nth(n, now, users, &[("brand", &format!("b{}", n % 7))])
 }
 
-#[async_trait]
-impl Hook for Stall {
-    async fn before(&self, op: Op, table: &str) {
-        if op == Op::WriteRows
-            && table == "events"
-            && self.closed.load(Ordering::SeqCst)
-            && self.seen.fetch_add(1, Ordering::SeqCst) >= self.allow
-        {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-fn strategy() -> Strategy {
-    Strategy {
-        events_scoring: vec![
-            EventScoring {
-                event_name: "Viewed".into(),
-                event_type: EventType::View,
-                score: 10,
-            },
-            EventScoring {
-                event_name: "Bought".into(),
-                event_type: EventType::Conversion,
-                score: 50,
-            },
-        ],
-        facets_scoring: vec![FacetScoring {
-            facet_name: "brand".into(),
-            score: 10,
-        }],
-        personalization_impact: 50,
-    }
-}
-
-fn event(n: usize, now: i64) -> Event {
-    let bought = n.is_multiple_of(5);
-    Event {
-        event_type: if bought {
-            EventType::Conversion
-        } else {
-            EventType::View
-        },
-        event_subtype: None,
-        event_name: if bought { "Bought" } else { "Viewed" }.into(),
-        index: "items".into(),
-        user_token: format!("u{:03}", n % USERS),
-        authenticated_user_token: None,
-        timestamp: now - 3_600_000 + n as i64,
-        target: Target::Filters(vec![("brand".into(), format!("b{}", n % 7))]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
-    }
-}
-
-/// A node over the two regions' stores (`us` the default), with its own routes.
-async fn node(us: Arc<dyn Store>, eu: Arc<dyn Store>) -> Engine {
+/// A node over the two regions' stores (`us` the default), with its own routes, which it
+/// refreshes every `refresh`.
+pub async fn node(us: Arc<dyn Store>, eu: Arc<dyn Store>, refresh: Duration) -> Engine {
     let targets = BTreeMap::from([("us".to_owned(), us), ("eu".to_owned(), eu)]);
     let placed = PlacedStore::new(targets, "us", penchant_engine::residency::pinned_tables());
     let config = EngineConfig {
         lease_ttl: Duration::from_secs(1),
         placement: Some(placed.clone()),
-        placement_refresh: Duration::from_millis(50),
+        placement_refresh: refresh,
         ..EngineConfig::default()
     };
     Engine::open(Arc::new(placed), config).await.unwrap()
 }
 
-async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn finished(engine: &Engine, app: &str) -> MoveStatus {
+/// The move of `app` once it ended (within `within`).
+pub async fn finished(engine: &Engine, app: &str, within: Duration) -> MoveStatus {
     let mut last = None;
-    wait_until("the move to end", async || {
+    wait_until("the move to end", within, async || {
         last = engine.placement(app, None).await.unwrap().1;
         last.as_ref().is_some_and(|s| s.state != JobState::Running)
     })
@@ -124,7 +55,7 @@ async fn finished(engine: &Engine, app: &str) -> MoveStatus {
 }
 
 /// How many rows of a unit a store holds, by table.
-async fn rows_of(store: &dyn Store, unit: &[u8]) -> BTreeMap<String, usize> {
+pub async fn rows_of(store: &dyn Store, unit: &[u8]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for table in store.list_tables().await.unwrap() {
         let request = ReadRows::new(RowSet::range(unit_range(unit))).filter(RowFilter::StripValue);
@@ -140,27 +71,25 @@ async fn rows_of(store: &dyn Store, unit: &[u8]) -> BTreeMap<String, usize> {
 async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
     let (us, eu) = (Arc::new(MemStore::new()), Arc::new(MemStore::new()));
     // Node A runs the move; its writes to `eu` stall after two batches of copied events.
-    let stalled = Arc::new(Hooked {
-        inner: eu.clone(),
-        hook: Stall {
-            allow: 2,
-            seen: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-        },
-    });
-    let a = node(us.clone(), stalled.clone()).await;
-    let b = node(us.clone(), eu.clone()).await;
+    let stalled = Arc::new(Hooked::on(
+        eu.clone(),
+        Stall::new("events", Op::WriteRows, 2),
+    ));
+    let a = node(us.clone(), stalled.clone(), REFRESH).await;
+    let b = node(us.clone(), eu.clone(), REFRESH).await;
     assert_eq!(b.placement_targets(), ["us", "eu"]);
     for app in [APP, CONTROL] {
         b.create_app(Some(app), app, 90, Layout::Wide)
             .await
             .unwrap();
-        b.set_strategy(app, strategy()).await.unwrap();
+        b.set_strategy(app, support::views_and_purchases())
+            .await
+            .unwrap();
     }
     let now = b.now_ms();
     let initial = 3_000;
     for chunk in (0..initial).collect::<Vec<_>>().chunks(250) {
-        let events: Vec<Event> = chunk.iter().map(|&n| event(n, now)).collect();
+        let events: Vec<Event> = chunk.iter().map(|&n| event(n, now, USERS)).collect();
         for app in [APP, CONTROL] {
             b.push_events(app, &events).await.unwrap();
         }
@@ -175,7 +104,7 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
         tokio::spawn(async move {
             let mut n = initial;
             while !stop.load(Ordering::SeqCst) {
-                let events: Vec<Event> = (n..n + 7).map(|i| event(i, now)).collect();
+                let events: Vec<Event> = (n..n + 7).map(|i| event(i, now, USERS)).collect();
                 for app in [APP, CONTROL] {
                     b.push_events(app, &events).await.unwrap();
                 }
@@ -217,7 +146,7 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
     );
     // A copies some events, saves its checkpoint, then stalls; it dies there.
     let mut checkpoint = None;
-    wait_until("a copy checkpoint in the events", async || {
+    wait_until("a copy checkpoint in the events", WITHIN, async || {
         checkpoint = b.placement(APP, None).await.unwrap().1.filter(|s| {
             s.phase == Phase::Copy && s.table.as_deref() == Some("events") && s.after.is_some()
         });
@@ -235,7 +164,7 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
     );
     a.kill_background();
     // B's background work takes the move over once A's lease expires, and finishes it.
-    let done = finished(&b, APP).await;
+    let done = finished(&b, APP, WITHIN).await;
     stop.store(true, Ordering::SeqCst);
     let sent = writer.await.unwrap();
     let reads = reader.await.unwrap();
@@ -295,21 +224,23 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_moves_apart_from_its_app_and_a_new_app_is_placed() {
     let (us, eu) = (Arc::new(MemStore::new()), Arc::new(MemStore::new()));
-    let b = node(us.clone(), eu.clone()).await;
+    let b = node(us.clone(), eu.clone(), REFRESH).await;
     b.start_background(None);
     b.create_app(Some(APP), APP, 90, Layout::Wide)
         .await
         .unwrap();
-    b.set_strategy(APP, strategy()).await.unwrap();
+    b.set_strategy(APP, support::views_and_purchases())
+        .await
+        .unwrap();
     let now = b.now_ms();
-    let events: Vec<Event> = (0..1_000).map(|n| event(n, now)).collect();
+    let events: Vec<Event> = (0..1_000).map(|n| event(n, now, USERS)).collect();
     b.push_events(APP, &events).await.unwrap();
     let before = b.profile(APP, "u007", Consistency::Eventual).await.unwrap();
     b.mark_seen(APP, "u007", &["x1", "x2"]).await.unwrap();
 
     let started = b.move_placement(APP, Some("u007"), "eu").await.unwrap();
     assert_eq!(started.user.as_deref(), Some("u007"));
-    let done = finished(&b, APP).await;
+    let done = finished(&b, APP, WITHIN).await;
     assert_eq!(done.state, JobState::Done, "{done:?}");
     let unit = b"SHOP\0u007";
     assert_eq!(rows_of(&*us, unit).await, BTreeMap::new());
@@ -338,7 +269,9 @@ async fn a_user_moves_apart_from_its_app_and_a_new_app_is_placed() {
         ("u007", "eu")
     );
     // Events of the moved user land in eu.
-    b.push_events(APP, &[event(7, now + 1)]).await.unwrap();
+    b.push_events(APP, &[event(7, now + 1, USERS)])
+        .await
+        .unwrap();
     assert_eq!(
         rows_of(&*eu, unit).await.get("events"),
         Some(&(moved["events"] + 1))
@@ -373,7 +306,7 @@ async fn a_user_moves_apart_from_its_app_and_a_new_app_is_placed() {
         APP,
         &[Event {
             user_token: "newcomer".into(),
-            ..event(1, now)
+            ..event(1, now, USERS)
         }],
     )
     .await
