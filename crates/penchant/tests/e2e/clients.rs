@@ -3,8 +3,6 @@
 //! `algoliasearch` v4; `e2e/node/node_modules`: `search-insights` and `algoliasearch` v5);
 //! without them these tests fail, they are never skipped.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -21,7 +19,7 @@ struct Node {
 impl Node {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (child, url) = common::serve(|cmd| {
+        let (child, url) = crate::common::serve(|cmd| {
             cmd.arg("--data-dir")
                 .arg(dir.path())
                 .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)

@@ -3,9 +3,9 @@
 
 use serde_json::json;
 
-use crate::browser::run;
+use super::browser::run;
+use super::seed;
 use crate::common::Server;
-use crate::seed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_a_phone_width_nothing_overflows_and_the_nav_works() {
@@ -21,11 +21,11 @@ async fn at_a_phone_width_nothing_overflows_and_the_nav_works() {
     )
     .await;
 
-    run("phone", &s.base.clone(), crate::PHONE, move |page| async move {
+    run("phone", &s.base.clone(), super::PHONE, move |page| async move {
         page.open("").await;
         page.sign_in("SHOP", &admin).await;
         let width = page.js("return window.innerWidth", vec![]).await;
-        assert_eq!(width, json!(crate::PHONE.0), "the window is a phone's width");
+        assert_eq!(width, json!(super::PHONE.0), "the window is a phone's width");
         page.until("the chart", "document.querySelector('#events-chart svg')").await;
         page.until_text("#events-chart li[data-type=click]", "click: 1").await;
         page.screenshot("overview-phone").await;
@@ -41,7 +41,7 @@ async fn at_a_phone_width_nothing_overflows_and_the_nav_works() {
             let css = format!("#nav a[data-page={link}]");
             let rect = page.js("const r = document.querySelector(arguments[0]).getBoundingClientRect(); return [r.left, r.right, r.width]", vec![json!(css)]).await;
             let rect: Vec<f64> = serde_json::from_value(rect).unwrap();
-            assert!(rect[0] >= 0.0 && rect[1] <= crate::PHONE.0 as f64 && rect[2] > 0.0, "{link}: {rect:?}");
+            assert!(rect[0] >= 0.0 && rect[1] <= super::PHONE.0 as f64 && rect[2] > 0.0, "{link}: {rect:?}");
             page.click(&css).await;
             page.until(&format!("page {link}"), &format!("document.getElementById('{page_id}')")).await;
             // Let the page load its data, then measure.

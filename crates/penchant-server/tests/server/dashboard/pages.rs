@@ -3,9 +3,9 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::browser::run;
+use super::browser::run;
+use super::seed;
 use crate::common::Server;
-use crate::seed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_sets_and_recommendations_show_the_apps_state() {
@@ -96,7 +96,7 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
     .await;
     seed::job(&s, "SHOP", &admin, "/1/recommend/build", json!({})).await;
 
-    run("pages", &s.base.clone(), crate::DESKTOP, move |page| async move {
+    run("pages", &s.base.clone(), super::DESKTOP, move |page| async move {
         page.open("#/jobs").await;
         page.sign_in("SHOP", &admin).await;
         // The last recompute, done; both in the history; the other jobs: none yet.

@@ -4,15 +4,15 @@
 
 use serde_json::json;
 
-use crate::browser::run;
+use super::browser::run;
+use super::seed;
 use crate::common::Server;
-use crate::seed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_errors_and_csp_violations_are_caught() {
     let s = Server::start().await;
     let admin = seed::app(&s, "SHOP").await;
-    run("errors", &s.base.clone(), crate::DESKTOP, move |page| async move {
+    run("errors", &s.base.clone(), super::DESKTOP, move |page| async move {
         page.open("#/overview").await;
         page.sign_in("SHOP", &admin).await;
         page.assert_no_errors().await;

@@ -1,6 +1,4 @@
-//! The server's HTTP tests, one binary: each module is a resource, `common` the test server.
-
-mod common;
+//! The server's HTTP tests: each module is a resource.
 
 mod affinity;
 mod auth;

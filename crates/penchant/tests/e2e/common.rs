@@ -1,7 +1,5 @@
 //! Starting the `penchant` binary in tests.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 

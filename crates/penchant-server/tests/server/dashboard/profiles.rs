@@ -4,9 +4,9 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::browser::run;
+use super::browser::run;
+use super::seed;
 use crate::common::Server;
-use crate::seed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_is_shown_and_deleted_through_the_dialog() {
@@ -51,7 +51,7 @@ async fn a_profile_is_shown_and_deleted_through_the_dialog() {
 
     let base = s.base.clone();
     let key = admin.clone();
-    run("profiles", &base, crate::DESKTOP, move |page| async move {
+    run("profiles", &base, super::DESKTOP, move |page| async move {
         page.open("#/profiles").await;
         page.sign_in("SHOP", &key).await;
         page.type_into("#profile-user", "alice").await;

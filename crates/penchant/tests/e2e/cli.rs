@@ -1,10 +1,8 @@
 //! The `penchant` binary as a user runs it: serve, health, signals, configuration errors.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 
-use common::penchant;
+use crate::common::{self, penchant};
 
 /// Start `penchant serve` on a free port; returns the child and its base URL.
 fn serve(data_dir: &std::path::Path, extra: &[&str]) -> (Child, String) {

@@ -3,9 +3,9 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::browser::run;
+use super::browser::run;
+use super::seed;
 use crate::common::{ROOT, Server};
-use crate::seed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_and_overview_show_the_apps_numbers() {
@@ -81,7 +81,7 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
 
     let server = std::sync::Arc::new(s);
     let key = admin.clone();
-    run("overview", &server.base.clone(), crate::DESKTOP, move |page| async move {
+    run("overview", &server.base.clone(), super::DESKTOP, move |page| async move {
         page.open("").await;
         // Not signed in: the form, whatever the hash.
         page.find("#signin-form").await;
@@ -150,7 +150,7 @@ async fn a_key_without_the_acls_signs_in_and_sees_the_apis_refusals() {
     run(
         "refusals",
         &s.base.clone(),
-        crate::DESKTOP,
+        super::DESKTOP,
         move |page| async move {
             page.open("#/overview").await;
             // A valid key of the app without `settings`: signed in all the same.

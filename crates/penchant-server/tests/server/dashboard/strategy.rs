@@ -4,9 +4,9 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::browser::run;
+use super::browser::run;
+use super::seed;
 use crate::common::Server;
-use crate::seed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_strategy_is_refused_live_and_a_valid_one_saved() {
@@ -36,7 +36,7 @@ async fn an_invalid_strategy_is_refused_live_and_a_valid_one_saved() {
 
     let base = s.base.clone();
     let check_key = key.clone();
-    run("strategy", &base, crate::DESKTOP, move |page| async move {
+    run("strategy", &base, super::DESKTOP, move |page| async move {
         page.open("#/strategy").await;
         page.sign_in("SHOP", &key).await;
         // No strategy yet (a 404): an empty form.
@@ -160,7 +160,7 @@ async fn the_simulator_ranks_under_the_saved_and_the_edited_strategy() {
     )
     .await;
 
-    run("simulator", &s.base.clone(), crate::DESKTOP, move |page| async move {
+    run("simulator", &s.base.clone(), super::DESKTOP, move |page| async move {
         page.open("#/strategy").await;
         page.sign_in("SHOP", &admin).await;
         page.until("the saved strategy", "document.querySelector('#events-rows tr .event-name')?.value === 'Clicked'").await;

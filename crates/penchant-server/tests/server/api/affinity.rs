@@ -2,116 +2,23 @@
 //! `AffineStore`; with a user's home cluster unreachable, `?consistency=strong` reads answer 503
 //! and default (eventual) reads are served by the other cluster.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use penchant_store::{
-    AffineStore, FamilyChange, GcRule, KeySample, MemStore, Mutation, ReadModifyWriteRule,
-    ReadRows, Result, Row, RowFilter, RowMutation, RowStream, Store, StoreError, TableSchema,
-};
+use penchant_store::testing::{Down, Hooked};
+use penchant_store::{AffineStore, MemStore, Store};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use crate::common::{Server, assert_error};
 
 /// A route to the instance through one cluster, which can become unreachable.
-#[derive(Debug)]
-struct Cluster {
-    instance: Arc<MemStore>,
-    down: AtomicBool,
-}
-
-impl Cluster {
-    fn check(&self) -> Result<()> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("cluster unreachable".into()));
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl Store for Cluster {
-    async fn create_table(&self, name: &str, f: BTreeMap<String, GcRule>) -> Result<()> {
-        self.check()?;
-        self.instance.create_table(name, f).await
-    }
-    async fn modify_families(&self, t: &str, c: Vec<FamilyChange>) -> Result<TableSchema> {
-        self.check()?;
-        self.instance.modify_families(t, c).await
-    }
-    async fn get_table(&self, t: &str) -> Result<TableSchema> {
-        self.check()?;
-        self.instance.get_table(t).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableSchema>> {
-        self.check()?;
-        self.instance.list_tables().await
-    }
-    async fn delete_table(&self, t: &str) -> Result<()> {
-        self.check()?;
-        self.instance.delete_table(t).await
-    }
-    async fn drop_row_range(&self, t: &str, p: &[u8]) -> Result<()> {
-        self.check()?;
-        self.instance.drop_row_range(t, p).await
-    }
-    async fn mutate_row(&self, t: &str, k: Bytes, m: Vec<Mutation>) -> Result<()> {
-        self.check()?;
-        self.instance.mutate_row(t, k, m).await
-    }
-    async fn mutate_rows(&self, t: &str, e: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
-        self.check()?;
-        self.instance.mutate_rows(t, e).await
-    }
-    async fn read_rows(&self, t: &str, r: ReadRows) -> Result<RowStream> {
-        self.check()?;
-        self.instance.read_rows(t, r).await
-    }
-    async fn check_and_mutate_row(
-        &self,
-        t: &str,
-        k: Bytes,
-        p: Option<RowFilter>,
-        on_match: Vec<Mutation>,
-        on_no_match: Vec<Mutation>,
-    ) -> Result<bool> {
-        self.check()?;
-        self.instance
-            .check_and_mutate_row(t, k, p, on_match, on_no_match)
-            .await
-    }
-    async fn read_modify_write_row(
-        &self,
-        t: &str,
-        k: Bytes,
-        r: Vec<ReadModifyWriteRule>,
-    ) -> Result<Row> {
-        self.check()?;
-        self.instance.read_modify_write_row(t, k, r).await
-    }
-    async fn sample_row_keys(&self, t: &str) -> Result<Vec<KeySample>> {
-        self.check()?;
-        self.instance.sample_row_keys(t).await
-    }
-    async fn flush(&self) -> Result<()> {
-        Ok(())
-    }
-}
+type Cluster = Hooked<Down>;
 
 #[tokio::test]
 async fn strong_reads_refuse_when_the_home_cluster_is_unreachable() {
     let instance = Arc::new(MemStore::new());
     let clusters: Vec<Arc<Cluster>> = (0..2)
-        .map(|_| {
-            Arc::new(Cluster {
-                instance: instance.clone(),
-                down: AtomicBool::new(false),
-            })
-        })
+        .map(|_| Arc::new(Cluster::on(instance.clone(), Down::default())))
         .collect();
     let affine = AffineStore::new(
         clusters
@@ -206,7 +113,7 @@ async fn strong_reads_refuse_when_the_home_cluster_is_unreachable() {
 
     // Alice's home cluster unreachable: strong reads refuse with 503, saying why; eventual
     // ones (the default) are served by the other cluster.
-    clusters[home].down.store(true, Ordering::SeqCst);
+    clusters[home].hook.set(true);
     for (method, path, body) in &reads {
         assert_error(
             s.call(method.clone(), &with(path, "strong"), a, body.clone())
@@ -223,7 +130,7 @@ async fn strong_reads_refuse_when_the_home_cluster_is_unreachable() {
     assert_eq!(during, before);
 
     // Home back: strong reads answer again.
-    clusters[home].down.store(false, Ordering::SeqCst);
+    clusters[home].hook.set(false);
     let (status, got) = s.call(Method::GET, &with(profile, "strong"), a, None).await;
     assert_eq!(status, StatusCode::OK, "{got}");
 }

@@ -4,9 +4,6 @@
 //! `$CARGO_TARGET_TMPDIR/dashboard-screenshots/` (and `$DASHBOARD_SCREENSHOTS_DIR` when set:
 //! `scripts/dashboard-screenshots.sh` refreshes the README's).
 
-#[path = "../api/common/mod.rs"]
-mod common;
-
 mod browser;
 mod seed;
 

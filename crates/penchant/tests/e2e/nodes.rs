@@ -1,8 +1,6 @@
 //! Several `penchant serve` processes on Bigtable emulators: one store shared by two nodes, and
 //! data residency with two emulators standing for two regions.
 
-mod common;
-
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
@@ -23,7 +21,7 @@ struct Node {
 
 impl Node {
     fn start(emulator: &Emulator, config: Option<&std::path::Path>, cache_ttl_ms: u64) -> Self {
-        let (child, url) = common::serve(|cmd| {
+        let (child, url) = crate::common::serve(|cmd| {
             cmd.env("PENCHANT_STORE__BACKEND", "bigtable")
                 .env("PENCHANT_BIGTABLE__ENDPOINT", emulator.endpoint())
                 .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
