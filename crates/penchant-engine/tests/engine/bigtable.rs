@@ -57,45 +57,18 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
     }
     let now = b.now_ms();
     let initial = 1_000;
-    for chunk in (0..initial).collect::<Vec<_>>().chunks(200) {
-        let events: Vec<Event> = chunk.iter().map(|&n| event(n, now)).collect();
-        for app in [APP, CONTROL] {
-            b.push_events(app, &events).await.unwrap();
-        }
-    }
+    support::feed(&b, &[APP, CONTROL], initial, 200, |n| event(n, now)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (b, stop) = (b.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut n = initial;
-            while !stop.load(Ordering::SeqCst) {
-                let events: Vec<Event> = (n..n + 5).map(|i| event(i, now)).collect();
-                for app in [APP, CONTROL] {
-                    b.push_events(app, &events).await.unwrap();
-                }
-                n += 5;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            n
-        })
-    };
-    let reader = {
-        let (b, stop) = (b.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut reads = 0;
-            while !stop.load(Ordering::SeqCst) {
-                let user = format!("u{:03}", reads % USERS);
-                let profile = b
-                    .profile(APP, &user, Consistency::Eventual)
-                    .await
-                    .expect("a profile read failed");
-                assert!(profile.is_some(), "{user}'s profile went missing");
-                reads += 1;
-            }
-            reads
-        })
-    };
+    let pace = (initial, 5, Duration::from_millis(20));
+    let writer = support::writer(
+        b.clone(),
+        [APP, CONTROL],
+        pace,
+        move |i| event(i, now),
+        stop.clone(),
+    );
+    let reader = support::reader(b.clone(), APP, USERS, stop.clone());
     a.start_background(None);
     b.start_background(None);
     a.move_placement(APP, None, "eu").await.unwrap();

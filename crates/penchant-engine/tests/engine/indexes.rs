@@ -121,20 +121,11 @@ async fn copies_replace_records_and_settings_and_leave_the_source() {
 /// A click on `item` of `index`, `n` ms ago (distinct events: the same event again is a retry).
 fn click(index: &str, item: &str, n: i64) -> penchant_engine::events::Event {
     use penchant_engine::events::{Event, EventType, Target};
+    let at = penchant_store::validate::now_micros() / 1000 - n;
     Event {
-        event_type: EventType::Click,
-        event_subtype: None,
-        event_name: "Clicked".into(),
         index: index.into(),
-        user_token: "u1".into(),
-        authenticated_user_token: None,
-        timestamp: penchant_store::validate::now_micros() / 1000 - n,
         target: Target::ObjectIds(vec![item.into()]),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
+        ..crate::support::event(EventType::Click, "Clicked", "u1", at, &[])
     }
 }
 

@@ -109,30 +109,18 @@ async fn events_move_to_the_narrow_layout_while_they_arrive_and_a_dead_nodes_mov
     }
     let now = b.now_ms();
     let initial = 3_000;
-    for chunk in (0..initial).collect::<Vec<_>>().chunks(250) {
-        let events: Vec<Event> = chunk.iter().map(|&n| event(n, now)).collect();
-        for app in [APP, CONTROL] {
-            b.push_events(app, &events).await.unwrap();
-        }
-    }
+    support::feed(&b, &[APP, CONTROL], initial, 250, |n| event(n, now)).await;
 
     // A writer keeps sending the same events to both apps, through B, until told to stop.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (b, stop) = (b.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut n = initial;
-            while !stop.load(Ordering::SeqCst) {
-                let events: Vec<Event> = (n..n + 7).map(|i| event(i, now)).collect();
-                for app in [APP, CONTROL] {
-                    b.push_events(app, &events).await.unwrap();
-                }
-                n += 7;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            n
-        })
-    };
+    let pace = (initial, 7, Duration::from_millis(5));
+    let writer = support::writer(
+        b.clone(),
+        [APP, CONTROL],
+        pace,
+        move |i| event(i, now),
+        stop.clone(),
+    );
 
     hooked.hook.closed.store(true, Ordering::SeqCst);
     let started = a.migrate_layout(APP, Layout::Narrow).await.unwrap();

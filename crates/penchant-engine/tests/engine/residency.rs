@@ -88,48 +88,21 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
     }
     let now = b.now_ms();
     let initial = 3_000;
-    for chunk in (0..initial).collect::<Vec<_>>().chunks(250) {
-        let events: Vec<Event> = chunk.iter().map(|&n| event(n, now, USERS)).collect();
-        for app in [APP, CONTROL] {
-            b.push_events(app, &events).await.unwrap();
-        }
-    }
+    support::feed(&b, &[APP, CONTROL], initial, 250, |n| event(n, now, USERS)).await;
     assert!(rows_of(&*eu, APP.as_bytes()).await.is_empty());
 
     // A writer sends the same events to both apps and a reader reads the moving app's profiles,
     // through B, until told to stop.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (b, stop) = (b.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut n = initial;
-            while !stop.load(Ordering::SeqCst) {
-                let events: Vec<Event> = (n..n + 7).map(|i| event(i, now, USERS)).collect();
-                for app in [APP, CONTROL] {
-                    b.push_events(app, &events).await.unwrap();
-                }
-                n += 7;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            n
-        })
-    };
-    let reader = {
-        let (b, stop) = (b.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut reads = 0;
-            while !stop.load(Ordering::SeqCst) {
-                let user = format!("u{:03}", reads % USERS);
-                let profile = b
-                    .profile(APP, &user, Consistency::Eventual)
-                    .await
-                    .expect("a profile read failed");
-                assert!(profile.is_some(), "{user}'s profile went missing");
-                reads += 1;
-            }
-            reads
-        })
-    };
+    let pace = (initial, 7, Duration::from_millis(5));
+    let writer = support::writer(
+        b.clone(),
+        [APP, CONTROL],
+        pace,
+        move |i| event(i, now, USERS),
+        stop.clone(),
+    );
+    let reader = support::reader(b.clone(), APP, USERS, stop.clone());
     a.start_background(None);
     b.start_background(None);
 

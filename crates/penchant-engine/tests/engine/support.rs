@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::strategy::{EventScoring, FacetScoring, Strategy};
-use penchant_engine::{Engine, EngineConfig};
+use penchant_engine::{Consistency, Engine, EngineConfig};
 pub use penchant_store::testing::{Hook, Hooked, Op};
 use penchant_store::{Result, Store};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// Once armed, stops the next operation `op` on `table` until the test lets it go.
 #[derive(Debug)]
@@ -209,4 +210,66 @@ pub async fn wait_until(what: &str, within: Duration, mut done: impl AsyncFnMut(
         assert!(Instant::now() < deadline, "timed out waiting: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Events `0..count` (`event(n)`), the same to each of `apps`, in requests of `chunk`.
+pub async fn feed(
+    engine: &Engine,
+    apps: &[&str],
+    count: usize,
+    chunk: usize,
+    event: impl Fn(usize) -> Event,
+) {
+    for chunk in (0..count).collect::<Vec<_>>().chunks(chunk) {
+        let events: Vec<Event> = chunk.iter().map(|&n| event(n)).collect();
+        for app in apps {
+            engine.push_events(app, &events).await.unwrap();
+        }
+    }
+}
+
+/// Until `stop`: requests of `step` events (`event(n)`, from `from` on), the same to each of
+/// `apps`, `pause` apart. Answers the number of the next event: `from` plus how many it sent.
+pub fn writer(
+    engine: Engine,
+    apps: [&'static str; 2],
+    (from, step, pause): (usize, usize, Duration),
+    event: impl Fn(usize) -> Event + Send + 'static,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut n = from;
+        while !stop.load(Ordering::SeqCst) {
+            let events: Vec<Event> = (n..n + step).map(&event).collect();
+            for app in apps {
+                engine.push_events(app, &events).await.unwrap();
+            }
+            n += step;
+            tokio::time::sleep(pause).await;
+        }
+        n
+    })
+}
+
+/// Until `stop`: reads of the profiles of `app`'s users `u000`.. (`users` of them) in turn, each
+/// of which must be there. Answers how many it read.
+pub fn reader(
+    engine: Engine,
+    app: &'static str,
+    users: usize,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut reads = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let user = format!("u{:03}", reads % users);
+            let profile = engine
+                .profile(app, &user, Consistency::Eventual)
+                .await
+                .expect("a profile read failed");
+            assert!(profile.is_some(), "{user}'s profile went missing");
+            reads += 1;
+        }
+        reads
+    })
 }

@@ -1,7 +1,5 @@
 //! A server on the in-memory store, and a client that sends Algolia's credential headers.
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +70,38 @@ impl Server {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// A request that must answer 200 OK: its JSON.
+    pub async fn ok(
+        &self,
+        method: Method,
+        path: &str,
+        creds: Option<(&str, &str)>,
+        body: Option<Value>,
+    ) -> Value {
+        let (status, body) = self.call(method, path, creds, body).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    /// The personalization strategy's recompute once it is done.
+    pub async fn strategy_job_done(&self, creds: Option<(&str, &str)>) -> Value {
+        for _ in 0..1000 {
+            let (_, job) = self
+                .call(
+                    Method::GET,
+                    "/1/strategies/personalization/job",
+                    creds,
+                    None,
+                )
+                .await;
+            if job["state"] == "done" {
+                return job;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the recompute did not finish");
+    }
+
     /// Create an app with the global admin key; returns its admin key.
     pub async fn app(&self, app: &str) -> String {
         let (status, body) = self
@@ -99,6 +129,13 @@ impl Server {
         assert_eq!(status, StatusCode::OK, "{body}");
         body["key"].as_str().unwrap().to_owned()
     }
+}
+
+/// A server with the app `SHOP`, and its admin key.
+pub async fn shop() -> (Server, String) {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    (s, admin)
 }
 
 /// An app's credentials, or none.

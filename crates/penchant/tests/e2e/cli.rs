@@ -403,19 +403,11 @@ fn placement_commands_place_and_move_apps_between_folders() {
 #[tokio::test]
 async fn jobs_watch_follows_a_recompute_to_its_end() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, url) = common::serve(|cmd| {
-        cmd.arg("--data-dir")
-            .arg(dir.path())
-            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-            .stderr(Stdio::null());
-    });
+    let (child, url) = common::serve_in(dir.path(), "root");
     let http = reqwest::Client::new();
     let post = |path: &str, app: &str, body: serde_json::Value| {
-        http.post(format!("{url}{path}"))
-            .header("X-Algolia-Application-Id", app)
-            .header("X-Algolia-API-Key", "root")
-            .json(&body)
-            .send()
+        let url = format!("{url}{path}");
+        common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body).send()
     };
     let resp = post("/1/apps", "", serde_json::json!({"appID": "JOBS"}))
         .await
@@ -450,19 +442,11 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
 #[tokio::test]
 async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, url) = common::serve(|cmd| {
-        cmd.arg("--data-dir")
-            .arg(dir.path())
-            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-            .stderr(Stdio::null());
-    });
+    let (child, url) = common::serve_in(dir.path(), "root");
     let http = reqwest::Client::new();
     let post = |path: &str, app: &str, body: serde_json::Value| {
-        http.post(format!("{url}{path}"))
-            .header("X-Algolia-Application-Id", app)
-            .header("X-Algolia-API-Key", "root")
-            .json(&body)
-            .send()
+        let url = format!("{url}{path}");
+        common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body).send()
     };
     let resp = post("/1/apps", "", serde_json::json!({"appID": "ALS"}))
         .await
@@ -544,12 +528,7 @@ async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
 #[test]
 fn sets_commands_reserve_and_rebuild_from_a_file() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, url) = common::serve(|cmd| {
-        cmd.arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-            .stderr(Stdio::null());
-    });
+    let (child, url) = common::serve_in(&dir.path().join("data"), "root");
     let admin = |args: &[&str]| admin_command(&url, args);
     let (ok, _, err) = admin(&["apps", "create", "--app-id", "SETS"]);
     assert!(ok, "{err}");
@@ -627,19 +606,11 @@ fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) 
 #[tokio::test]
 async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
     let dir = tempfile::tempdir().unwrap();
-    let (child, url) = common::serve(|cmd| {
-        cmd.arg("--data-dir")
-            .arg(dir.path())
-            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-            .stderr(Stdio::null());
-    });
+    let (child, url) = common::serve_in(dir.path(), "root");
     let http = reqwest::Client::new();
     let call = |method: reqwest::Method, path: &str, app: &str, body: serde_json::Value| {
-        http.request(method, format!("{url}{path}"))
-            .header("X-Algolia-Application-Id", app)
-            .header("X-Algolia-API-Key", "root")
-            .json(&body)
-            .send()
+        let url = format!("{url}{path}");
+        common::request(&http, method, &url, (app, "root"), &body).send()
     };
     use reqwest::Method;
     let steps = [
@@ -730,22 +701,12 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
     const WRITERS: usize = 4;
     const BATCHES: usize = 16;
     let dir = tempfile::tempdir().unwrap();
-    let start = |dir: &std::path::Path| {
-        common::serve(|cmd| {
-            cmd.arg("--data-dir")
-                .arg(dir)
-                .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-                .stderr(Stdio::null());
-        })
-    };
+    let start = |dir: &std::path::Path| common::serve_in(dir, "root");
     let (mut child, first_url) = start(dir.path());
     let http = reqwest::Client::new();
     let post = |url: String, path: &str, body: serde_json::Value| {
-        http.post(format!("{url}{path}"))
-            .header("X-Algolia-Application-Id", APP)
-            .header("X-Algolia-API-Key", "root")
-            .json(&body)
-            .send()
+        let url = format!("{url}{path}");
+        common::request(&http, reqwest::Method::POST, &url, (APP, "root"), &body).send()
     };
     let resp = post(
         first_url.clone(),
@@ -815,13 +776,16 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
                     // Until acknowledged: a node killed mid-request answers nothing.
                     loop {
                         let to = url.read().unwrap().clone();
-                        let sent = http
-                            .post(format!("{to}/1/events"))
-                            .header("X-Algolia-Application-Id", APP)
-                            .header("X-Algolia-API-Key", "root")
-                            .json(&batch)
-                            .send()
-                            .await;
+                        let url = format!("{to}/1/events");
+                        let sent = common::request(
+                            &http,
+                            reqwest::Method::POST,
+                            &url,
+                            (APP, "root"),
+                            &batch,
+                        )
+                        .send()
+                        .await;
                         match sent {
                             Ok(resp) if resp.status().is_success() => break,
                             Ok(resp) if resp.status().is_client_error() => {

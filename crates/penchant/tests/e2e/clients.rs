@@ -4,9 +4,12 @@
 //! without them these tests fail, they are never skipped.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
+use reqwest::{Client, Method};
 use serde_json::{Value, json};
+
+use crate::common;
 
 const ROOT: &str = "root-key";
 
@@ -19,12 +22,7 @@ struct Node {
 impl Node {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (child, url) = crate::common::serve(|cmd| {
-            cmd.arg("--data-dir")
-                .arg(dir.path())
-                .env("PENCHANT_AUTH__ADMIN_KEY", ROOT)
-                .stderr(Stdio::null());
-        });
+        let (child, url) = common::serve_in(dir.path(), ROOT);
         let port = url.rsplit(':').next().unwrap().parse().unwrap();
         Self {
             child,
@@ -35,16 +33,20 @@ impl Node {
 
     /// Create an app; returns its admin key.
     async fn app(&self, app: &str) -> String {
-        let body: Value = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{}/1/apps", self.port))
-            .header("X-Algolia-API-Key", ROOT)
-            .json(&json!({"appID": app}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let url = format!("http://127.0.0.1:{}/1/apps", self.port);
+        let body: Value = common::request(
+            &Client::new(),
+            Method::POST,
+            &url,
+            ("", ROOT),
+            &json!({"appID": app}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
         body["adminAPIKey"].as_str().unwrap().to_owned()
     }
 }
@@ -67,10 +69,17 @@ fn python() -> String {
 
 /// Run a script of `e2e/python` against the node; panics with its output if it fails.
 fn run_python(script: &str, node: &Node, app: &str, key: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/python");
-    let out = Command::new(python())
-        .arg(script)
-        .args(["127.0.0.1", &node.port.to_string(), app, key])
+    run_script(Command::new(python()), "python", script, node, app, key);
+}
+
+/// Run `script` of `e2e/{folder}` with `program` against the node; panics with its output if it
+/// fails.
+fn run_script(mut program: Command, folder: &str, script: &str, node: &Node, app: &str, key: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../e2e")
+        .join(folder);
+    let out = program
+        .args([script, "127.0.0.1", &node.port.to_string(), app, key])
         .current_dir(&dir)
         .output()
         .unwrap();
@@ -114,11 +123,8 @@ async fn python_client_surface() {
 
 /// A request to the node with an app's credentials.
 async fn call(node: &Node, method: reqwest::Method, path: &str, app: &str, key: &str, body: Value) {
-    let resp = reqwest::Client::new()
-        .request(method, format!("http://127.0.0.1:{}{path}", node.port))
-        .header("X-Algolia-Application-Id", app)
-        .header("X-Algolia-API-Key", key)
-        .json(&body)
+    let url = format!("http://127.0.0.1:{}{path}", node.port);
+    let resp = common::request(&Client::new(), method, &url, (app, key), &body)
         .send()
         .await
         .unwrap();
@@ -140,7 +146,7 @@ async fn search_insights_events() {
     ]});
     call(
         &node,
-        reqwest::Method::POST,
+        Method::POST,
         "/1/indexes/products/batch",
         "E2E",
         &key,
@@ -158,7 +164,7 @@ async fn search_insights_events() {
     });
     call(
         &node,
-        reqwest::Method::POST,
+        Method::POST,
         "/1/strategies/personalization",
         "E2E",
         &key,
@@ -176,17 +182,7 @@ fn run_node(script: &str, package: &str, node: &Node, app: &str, key: &str) {
         dir.join("node_modules").join(package).is_dir(),
         "{package} is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"
     );
-    let out = Command::new("node")
-        .args([script, "127.0.0.1", &node.port.to_string(), app, key])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_script(Command::new("node"), "node", script, node, app, key);
 }
 
 /// The same surface through Algolia's JavaScript client v5 (`algoliasearch`): its search client

@@ -1,7 +1,11 @@
 //! Starting the `penchant` binary in tests.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+
+use reqwest::{Client, Method, RequestBuilder};
+use serde_json::Value;
 
 /// The `penchant` binary, without the developer's `PENCHANT_*` or `RUST_LOG` settings.
 pub fn penchant() -> Command {
@@ -32,4 +36,29 @@ pub fn serve(configure: impl FnOnce(&mut Command)) -> (Child, String) {
         "the server did not start: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `penchant serve` on `data_dir` with the admin key `key`, its stderr dropped.
+pub fn serve_in(data_dir: &Path, key: &str) -> (Child, String) {
+    serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .env("PENCHANT_AUTH__ADMIN_KEY", key)
+            .stderr(Stdio::null());
+    })
+}
+
+/// A request to `url` (a server's base URL and a path) with an app's credentials and a JSON
+/// body.
+pub fn request(
+    http: &Client,
+    method: Method,
+    url: &str,
+    (app, key): (&str, &str),
+    body: &Value,
+) -> RequestBuilder {
+    http.request(method, url)
+        .header("X-Algolia-Application-Id", app)
+        .header("X-Algolia-API-Key", key)
+        .json(body)
 }

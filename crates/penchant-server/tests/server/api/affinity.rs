@@ -37,38 +37,31 @@ async fn strong_reads_refuse_when_the_home_cluster_is_unreachable() {
         "facetsScoring": [{"facetName": "brand", "score": 100}],
         "personalizationImpact": 60
     });
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/strategies/personalization",
-            a,
-            Some(strategy),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/strategies/personalization",
+        a,
+        Some(strategy),
+    )
+    .await;
     let events = json!({"events": [{"eventType": "view", "eventName": "Viewed", "index": "items",
         "userToken": user, "filters": ["brand:Apple"]}]});
-    let (status, body) = s.call(Method::POST, "/1/events", a, Some(events)).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let (status, body) = s
-        .call(
-            Method::PUT,
-            "/1/queues/for-you",
-            a,
-            Some(json!({"indexName": "products", "sources": [{"source": "trending"}]})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::POST, "/1/events", a, Some(events)).await;
+    s.ok(
+        Method::PUT,
+        "/1/queues/for-you",
+        a,
+        Some(json!({"indexName": "products", "sources": [{"source": "trending"}]})),
+    )
+    .await;
     let seen = json!({"objectIDs": ["p1"]});
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/seen/users/alice/madd",
-            a,
-            Some(seen.clone()),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/seen/users/alice/madd",
+        a,
+        Some(seen.clone()),
+    )
+    .await;
 
     let profile = "/1/profiles/personalization/alice";
     let reads = [
@@ -131,6 +124,5 @@ async fn strong_reads_refuse_when_the_home_cluster_is_unreachable() {
 
     // Home back: strong reads answer again.
     clusters[home].hook.set(false);
-    let (status, got) = s.call(Method::GET, &with(profile, "strong"), a, None).await;
-    assert_eq!(status, StatusCode::OK, "{got}");
+    s.ok(Method::GET, &with(profile, "strong"), a, None).await;
 }

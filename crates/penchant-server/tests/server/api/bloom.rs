@@ -1,6 +1,6 @@
 //! Key sets and seen filters over HTTP.
 
-use crate::common::Server;
+use crate::common::{Server, shop};
 use penchant_store::{ReadRows, RowSet};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -20,10 +20,9 @@ fn bools(v: &Value) -> Vec<bool> {
 /// `mexists` of set `blocked`.
 async fn mexists(s: &Server, creds: Option<(&str, &str)>, keys: &[String]) -> Vec<bool> {
     let path = "/1/sets/blocked/mexists";
-    let (status, body) = s
-        .call(Method::POST, path, creds, Some(json!({ "keys": keys })))
+    let body = s
+        .ok(Method::POST, path, creds, Some(json!({ "keys": keys })))
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     bools(&body["exists"])
 }
 
@@ -50,8 +49,7 @@ async fn rebuild(
 
 #[tokio::test]
 async fn key_sets_reserve_add_check_rebuild() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let editor = s.key("SHOP", &admin, &["editSettings"]).await;
     let adder = s.key("SHOP", &admin, &["addObject"]).await;
     let search = s.key("SHOP", &admin, &["search"]).await;
@@ -175,15 +173,14 @@ async fn key_sets_reserve_add_check_rebuild() {
 
     // madd / mexists: no false negatives, few false positives.
     let first = keys("user:", 1000);
-    let (status, body) = s
-        .call(
+    let body = s
+        .ok(
             Method::POST,
             "/1/sets/blocked/madd",
             a,
             Some(json!({"keys": first})),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     assert!(bools(&body["added"]).iter().all(|b| *b));
     let (_, body) = s
         .call(
@@ -231,8 +228,7 @@ async fn key_sets_reserve_add_check_rebuild() {
         .await;
     assert_eq!(body["exists"], true);
 
-    let (status, info) = s.call(Method::GET, "/1/sets/blocked", k, None).await;
-    assert_eq!(status, StatusCode::OK, "{info}");
+    let info = s.ok(Method::GET, "/1/sets/blocked", k, None).await;
     assert_eq!(info["keys"], 1001, "{info}");
     let fill = info["fillRatio"].as_f64().unwrap();
     let rate = info["estimatedErrorRate"].as_f64().unwrap();
@@ -315,8 +311,7 @@ async fn key_sets_reserve_add_check_rebuild() {
 
 #[tokio::test]
 async fn seen_filters_from_events_api_rotation_and_deletion() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let deleter = s.key("SHOP", &admin, &["deleteObject"]).await;
     let (k, adm) = (
@@ -351,18 +346,16 @@ async fn seen_filters_from_events_api_rotation_and_deletion() {
     // Views mark items seen; clicks do not (by default).
     let event = |kind: &str, ids: &[&str]| json!({"eventType": kind, "eventName": "E", "index": "items", "userToken": "u1", "objectIDs": ids});
     let events = json!({"events": [event("view", &["a", "b"]), event("click", &["c"])]});
-    let (status, body) = s.call(Method::POST, "/1/events", k, Some(events)).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::POST, "/1/events", k, Some(events)).await;
     let candidates = json!({"objectIDs": ["a", "b", "c", "d"]});
-    let (status, body) = s
-        .call(
+    let body = s
+        .ok(
             Method::POST,
             "/1/seen/users/u1/unseen",
             k,
             Some(candidates.clone()),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["objectIDs"], json!(["c", "d"]));
 
     // The API marks and checks too.
@@ -402,8 +395,7 @@ async fn seen_filters_from_events_api_rotation_and_deletion() {
         )
         .await;
     assert_eq!(body["exists"], false);
-    let (status, info) = s.call(Method::GET, "/1/seen/users/u1", k, None).await;
-    assert_eq!(status, StatusCode::OK, "{info}");
+    let info = s.ok(Method::GET, "/1/seen/users/u1", k, None).await;
     assert_eq!(info["keys"], 4);
     assert_eq!(info["filterBits"], 131072);
     assert_eq!(info["rotated"], false);
@@ -421,26 +413,22 @@ async fn seen_filters_from_events_api_rotation_and_deletion() {
 
     // A small filter rotates instead of overfilling: recent items stay seen and the
     // estimated false-positive rate stays near the design rate.
-    let (status, body) = s
-        .call(
-            Method::PUT,
-            "/1/seen/settings",
-            adm,
-            Some(json!({"filterBits": 4096, "errorRate": 0.01, "eventTypes": ["view", "click"]})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::PUT,
+        "/1/seen/settings",
+        adm,
+        Some(json!({"filterBits": 4096, "errorRate": 0.01, "eventTypes": ["view", "click"]})),
+    )
+    .await;
     let items = keys("item", 3000);
     for chunk in items.chunks(500) {
-        let (status, body) = s
-            .call(
-                Method::POST,
-                "/1/seen/users/u2/madd",
-                k,
-                Some(json!({"objectIDs": chunk})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
+        s.ok(
+            Method::POST,
+            "/1/seen/users/u2/madd",
+            k,
+            Some(json!({"objectIDs": chunk})),
+        )
+        .await;
     }
     let (_, info) = s.call(Method::GET, "/1/seen/users/u2", k, None).await;
     let capacity = info["capacity"].as_u64().unwrap();

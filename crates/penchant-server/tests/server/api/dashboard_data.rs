@@ -2,11 +2,10 @@
 //! an app's settings for its own keys, a user's latest events, the strategy simulator and the
 //! recompute history.
 
-use std::time::Duration;
-
-use crate::common::{Server, assert_error, now_ms};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+
+use crate::common::{assert_error, now_ms, shop};
 
 fn strategy(view: u32, conversion: u32) -> Value {
     json!({
@@ -24,28 +23,9 @@ fn event(kind: &str, name: &str, user: &str, brand: &str, at: i64) -> Value {
            "filters": [format!("brand:{brand}")], "timestamp": at})
 }
 
-async fn wait_for_job(s: &Server, creds: Option<(&str, &str)>) -> Value {
-    for _ in 0..500 {
-        let (_, job) = s
-            .call(
-                Method::GET,
-                "/1/strategies/personalization/job",
-                creds,
-                None,
-            )
-            .await;
-        if job["state"] == "done" {
-            return job;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the recompute did not finish");
-}
-
 #[tokio::test]
 async fn events_per_minute_count_each_stored_event_once() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let analytics = s.key("SHOP", &admin, &["analytics"]).await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let a = Some(("SHOP", analytics.as_str()));
@@ -60,10 +40,8 @@ async fn events_per_minute_count_each_stored_event_once() {
     ]});
     for _ in 0..2 {
         // The second, a retried request, stores nothing new and counts nothing.
-        let (status, body) = s
-            .call(Method::POST, "/1/events", k, Some(batch.clone()))
+        s.ok(Method::POST, "/1/events", k, Some(batch.clone()))
             .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
     }
     // Another app's traffic is its own.
     let other = s.app("OTHER").await;
@@ -71,10 +49,7 @@ async fn events_per_minute_count_each_stored_event_once() {
     let one = json!({"events": [event("click", "Clicked", "x", "Sony", t)]});
     s.call(Method::POST, "/1/events", o, Some(one)).await;
 
-    let (status, stats) = s
-        .call(Method::GET, "/1/stats/events?hours=1", a, None)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{stats}");
+    let stats = s.ok(Method::GET, "/1/stats/events?hours=1", a, None).await;
     assert_eq!(stats["step"], 60_000);
     let start = stats["start"].as_i64().unwrap();
     assert_eq!(start % 60_000, 0);
@@ -121,8 +96,7 @@ async fn events_per_minute_count_each_stored_event_once() {
 
 #[tokio::test]
 async fn profiles_are_counted() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let path = "/1/stats/profiles";
     assert_eq!(
@@ -141,15 +115,13 @@ async fn profiles_are_counted() {
         .iter()
         .map(|u| event("view", "Viewed", u, "Apple", t))
         .collect();
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/events",
-            a,
-            Some(json!({ "events": events })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/events",
+        a,
+        Some(json!({ "events": events })),
+    )
+    .await;
     assert_eq!(
         s.call(Method::GET, path, a, None).await.1,
         json!({"count": 3, "exact": true})
@@ -158,33 +130,30 @@ async fn profiles_are_counted() {
 
 #[tokio::test]
 async fn an_apps_own_keys_read_its_settings() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let other = s.app("OTHER").await;
     let settings = s.key("SHOP", &admin, &["settings"]).await;
     let search = s.key("SHOP", &admin, &["search"]).await;
-    let (status, app) = s
-        .call(
+    let app = s
+        .ok(
             Method::GET,
             "/1/apps/SHOP",
             Some(("SHOP", settings.as_str())),
             None,
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{app}");
     assert_eq!(
         (&app["appID"], &app["retentionDays"], &app["eventLayout"]),
         (&json!("SHOP"), &json!(90), &json!("wide"))
     );
-    let (status, layout) = s
-        .call(
+    let layout = s
+        .ok(
             Method::GET,
             "/1/apps/SHOP/layout",
             Some(("SHOP", admin.as_str())),
             None,
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{layout}");
     assert_eq!(layout["eventLayout"], "wide");
     let (status, _) = s
         .call(
@@ -220,8 +189,7 @@ async fn an_apps_own_keys_read_its_settings() {
 
 #[tokio::test]
 async fn a_users_latest_events_come_newest_first() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let reco = s.key("SHOP", &admin, &["recommendation"]).await;
     let a = Some(("SHOP", admin.as_str()));
     let r = Some(("SHOP", reco.as_str()));
@@ -239,15 +207,13 @@ async fn a_users_latest_events_come_newest_first() {
         .map(|t| event("view", "Viewed", "bob", "Apple", *t))
         .chain([event("view", "Viewed", "bobby", "Apple", now - 500)])
         .collect();
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/events",
-            a,
-            Some(json!({ "events": events })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/events",
+        a,
+        Some(json!({ "events": events })),
+    )
+    .await;
     let path = "/1/profiles/personalization/bob/events";
     let stamps = |body: &Value| -> Vec<i64> {
         body["events"]
@@ -257,10 +223,7 @@ async fn a_users_latest_events_come_newest_first() {
             .map(|e| e["timestamp"].as_i64().unwrap())
             .collect()
     };
-    let (status, three) = s
-        .call(Method::GET, &format!("{path}?limit=3"), r, None)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{three}");
+    let three = s.ok(Method::GET, &format!("{path}?limit=3"), r, None).await;
     assert_eq!(three["userToken"], "bob");
     assert_eq!(stamps(&three), vec![times[4], times[3], times[2]]);
     // As Insights received them.
@@ -293,8 +256,7 @@ async fn a_users_latest_events_come_newest_first() {
 
 #[tokio::test]
 async fn the_simulator_ranks_under_the_saved_and_an_edited_strategy() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let reco = s.key("SHOP", &admin, &["recommendation"]).await;
     let a = Some(("SHOP", admin.as_str()));
     let r = Some(("SHOP", reco.as_str()));
@@ -327,10 +289,9 @@ async fn the_simulator_ranks_under_the_saved_and_an_edited_strategy() {
     };
 
     // No saved strategy yet: only the edited ranking.
-    let (status, sim) = s
-        .call(Method::POST, path, r, Some(ask(strategy(10, 50))))
+    let sim = s
+        .ok(Method::POST, path, r, Some(ask(strategy(10, 50))))
         .await;
-    assert_eq!(status, StatusCode::OK, "{sim}");
     assert_eq!(sim["saved"], Value::Null);
     assert_eq!(order(&sim["edited"]), ["walkman", "iphone", "nokia"]);
     assert_eq!(sim["edited"]["scores"]["brand"]["Sony"], 20);
@@ -343,14 +304,13 @@ async fn the_simulator_ranks_under_the_saved_and_an_edited_strategy() {
         Some(strategy(10, 50)),
     )
     .await;
-    wait_for_job(&s, r).await;
+    s.strategy_job_done(r).await;
     let (_, profile_before) = s
         .call(Method::GET, "/1/profiles/personalization/alice", r, None)
         .await;
-    let (status, sim) = s
-        .call(Method::POST, path, r, Some(ask(strategy(100, 1))))
+    let sim = s
+        .ok(Method::POST, path, r, Some(ask(strategy(100, 1))))
         .await;
-    assert_eq!(status, StatusCode::OK, "{sim}");
     assert_eq!(order(&sim["saved"]), ["walkman", "iphone", "nokia"]);
     assert_eq!(order(&sim["edited"]), ["iphone", "walkman", "nokia"]);
     assert_eq!(sim["edited"]["scores"]["brand"]["Apple"], 20);
@@ -446,8 +406,7 @@ async fn the_simulator_ranks_under_the_saved_and_an_edited_strategy() {
 
 #[tokio::test]
 async fn past_recomputes_are_kept_newest_first() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let path = "/1/strategies/personalization/jobs";
     assert_eq!(
@@ -466,10 +425,9 @@ async fn past_recomputes_are_kept_newest_first() {
             Some(strategy(view, 1)),
         )
         .await;
-        versions.push(wait_for_job(&s, a).await["strategyVersion"].clone());
+        versions.push(s.strategy_job_done(a).await["strategyVersion"].clone());
     }
-    let (status, jobs) = s.call(Method::GET, path, a, None).await;
-    assert_eq!(status, StatusCode::OK, "{jobs}");
+    let jobs = s.ok(Method::GET, path, a, None).await;
     let jobs = jobs["jobs"].as_array().unwrap();
     let got: Vec<Value> = jobs.iter().map(|j| j["strategyVersion"].clone()).collect();
     versions.reverse();

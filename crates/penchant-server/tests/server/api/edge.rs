@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-use crate::common::Server;
+use crate::common::{Server, shop};
 
 /// How long a test waits for what should come at once (or after a 1 s timeout) before it
 /// calls it a failure.
@@ -106,8 +106,7 @@ async fn half_sent(
 /// has all been sent.
 #[tokio::test]
 async fn a_gzip_bomb_is_refused_before_it_is_inflated() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let bomb = bomb(100);
     assert!(bomb.len() < 200 << 10, "{}", bomb.len());
     let path = "/1/indexes/products/batch";
@@ -163,17 +162,15 @@ async fn a_gzip_bomb_is_refused_before_it_is_inflated() {
 /// requests passed a limit of 10).
 #[tokio::test]
 async fn user_tokens_do_not_lift_a_keys_rate_limit() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
-    let (status, created) = s
-        .call(
+    let (s, admin) = shop().await;
+    let created = s
+        .ok(
             Method::POST,
             "/1/keys",
             Some(("SHOP", &admin)),
             Some(json!({"acl": ["search"], "maxQueriesPerIPPerHour": 10})),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{created}");
     let key = created["key"].as_str().unwrap();
     for i in 0..20 {
         let resp = s

@@ -1,7 +1,7 @@
 //! `POST /1/events` over HTTP: Algolia's messages, all-or-nothing, search-insights' quirks, and
 //! the wide-schema rows it writes.
 
-use crate::common::Server;
+use crate::common::{Server, shop};
 use penchant_store::{ReadRows, Row};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -24,8 +24,7 @@ fn cell(row: &Row, qualifier: &str) -> Option<Value> {
 
 #[tokio::test]
 async fn events_are_validated_and_stored_in_the_wide_schema() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let writer = s.key("SHOP", &admin, &["addObject"]).await;
     let w = Some(("SHOP", writer.as_str()));
@@ -190,8 +189,7 @@ async fn events_are_validated_and_stored_in_the_wide_schema() {
 /// Every 422 over HTTP, with its exact body, and nothing stored for any of them.
 #[tokio::test]
 async fn every_rejection_has_algolias_message_over_http() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let k = Some(("SHOP", admin.as_str()));
     let base = || json!({"eventType": "view", "eventName": "Viewed", "index": "items", "userToken": "u1", "objectIDs": ["a"]});
     let with = |edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {

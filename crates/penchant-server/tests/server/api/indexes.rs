@@ -4,7 +4,7 @@
 
 use std::io::Write as _;
 
-use crate::common::{Server, assert_error};
+use crate::common::{Server, assert_error, shop};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -15,15 +15,13 @@ async fn records(s: &Server, creds: Option<(&str, &str)>, index: &str, records: 
         .iter()
         .map(|r| json!({"action": "addObject", "body": r}))
         .collect();
-    let (status, body) = s
-        .call(
-            Method::POST,
-            &format!("/1/indexes/{index}/batch"),
-            creds,
-            Some(json!({ "requests": requests })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        &format!("/1/indexes/{index}/batch"),
+        creds,
+        Some(json!({ "requests": requests })),
+    )
+    .await;
 }
 
 fn ids(hits: &Value) -> Vec<String> {
@@ -36,8 +34,7 @@ fn ids(hits: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn settings_are_settings_and_say_whether_an_index_exists() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     // No index yet: 404, as index_exists reads it.
     assert_error(
@@ -46,15 +43,10 @@ async fn settings_are_settings_and_say_whether_an_index_exists() {
         StatusCode::NOT_FOUND,
         "Index does not exist",
     );
-    let (status, body) = s
-        .call(
-            Method::PUT,
+    let body = s.ok(Method::PUT,
             "/1/indexes/products/settings?forwardToReplicas=true",
             a,
-            Some(json!({"attributesForFaceting": ["brand", "filterOnly(price)"], "customRanking": ["desc(sales)"]})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+            Some(json!({"attributesForFaceting": ["brand", "filterOnly(price)"], "customRanking": ["desc(sales)"]}))).await;
     assert!(body["taskID"].as_i64().unwrap() > 0);
     assert!(body["updatedAt"].as_str().unwrap().ends_with('Z'));
     // Merged: a later change keeps the other settings; null removes one.
@@ -160,8 +152,7 @@ async fn settings_are_settings_and_say_whether_an_index_exists() {
 
 #[tokio::test]
 async fn indexes_are_listed_cleared_deleted_and_read_several_records_at_once() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     records(
         &s,
@@ -184,8 +175,7 @@ async fn indexes_are_listed_cleared_deleted_and_read_several_records_at_once() {
     assert!(saved["createdAt"].as_str().unwrap().ends_with('Z'));
     records(&s, a, "blog", json!([{"objectID": "b1"}])).await;
 
-    let (status, listed) = s.call(Method::GET, "/1/indexes", a, None).await;
-    assert_eq!(status, StatusCode::OK, "{listed}");
+    let listed = s.ok(Method::GET, "/1/indexes", a, None).await;
     let items = listed["items"].as_array().unwrap();
     let names: Vec<&str> = items.iter().map(|i| i["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["blog", "products"]);
@@ -194,8 +184,8 @@ async fn indexes_are_listed_cleared_deleted_and_read_several_records_at_once() {
     assert_eq!(items[1]["pendingTask"], false);
 
     // Several records of several indexes, in request order, null where none.
-    let (status, got) = s
-        .call(
+    let got = s
+        .ok(
             Method::POST,
             "/1/indexes/*/objects",
             a,
@@ -207,17 +197,15 @@ async fn indexes_are_listed_cleared_deleted_and_read_several_records_at_once() {
             ]})),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{got}");
     assert_eq!(
         got["results"],
         json!([{"objectID": "p2", "brand": "Sony"}, null, {"objectID": "b1"}, {"objectID": generated, "brand": "Nokia"}])
     );
 
     // Clear keeps the index; delete removes it and its settings.
-    let (status, cleared) = s
-        .call(Method::POST, "/1/indexes/products/clear", a, None)
+    let cleared = s
+        .ok(Method::POST, "/1/indexes/products/clear", a, None)
         .await;
-    assert_eq!(status, StatusCode::OK, "{cleared}");
     assert!(cleared["updatedAt"].is_string());
     let (status, _) = s
         .call(Method::GET, "/1/indexes/products/settings", a, None)
@@ -241,8 +229,7 @@ async fn indexes_are_listed_cleared_deleted_and_read_several_records_at_once() {
         StatusCode::FORBIDDEN,
         "deleting an index takes deleteIndex"
     );
-    let (status, deleted) = s.call(Method::DELETE, "/1/indexes/blog", a, None).await;
-    assert_eq!(status, StatusCode::OK, "{deleted}");
+    let deleted = s.ok(Method::DELETE, "/1/indexes/blog", a, None).await;
     assert!(deleted["deletedAt"].is_string());
     let task = deleted["taskID"].as_i64().unwrap();
     let (status, t) = s
@@ -280,8 +267,7 @@ async fn indexes_are_listed_cleared_deleted_and_read_several_records_at_once() {
 
 #[tokio::test]
 async fn tasks_penchant_did_not_issue_are_unknown() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let other = s.app("OTHER").await;
     let a = Some(("SHOP", admin.as_str()));
     let (_, body) = s
@@ -323,8 +309,7 @@ async fn tasks_penchant_did_not_issue_are_unknown() {
 
 #[tokio::test]
 async fn browse_pages_through_filtered_records_with_a_cursor() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let all: Vec<Value> = (0..25)
         .map(|i| json!({"objectID": format!("p{i:02}"), "brand": if i % 2 == 0 { "Apple" } else { "Sony" }, "price": i}))
@@ -337,15 +322,14 @@ async fn browse_pages_through_filtered_records_with_a_cursor() {
     let mut body = json!({"hitsPerPage": 4, "filters": "brand:Apple AND price < 20", "attributesToRetrieve": ["brand"]});
     let mut pages = 0;
     loop {
-        let (status, page) = s
-            .call(
+        let page = s
+            .ok(
                 Method::POST,
                 "/1/indexes/products/browse",
                 a,
                 Some(body.clone()),
             )
             .await;
-        assert_eq!(status, StatusCode::OK, "{page}");
         pages += 1;
         for hit in page["hits"].as_array().unwrap() {
             assert_eq!(hit.as_object().unwrap().len(), 2, "{hit}");
@@ -361,15 +345,14 @@ async fn browse_pages_through_filtered_records_with_a_cursor() {
     assert_eq!(pages, 3);
 
     // GET with a query string, and Algolia's {"params": "..."} body.
-    let (status, page) = s
-        .call(
+    let page = s
+        .ok(
             Method::GET,
             "/1/indexes/products/browse?hitsPerPage=2&numericFilters=price%3E%3D23",
             a,
             None,
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(ids(&page["hits"]), ["p23", "p24"]);
     assert!(page.get("cursor").is_none());
     let (_, page) = s
@@ -423,15 +406,13 @@ async fn browse_pages_through_filtered_records_with_a_cursor() {
     );
 
     // deleteBy: the records that pass the filters.
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/indexes/products/deleteByQuery",
-            a,
-            Some(json!({"filters": "price >= 10"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/indexes/products/deleteByQuery",
+        a,
+        Some(json!({"filters": "price >= 10"})),
+    )
+    .await;
     let (_, page) = s
         .call(Method::POST, "/1/indexes/products/browse", a, None)
         .await;
@@ -462,8 +443,7 @@ async fn browse_pages_through_filtered_records_with_a_cursor() {
 
 #[tokio::test]
 async fn copies_and_moves_replace_the_destination() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     records(
         &s,
@@ -607,8 +587,7 @@ async fn raw(
 
 #[tokio::test]
 async fn routes_penchant_does_not_serve_say_what_to_use_instead() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let cases = [
         (Method::POST, "/1/indexes/products/query", "/rerank"),
@@ -666,8 +645,7 @@ async fn routes_penchant_does_not_serve_say_what_to_use_instead() {
 
 #[tokio::test]
 async fn gzip_bodies_are_read_and_every_response_has_a_request_id() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let creds = ("SHOP", admin.as_str());
     let body =
         json!({"requests": [{"action": "addObject", "body": {"objectID": "z1", "brand": "Zed"}}]});
@@ -720,8 +698,7 @@ async fn gzip_bodies_are_read_and_every_response_has_a_request_id() {
 
 #[tokio::test]
 async fn keys_are_listed_as_algolia_lists_them() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     // Every ACL of Algolia's is accepted.
     let acl = [
@@ -777,17 +754,15 @@ async fn keys_are_listed_as_algolia_lists_them() {
 
 #[tokio::test]
 async fn a_keys_rate_limit_answers_429_with_the_headers_clients_read() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
-    let (status, created) = s
-        .call(
+    let (s, admin) = shop().await;
+    let created = s
+        .ok(
             Method::POST,
             "/1/keys",
             Some(("SHOP", &admin)),
             Some(json!({"acl": ["search"], "maxQueriesPerIPPerHour": 3})),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{created}");
     let key = created["key"].as_str().unwrap().to_owned();
     let (_, shown) = s
         .call(
@@ -842,8 +817,7 @@ async fn a_keys_rate_limit_answers_429_with_the_headers_clients_read() {
 
 #[tokio::test]
 async fn unretrievable_attributes_stay_hidden_wherever_records_are_served() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     records(
         &s,
@@ -892,15 +866,10 @@ async fn unretrievable_attributes_stay_hidden_wherever_records_are_served() {
         .call(Method::POST, "/1/indexes/products/browse", r, None)
         .await;
     assert_eq!(page["hits"][0], shown);
-    let (status, recommended) = s
-        .call(
-            Method::POST,
+    let recommended = s.ok(Method::POST,
             "/1/indexes/*/recommendations",
             r,
-            Some(json!({"requests": [{"indexName": "products", "model": "trending-items", "threshold": 0, "fallbackParameters": {}}]})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{recommended}");
+            Some(json!({"requests": [{"indexName": "products", "model": "trending-items", "threshold": 0, "fallbackParameters": {}}]}))).await;
     let hit = &recommended["results"][0]["hits"][0];
     assert_eq!(hit["objectID"], "p1", "{recommended}");
     assert!(

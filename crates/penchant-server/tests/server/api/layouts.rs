@@ -59,8 +59,7 @@ async fn an_apps_layout_is_set_at_creation_and_migrated_with_a_job() {
         (StatusCode::OK, &json!("Shop")),
         "{body}"
     );
-    let (status, body) = s.call(Method::GET, "/1/apps/SHOP/layout", root, None).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    let body = s.ok(Method::GET, "/1/apps/SHOP/layout", root, None).await;
     assert_eq!(
         body,
         json!({"eventLayout": "narrow", "alsoWritten": null, "migration": null})
@@ -103,8 +102,7 @@ async fn an_apps_layout_is_set_at_creation_and_migrated_with_a_job() {
         StatusCode::OK
     );
     let profile = "/1/profiles/personalization/alice";
-    let (status, before) = s.call(Method::GET, profile, app, None).await;
-    assert_eq!(status, StatusCode::OK, "{before}");
+    let before = s.ok(Method::GET, profile, app, None).await;
     assert_eq!(before["scores"], json!({"brand": {"Sony": 20, "Apple": 4}}));
 
     // Migrate to wide: 202 with the job, then followed to its end.

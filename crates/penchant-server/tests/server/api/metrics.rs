@@ -4,12 +4,11 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::common::Server;
+use crate::common::{Server, shop};
 
 #[tokio::test]
 async fn metrics_count_requests_by_route_template_and_events() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let event = |user: &str| {
         json!({"eventType": "view", "eventName": "Viewed", "index": "items", "userToken": user,

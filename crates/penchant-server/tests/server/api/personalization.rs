@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::Server;
+use crate::common::shop;
 use penchant_store::ReadRows;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -24,8 +24,7 @@ fn event(kind: &str, name: &str, user: &str, filters: &[&str]) -> Value {
 
 #[tokio::test]
 async fn strategy_profiles_jobs_and_deletion() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let reco = s.key("SHOP", &admin, &["recommendation"]).await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let deleter = s.key("SHOP", &admin, &["deleteObject"]).await;
@@ -63,8 +62,7 @@ async fn strategy_profiles_jobs_and_deletion() {
         StatusCode::FORBIDDEN,
         "search cannot set the strategy"
     );
-    let (status, body) = s.call(Method::POST, path, r, Some(strategy())).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::POST, path, r, Some(strategy())).await;
     let (_, got) = s.call(Method::GET, path, r, None).await;
     assert_eq!(got, strategy());
 
@@ -79,10 +77,9 @@ async fn strategy_profiles_jobs_and_deletion() {
         s.call(Method::POST, "/1/events", k, Some(events)).await.0,
         StatusCode::OK
     );
-    let (status, profile) = s
-        .call(Method::GET, "/1/profiles/personalization/alice", r, None)
+    let profile = s
+        .ok(Method::GET, "/1/profiles/personalization/alice", r, None)
         .await;
-    assert_eq!(status, StatusCode::OK, "{profile}");
     assert_eq!(profile["userToken"], "alice");
     assert!(profile["lastEventAt"].as_str().unwrap().ends_with('Z'));
     // Raw: Sony 50*100 = 5000 (best, 20), Apple 2*10*100 = 2000 (8), red 10*20 = 200 (1).
@@ -179,8 +176,7 @@ async fn strategy_profiles_jobs_and_deletion() {
 
 #[tokio::test]
 async fn rerank_and_optional_filters() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let a = Some(("SHOP", admin.as_str()));
     let k = Some(("SHOP", search.as_str()));
@@ -208,15 +204,14 @@ async fn rerank_and_optional_filters() {
     let body = json!({"userToken": "dan", "hits": [
         {"objectID": "s1"}, {"objectID": "n1"}, {"objectID": "x9", "brand": "Apple", "name": "inline"},
     ]});
-    let (status, out) = s
-        .call(
+    let out = s
+        .ok(
             Method::POST,
             "/1/indexes/phones/rerank",
             k,
             Some(body.clone()),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{out}");
     assert_eq!(out["personalizationImpact"], 60);
     let ids: Vec<&str> = out["hits"]
         .as_array()

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{ROOT, Server, assert_error};
+use crate::common::{ROOT, Server, assert_error, shop};
 use penchant_engine::tenancy::TenancyConfig;
 use penchant_engine::{Engine, EngineConfig};
 use penchant_server::{AppState, router, serve};
@@ -65,10 +65,7 @@ async fn rows_in(store: &MemStore, table: &str, unit: &[u8]) -> usize {
 async fn apps_are_created_in_a_target_and_moved() {
     let (s, us, eu) = placed_server().await;
     let root = Some(("", ROOT));
-    let (status, targets) = s
-        .call(Method::GET, "/1/placement/targets", root, None)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{targets}");
+    let targets = s.ok(Method::GET, "/1/placement/targets", root, None).await;
     assert_eq!(targets, json!({"targets": ["us", "eu"], "default": "us"}));
 
     // Created in eu: its rows are there from the first.
@@ -122,15 +119,13 @@ async fn apps_are_created_in_a_target_and_moved() {
                         "userToken": format!("u{}", i % 5), "filters": ["brand:Apple"]})
         })
         .collect();
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/events",
-            a,
-            Some(json!({ "events": events })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/events",
+        a,
+        Some(json!({ "events": events })),
+    )
+    .await;
     assert_eq!(rows_in(&us, "events", b"SHOP").await, 50);
     let path = "/1/apps/SHOP/placement";
     assert_eq!(
@@ -172,10 +167,8 @@ async fn apps_are_created_in_a_target_and_moved() {
 
     // A user without rows placed on its own; one with rows must be moved.
     let user = "/1/apps/SHOP/placement/users/newcomer";
-    let (status, placed) = s
-        .call(Method::PUT, user, root, Some(json!({"target": "us"})))
+    s.ok(Method::PUT, user, root, Some(json!({"target": "us"})))
         .await;
-    assert_eq!(status, StatusCode::OK, "{placed}");
     let (_, users) = s
         .call(Method::GET, "/1/apps/SHOP/placement/users", root, None)
         .await;
@@ -204,17 +197,15 @@ async fn apps_are_created_in_a_target_and_moved() {
 
 #[tokio::test]
 async fn one_store_moves_nothing() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let root = Some(("", ROOT));
     // An app's placement is also shown to its own `settings` keys (the dashboard's jobs page).
     let settings = s.key("SHOP", &admin, &["settings"]).await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let path = "/1/apps/SHOP/placement";
-    let (status, shown) = s
-        .call(Method::GET, path, Some(("SHOP", settings.as_str())), None)
+    let shown = s
+        .ok(Method::GET, path, Some(("SHOP", settings.as_str())), None)
         .await;
-    assert_eq!(status, StatusCode::OK, "{shown}");
     assert_eq!(
         shown,
         json!({"target": "default", "alsoWritten": null, "move": null})

@@ -6,7 +6,7 @@ use reqwest::header::{ALLOW, CONTENT_TYPE, HeaderMap};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::common::{ROOT, Server};
+use crate::common::{ROOT, Server, shop};
 
 /// A request with a raw body (or none); status, headers and the body as JSON (`Null` when it
 /// is not JSON).
@@ -52,22 +52,19 @@ fn assert_error(got: &(StatusCode, HeaderMap, Value), status: StatusCode, messag
 
 #[tokio::test]
 async fn a_batch_with_an_unsupported_operation_writes_nothing() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
-    let (status, body) = s
-        .call(
-            Method::POST,
-            "/1/indexes/*/batch",
-            a,
-            Some(json!({"requests": [
-                {"action": "addObject", "indexName": "products", "body": {"objectID": "x"}},
-                {"action": "addObject", "indexName": "products", "body": {"objectID": "y", "n": 1}},
-                {"action": "addObject", "indexName": "other", "body": {"objectID": "o"}},
-            ]})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::POST,
+        "/1/indexes/*/batch",
+        a,
+        Some(json!({"requests": [
+            {"action": "addObject", "indexName": "products", "body": {"objectID": "x"}},
+            {"action": "addObject", "indexName": "products", "body": {"objectID": "y", "n": 1}},
+            {"action": "addObject", "indexName": "other", "body": {"objectID": "o"}},
+        ]})),
+    )
+    .await;
     let exists = |index: &'static str, id: &'static str| {
         let s = &s;
         async move {
@@ -118,8 +115,7 @@ async fn a_batch_with_an_unsupported_operation_writes_nothing() {
 
 #[tokio::test]
 async fn malformed_partial_updates_are_refused() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let partial = |changes: Value| {
         let s = &s;
@@ -193,8 +189,7 @@ async fn malformed_partial_updates_are_refused() {
 
 #[tokio::test]
 async fn bodies_that_should_be_objects_are_objects() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let root = Some(("", ROOT));
     let (_, keys) = s.call(Method::GET, "/1/keys", a, None).await;
@@ -243,8 +238,7 @@ async fn bodies_that_should_be_objects_are_objects() {
 
 #[tokio::test]
 async fn an_empty_rebuild_is_refused_unless_asked_for() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let (status, body) = s
         .call(
@@ -296,8 +290,7 @@ async fn an_empty_rebuild_is_refused_unless_asked_for() {
 
 #[tokio::test]
 async fn every_error_is_algolia_json() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let root = Some(("", ROOT));
     // A path segment that is not UTF-8.
@@ -324,8 +317,7 @@ async fn every_error_is_algolia_json() {
 
 #[tokio::test]
 async fn attribute_names_are_bounded_so_events_on_records_always_work() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let long = "a".repeat(20_000);
     let refused = "bytes long (by dotted path), the limit is 1000";
@@ -357,12 +349,10 @@ async fn attribute_names_are_bounded_so_events_on_records_always_work() {
     // name, also quotes: the event is stored.
     let name = "\"".repeat(1000);
     let record = json!({ &name: "v", "brand": "Apple", "description": "d".repeat(5000) });
-    let (status, body) = s.call(Method::PUT, "/1/indexes/p/r", a, Some(record)).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::PUT, "/1/indexes/p/r", a, Some(record)).await;
     let event = json!({"events": [{"eventType": "conversion", "eventName": "\"".repeat(64),
         "index": "p", "userToken": "u", "objectIDs": ["r"]}]});
-    let (status, body) = s.call(Method::POST, "/1/events", a, Some(event)).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::POST, "/1/events", a, Some(event)).await;
 }
 
 /// Issue 29: a deeply nested filter overflowed the worker's stack and aborted the process, every
@@ -370,18 +360,15 @@ async fn attribute_names_are_bounded_so_events_on_records_always_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deeply_nested_filters_are_refused_not_a_crash() {
     use base64::Engine as _;
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
-    let (status, body) = s
-        .call(
-            Method::PUT,
-            "/1/indexes/shop/x1",
-            a,
-            Some(json!({"brand": "b"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(
+        Method::PUT,
+        "/1/indexes/shop/x1",
+        a,
+        Some(json!({"brand": "b"})),
+    )
+    .await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let browse = s.key("SHOP", &admin, &["browse"]).await;
     let (searching, browsing) = (
@@ -483,8 +470,7 @@ async fn deeply_nested_filters_are_refused_not_a_crash() {
 /// Issue 29: a Recommend call had no cap on its requests (10,000 took 3.6 s and 20 MB).
 #[tokio::test]
 async fn a_recommend_call_holds_at_most_100_requests() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search = s.key("SHOP", &admin, &["search"]).await;
     let k = Some(("SHOP", search.as_str()));
     let one = json!({"indexName": "shop", "model": "trending-items", "threshold": 0});

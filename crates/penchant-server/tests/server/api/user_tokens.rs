@@ -6,7 +6,7 @@ use penchant_store::{ReadRows, Row, RowSet};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::common::Server;
+use crate::common::{Server, shop};
 
 /// Every row of user `a` in the tables a deletion touches.
 async fn rows_of_a(s: &Server) -> Vec<(String, Vec<Row>)> {
@@ -34,8 +34,7 @@ async fn rows_of_a(s: &Server) -> Vec<(String, Vec<Row>)> {
 
 #[tokio::test]
 async fn a_separator_in_a_path_token_is_refused_and_reaches_no_one() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let creds = Some(("SHOP", admin.as_str()));
     let strategy = json!({
         "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
@@ -49,8 +48,7 @@ async fn a_separator_in_a_path_token_is_refused_and_reaches_no_one() {
     let events = json!({"events": [{"eventType": "view", "eventName": "Viewed", "index": "items",
         "userToken": "a", "objectIDs": ["item-1"]}, {"eventType": "view", "eventName": "Viewed",
         "index": "items", "userToken": "a", "filters": ["brand:Apple"]}]});
-    let (status, body) = s.call(Method::POST, "/1/events", creds, Some(events)).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::POST, "/1/events", creds, Some(events)).await;
     let before = rows_of_a(&s).await;
 
     let message = "UserToken must contain only alphanumeric, equal, plus, slash, hyphen, or \
@@ -76,17 +74,15 @@ async fn a_separator_in_a_path_token_is_refused_and_reaches_no_one() {
         before,
         "user a's rows are as they were"
     );
-    let (status, body) = s
-        .call(Method::GET, "/1/profiles/personalization/a", creds, None)
+    let body = s
+        .ok(Method::GET, "/1/profiles/personalization/a", creds, None)
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["scores"]["brand"]["Apple"], 20);
 }
 
 #[tokio::test]
 async fn a_user_with_only_unscored_events_has_no_profile() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let creds = Some(("SHOP", admin.as_str()));
     let strategy = json!({
         "eventsScoring": [{"eventName": "Bought", "eventType": "conversion", "score": 10}],

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::common::{Creds, Server, assert_error, now_ms};
+use crate::common::{Creds, Server, assert_error, now_ms, shop};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -109,8 +109,7 @@ fn assert_hits(got: &[(String, f64)], want: &[(&str, f64)]) {
 async fn send(s: &Server, creds: Creds<'_>, events: Vec<Value>) {
     for chunk in events.chunks(1000) {
         let body = json!({ "events": chunk });
-        let (status, resp) = s.call(Method::POST, "/1/events", creds, Some(body)).await;
-        assert_eq!(status, StatusCode::OK, "{resp}");
+        s.ok(Method::POST, "/1/events", creds, Some(body)).await;
     }
 }
 
@@ -123,8 +122,7 @@ fn event(kind: &str, user: &str, ids: &[&str], timestamp: i64) -> Value {
 
 #[tokio::test]
 async fn spaces_are_created_listed_and_deleted() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search_key = s.key("SHOP", &admin, &["search"]).await;
     let (a, k) = (
         Some(("SHOP", admin.as_str())),
@@ -162,8 +160,7 @@ async fn spaces_are_created_listed_and_deleted() {
     // A search key reads, never writes.
     let (status, _) = create(&s, k, json!({"name": "other", "dimension": 3})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "creating needs editSettings");
-    let (status, list) = s.call(Method::GET, "/1/vectors", k, None).await;
-    assert_eq!(status, StatusCode::OK, "{list}");
+    let list = s.ok(Method::GET, "/1/vectors", k, None).await;
     let names: Vec<&str> = list["spaces"]
         .as_array()
         .unwrap()
@@ -171,8 +168,7 @@ async fn spaces_are_created_listed_and_deleted() {
         .map(|sp| sp["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["emb", "img"]);
-    let (status, got) = s.call(Method::GET, "/1/vectors/img", k, None).await;
-    assert_eq!(status, StatusCode::OK, "{got}");
+    let got = s.ok(Method::GET, "/1/vectors/img", k, None).await;
     for field in ["name", "dimension", "metric", "createdAt"] {
         assert_eq!(got[field], img[field], "{field}: {got}");
     }
@@ -227,8 +223,7 @@ async fn spaces_are_created_listed_and_deleted() {
     put(&s, a, "img", "users", &[("u1", vec![1.0, 0.0, 0.0])]).await;
     let (status, _) = s.call(Method::DELETE, "/1/vectors/img", k, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "deleting needs editSettings");
-    let (status, body) = s.call(Method::DELETE, "/1/vectors/img", a, None).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    let body = s.ok(Method::DELETE, "/1/vectors/img", a, None).await;
     assert!(body["deletedAt"].is_string(), "{body}");
     assert_error(
         s.call(Method::GET, "/1/vectors/img", k, None).await,
@@ -287,8 +282,7 @@ async fn spaces_are_created_listed_and_deleted() {
 
 #[tokio::test]
 async fn json_uploads_are_checked_whole_before_any_is_written() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search_key = s.key("SHOP", &admin, &["search"]).await;
     let adder = s.key("SHOP", &admin, &["addObject"]).await;
     let (a, k, w) = (
@@ -449,20 +443,14 @@ async fn json_uploads_are_checked_whole_before_any_is_written() {
         .call(Method::DELETE, "/1/vectors/x/items/i1", k, None)
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "deleting needs deleteObject");
-    let (status, body) = s
-        .call(Method::DELETE, "/1/vectors/x/items/i1", a, None)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::DELETE, "/1/vectors/x/items/i1", a, None).await;
     assert_eq!(
         get_vector(&s, k, "x", "items", "i1").await.0,
         StatusCode::NOT_FOUND
     );
     let hits = search(&s, k, "x", json!({"vector": [1, 1, 1]})).await;
     assert_eq!(ids(&hits), ["i2"], "a deleted item is no hit");
-    let (status, body) = s
-        .call(Method::DELETE, "/1/vectors/x/users/u1", a, None)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    s.ok(Method::DELETE, "/1/vectors/x/users/u1", a, None).await;
     assert_eq!(
         get_vector(&s, k, "x", "users", "u1").await.0,
         StatusCode::NOT_FOUND
@@ -499,8 +487,7 @@ async fn upload_binary(s: &Server, key: &str, path: &str, body: Vec<u8>) -> (Sta
 
 #[tokio::test]
 async fn binary_uploads() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let (status, _) = create(
         &s,
@@ -519,8 +506,7 @@ async fn binary_uploads() {
     assert_eq!((status, body), (StatusCode::OK, json!({"written": 3})));
     for (id, vector) in records {
         let path = format!("/1/vectors/emb/items/{}", urlencode(id));
-        let (status, body) = s.call(Method::GET, &path, a, None).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
+        let body = s.ok(Method::GET, &path, a, None).await;
         assert_eq!(body["id"], id);
         assert_eq!(floats(&body["vector"]), vector);
     }
@@ -648,8 +634,7 @@ fn ranked(metric: &str, q: &[f64], skip: &[&str]) -> Vec<(&'static str, f64)> {
 
 #[tokio::test]
 async fn search_by_vector_item_and_user() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search_key = s.key("SHOP", &admin, &["search"]).await;
     let (a, k) = (
         Some(("SHOP", admin.as_str())),
@@ -806,8 +791,7 @@ async fn search_by_vector_item_and_user() {
 
 #[tokio::test]
 async fn similar_to_the_last_liked_items() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search_key = s.key("SHOP", &admin, &["search"]).await;
     let (a, k) = (
         Some(("SHOP", admin.as_str())),
@@ -845,8 +829,7 @@ async fn similar_to_the_last_liked_items() {
     let path = "/1/vectors/sim/similar-to-liked";
     let server = &s;
     let liked = move |body: Value| async move {
-        let (status, resp) = server.call(Method::POST, path, k, Some(body)).await;
-        assert_eq!(status, StatusCode::OK, "{resp}");
+        let resp = server.ok(Method::POST, path, k, Some(body)).await;
         (resp["liked"].clone(), hits(&resp["hits"]))
     };
 
@@ -954,8 +937,7 @@ async fn similar_to_the_last_liked_items() {
 
 #[tokio::test]
 async fn deleting_users_and_records_deletes_their_vectors() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let search_key = s.key("SHOP", &admin, &["search"]).await;
     let (a, k) = (
         Some(("SHOP", admin.as_str())),
@@ -1000,10 +982,7 @@ async fn deleting_users_and_records_deletes_their_vectors() {
     // Records of index products.
     for id in ["p1", "p2", "p3", "p4"] {
         let path = format!("/1/indexes/products/{id}");
-        let (status, body) = s
-            .call(Method::PUT, &path, a, Some(json!({"name": id})))
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
+        s.ok(Method::PUT, &path, a, Some(json!({"name": id}))).await;
     }
     let all_ids = |space: &'static str| {
         let s = &s;
@@ -1017,10 +996,8 @@ async fn deleting_users_and_records_deletes_their_vectors() {
     assert_eq!(all_ids("all").await, ["p1", "p2", "p3", "p4"]);
 
     // Deleting a record deletes its vector (search loads the space again).
-    let (status, body) = s
-        .call(Method::DELETE, "/1/indexes/products/p1", a, None)
+    s.ok(Method::DELETE, "/1/indexes/products/p1", a, None)
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     for space in ["all", "products"] {
         assert_error(
             get_vector(&s, k, space, "items", "p1").await,
@@ -1037,28 +1014,22 @@ async fn deleting_users_and_records_deletes_their_vectors() {
     // A delete in another index: spaces of any index lose the vector, spaces of products
     // keep it.
     let batch = json!({"requests": [{"action": "deleteObject", "body": {"objectID": "p2"}}]});
-    let (status, body) = s
-        .call(Method::POST, "/1/indexes/books/batch", a, Some(batch))
+    s.ok(Method::POST, "/1/indexes/books/batch", a, Some(batch))
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(all_ids("all").await, ["p3", "p4"]);
     assert_eq!(all_ids("products").await, ["p2", "p3", "p4"]);
     // A batch delete in products, then clearing products: every record's vector goes.
     let batch = json!({"requests": [{"action": "deleteObject", "body": {"objectID": "p3"}}]});
-    let (status, body) = s
-        .call(Method::POST, "/1/indexes/products/batch", a, Some(batch))
+    s.ok(Method::POST, "/1/indexes/products/batch", a, Some(batch))
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(all_ids("products").await, ["p2", "p4"]);
     // p9 is no record of products: clearing products leaves its vectors.
     for space in ["all", "products"] {
         put(&s, a, space, "items", &[("p9", vec![3.0, 3.0])]).await;
     }
     let batch = json!({"requests": [{"action": "clear"}]});
-    let (status, body) = s
-        .call(Method::POST, "/1/indexes/products/batch", a, Some(batch))
+    s.ok(Method::POST, "/1/indexes/products/batch", a, Some(batch))
         .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(all_ids("all").await, ["p9"]);
     assert_eq!(all_ids("products").await, ["p9"]);
 }
@@ -1091,8 +1062,7 @@ async fn train(s: &Server, creds: Creds<'_>, body: Value) -> Value {
 async fn trained(s: &Server, creds: Creds<'_>) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (status, body) = s.call(Method::GET, "/1/als/train", creds, None).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
+        let body = s.ok(Method::GET, "/1/als/train", creds, None).await;
         if body["state"] != "running" {
             return body;
         }
@@ -1243,8 +1213,7 @@ async fn als_trains_from_events_and_folds_in_new_users() {
     assert_eq!(status["items"], 60);
     assert_eq!(status["interactions"], 600);
 
-    let (status, space) = s.call(Method::GET, "/1/vectors/als", k, None).await;
-    assert_eq!(status, StatusCode::OK, "{space}");
+    let space = s.ok(Method::GET, "/1/vectors/als", k, None).await;
     assert_eq!(space["dimension"], 8);
     assert_eq!(space["metric"], "dot");
     assert_eq!(space["training"]["users"], 60, "{space}");
@@ -1293,15 +1262,14 @@ async fn als_trains_from_events_and_folds_in_new_users() {
     assert_eq!(space["dimension"], 8, "the space is as it was");
 
     // Evaluation: ALS against popularity.
-    let (status, eval) = s
-        .call(
+    let eval = s
+        .ok(
             Method::POST,
             "/1/als/evaluate",
             a,
             Some(json!({"factors": 8, "iterations": 10, "holdout": 1, "k": 5})),
         )
         .await;
-    assert_eq!(status, StatusCode::OK, "{eval}");
     assert_eq!(eval["k"], 5);
     assert_eq!(eval["holdout"], 1);
     assert_eq!(eval["users"], 60);
@@ -1493,8 +1461,7 @@ async fn als_trains_from_events_and_folds_in_new_users() {
 /// at the bound scores finitely.
 #[tokio::test]
 async fn huge_components_are_refused_and_scores_stay_finite() {
-    let s = Server::start().await;
-    let admin = s.app("SHOP").await;
+    let (s, admin) = shop().await;
     let a = Some(("SHOP", admin.as_str()));
     let (status, _) = create(&s, a, json!({"name": "d", "dimension": 3, "metric": "dot"})).await;
     assert_eq!(status, StatusCode::CREATED);

@@ -11,7 +11,8 @@ use crate::common::Server;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_errors_and_csp_violations_are_caught() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
+    let shop = seed::App::new(&s, "SHOP").await;
+    let admin = shop.key.clone();
     run("errors", &s.base.clone(), super::DESKTOP, move |page| async move {
         page.open("#/overview").await;
         page.sign_in("SHOP", &admin).await;

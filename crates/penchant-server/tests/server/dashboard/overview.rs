@@ -10,13 +10,10 @@ use crate::common::{ROOT, Server};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_and_overview_show_the_apps_numbers() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
+    let shop = seed::App::new(&s, "SHOP").await;
     // Five records over two indexes; a strategy; 4 clicks, 2 conversions and 1 view by two users.
     let record = |id: &str, brand: &str| json!({"objectID": id, "brand": brand});
-    seed::records(
-        &s,
-        "SHOP",
-        &admin,
+    shop.records(
         "products",
         &[
             record("p1", "Apple"),
@@ -25,18 +22,9 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
         ],
     )
     .await;
-    seed::records(
-        &s,
-        "SHOP",
-        &admin,
-        "outlet",
-        &[record("o1", "Sony"), record("o2", "Apple")],
-    )
-    .await;
-    seed::strategy(
-        &s,
-        "SHOP",
-        &admin,
+    shop.records("outlet", &[record("o1", "Sony"), record("o2", "Apple")])
+        .await;
+    shop.strategy(
         json!({"eventsScoring": [{"eventName": "Clicked", "eventType": "click", "score": 10},
                                  {"eventName": "Bought", "eventType": "conversion", "score": 50},
                                  {"eventName": "Viewed", "eventType": "view", "score": 1}],
@@ -45,30 +33,21 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
     )
     .await;
     let e = seed::event;
-    seed::events(
-        &s,
-        "SHOP",
-        &admin,
-        vec![
-            e("click", "Clicked", "alice", "products", &["p1"], 3000),
-            e("click", "Clicked", "alice", "products", &["p3"], 2000),
-            e("click", "Clicked", "bob", "products", &["p2"], 2000),
-            e("click", "Clicked", "bob", "outlet", &["o1"], 1000),
-            e("conversion", "Bought", "alice", "products", &["p1"], 1000),
-            e("conversion", "Bought", "bob", "outlet", &["o1"], 500),
-            e("view", "Viewed", "bob", "products", &["p2"], 100),
-        ],
-    )
+    shop.events(vec![
+        e("click", "Clicked", "alice", "products", &["p1"], 3000),
+        e("click", "Clicked", "alice", "products", &["p3"], 2000),
+        e("click", "Clicked", "bob", "products", &["p2"], 2000),
+        e("click", "Clicked", "bob", "outlet", &["o1"], 1000),
+        e("conversion", "Bought", "alice", "products", &["p1"], 1000),
+        e("conversion", "Bought", "bob", "outlet", &["o1"], 500),
+        e("view", "Viewed", "bob", "products", &["p2"], 100),
+    ])
     .await;
     // Another app's traffic is not this one's.
-    let other = seed::app(&s, "OTHER").await;
-    seed::events(
-        &s,
-        "OTHER",
-        &other,
-        vec![e("click", "Clicked", "zed", "x", &["y"], 100)],
-    )
-    .await;
+    let other = seed::App::new(&s, "OTHER").await;
+    other
+        .events(vec![e("click", "Clicked", "zed", "x", &["y"], 100)])
+        .await;
     let (status, body) = s
         .call(
             Method::PUT,
@@ -79,8 +58,8 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
         .await;
     assert!(status.is_success(), "{body}");
 
+    let key = shop.key.clone();
     let server = std::sync::Arc::new(s);
-    let key = admin.clone();
     run("overview", &server.base.clone(), super::DESKTOP, move |page| async move {
         page.open("").await;
         // Not signed in: the form, whatever the hash.
@@ -92,7 +71,7 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
         assert!(page.js("return document.getElementById('nav').hidden", vec![]).await.as_bool().unwrap());
 
         // The right key, submitted with Enter.
-        page.type_into("#signin-key", &admin).await;
+        page.type_into("#signin-key", &key).await;
         page.enter("#signin-key").await;
         page.until("the overview", "location.hash === '#/overview' && document.getElementById('page-overview')").await;
         page.until("catalog size 5", "document.querySelector('#stat-catalog')?.dataset.count === '5'").await;
@@ -118,7 +97,8 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
 
         // Refreshed every 10 s: two more clicks show up without a touch.
         let e = seed::event;
-        seed::events(&server, "SHOP", &key, vec![
+        let shop = seed::App { s: &server, app: "SHOP", key: key.clone() };
+        shop.events(vec![
             e("click", "Clicked", "carol", "products", &["p1"], 0),
             e("click", "Clicked", "carol", "products", &["p2"], 0),
         ])
@@ -145,8 +125,8 @@ async fn sign_in_and_overview_show_the_apps_numbers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_without_the_acls_signs_in_and_sees_the_apis_refusals() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
-    let search = s.key("SHOP", &admin, &["search"]).await;
+    let shop = seed::App::new(&s, "SHOP").await;
+    let search = s.key("SHOP", &shop.key, &["search"]).await;
     run(
         "refusals",
         &s.base.clone(),

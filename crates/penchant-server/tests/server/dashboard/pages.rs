@@ -10,12 +10,9 @@ use crate::common::Server;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_sets_and_recommendations_show_the_apps_state() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
+    let shop = seed::App::new(&s, "SHOP").await;
     let record = |id: &str, brand: &str| json!({"objectID": id, "brand": brand, "name": format!("{brand} {id}")});
-    seed::records(
-        &s,
-        "SHOP",
-        &admin,
+    shop.records(
         "products",
         &[
             record("a1", "Apple"),
@@ -24,78 +21,52 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         ],
     )
     .await;
-    seed::strategy(
-        &s,
-        "SHOP",
-        &admin,
-        json!({
+    shop.strategy(json!({
         "eventsScoring": [{"eventName": "Bought", "eventType": "conversion", "score": 50}],
         "facetsScoring": [{"facetName": "brand", "score": 100}],
-        "personalizationImpact": 50}),
-    )
-    .await;
+        "personalizationImpact": 50}))
+        .await;
     let e = seed::event;
-    seed::events(
-        &s,
-        "SHOP",
-        &admin,
-        vec![
-            e(
-                "conversion",
-                "Bought",
-                "alice",
-                "products",
-                &["a1", "a2"],
-                3000,
-            ),
-            e("conversion", "Bought", "bob", "products", &["a1"], 2000),
-            e("conversion", "Bought", "bob", "products", &["s1"], 1000),
-            e("view", "Viewed", "carol", "products", &["a1"], 500),
-        ],
-    )
+    shop.events(vec![
+        e(
+            "conversion",
+            "Bought",
+            "alice",
+            "products",
+            &["a1", "a2"],
+            3000,
+        ),
+        e("conversion", "Bought", "bob", "products", &["a1"], 2000),
+        e("conversion", "Bought", "bob", "products", &["s1"], 1000),
+        e("view", "Viewed", "carol", "products", &["a1"], 500),
+    ])
     .await;
     // A second strategy: two recomputes in the history.
-    seed::strategy(
-        &s,
-        "SHOP",
-        &admin,
-        json!({
+    shop.strategy(json!({
         "eventsScoring": [{"eventName": "Bought", "eventType": "conversion", "score": 60}],
         "facetsScoring": [{"facetName": "brand", "score": 100}],
-        "personalizationImpact": 50}),
-    )
-    .await;
-    seed::ok(
-        &s,
-        "SHOP",
-        &admin,
+        "personalizationImpact": 50}))
+        .await;
+    shop.ok(
         Method::POST,
         "/1/sets",
         json!({"name": "blocked", "capacity": 1000, "errorRate": 0.01}),
     )
     .await;
-    seed::ok(
-        &s,
-        "SHOP",
-        &admin,
+    shop.ok(
         Method::POST,
         "/1/sets/blocked/madd",
         json!({"keys": ["u1", "u2", "u3"]}),
     )
     .await;
-    seed::ok(&s, "SHOP", &admin, Method::PUT, "/1/queues/for-you", json!({"indexName": "products", "size": 100, "sources": [{"source": "trending", "weight": 1}]})).await;
+    shop.ok(Method::PUT, "/1/queues/for-you", json!({"indexName": "products", "size": 100, "sources": [{"source": "trending", "weight": 1}]})).await;
 
     // An ALS training and a build of the lists and queues.
-    seed::job(
-        &s,
-        "SHOP",
-        &admin,
-        "/1/als/train",
-        json!({"factors": 4, "iterations": 3}),
-    )
-    .await;
-    seed::job(&s, "SHOP", &admin, "/1/recommend/build", json!({})).await;
+    shop.job("/1/als/train", json!({"factors": 4, "iterations": 3}))
+        .await;
+    shop.job("/1/recommend/build", json!({})).await;
 
+    let admin = shop.key.clone();
     run("pages", &s.base.clone(), super::DESKTOP, move |page| async move {
         page.open("#/jobs").await;
         page.sign_in("SHOP", &admin).await;

@@ -10,17 +10,20 @@ use crate::common::Server;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_a_phone_width_nothing_overflows_and_the_nav_works() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
-    seed::records(&s, "SHOP", &admin, "products", &[json!({"objectID": "p1", "brand": "Apple", "description": "a long description that would widen a table well past a phone's screen if nothing wrapped or scrolled it"})]).await;
+    let shop = seed::App::new(&s, "SHOP").await;
+    shop.records("products", &[json!({"objectID": "p1", "brand": "Apple", "description": "a long description that would widen a table well past a phone's screen if nothing wrapped or scrolled it"})]).await;
     let e = seed::event;
-    seed::events(
-        &s,
-        "SHOP",
-        &admin,
-        vec![e("click", "Clicked", "alice", "products", &["p1"], 1000)],
-    )
+    shop.events(vec![e(
+        "click",
+        "Clicked",
+        "alice",
+        "products",
+        &["p1"],
+        1000,
+    )])
     .await;
 
+    let admin = shop.key.clone();
     run("phone", &s.base.clone(), super::PHONE, move |page| async move {
         page.open("").await;
         page.sign_in("SHOP", &admin).await;

@@ -11,12 +11,9 @@ use crate::common::Server;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_is_shown_and_deleted_through_the_dialog() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
+    let shop = seed::App::new(&s, "SHOP").await;
     let record = |id: &str, brand: &str, color: &str| json!({"objectID": id, "brand": brand, "color": color});
-    seed::records(
-        &s,
-        "SHOP",
-        &admin,
+    shop.records(
         "products",
         &[
             record("a1", "Apple", "red"),
@@ -26,7 +23,7 @@ async fn a_profile_is_shown_and_deleted_through_the_dialog() {
         ],
     )
     .await;
-    seed::strategy(&s, "SHOP", &admin, json!({
+    shop.strategy(json!({
         "eventsScoring": [{"eventName": "Clicked", "eventType": "click", "score": 10},
                           {"eventName": "Bought", "eventType": "conversion", "score": 50},
                           {"eventName": "Viewed", "eventType": "view", "score": 1}],
@@ -35,22 +32,17 @@ async fn a_profile_is_shown_and_deleted_through_the_dialog() {
     .await;
     let e = seed::event;
     // Apple: 2 clicks + a conversion; Samsung: 1 click; Google: one view (also marks g1 seen).
-    seed::events(
-        &s,
-        "SHOP",
-        &admin,
-        vec![
-            e("click", "Clicked", "alice", "products", &["a1"], 5000),
-            e("click", "Clicked", "alice", "products", &["a2"], 4000),
-            e("conversion", "Bought", "alice", "products", &["a1"], 3000),
-            e("click", "Clicked", "alice", "products", &["s1"], 2000),
-            e("view", "Viewed", "alice", "products", &["g1"], 1000),
-        ],
-    )
+    shop.events(vec![
+        e("click", "Clicked", "alice", "products", &["a1"], 5000),
+        e("click", "Clicked", "alice", "products", &["a2"], 4000),
+        e("conversion", "Bought", "alice", "products", &["a1"], 3000),
+        e("click", "Clicked", "alice", "products", &["s1"], 2000),
+        e("view", "Viewed", "alice", "products", &["g1"], 1000),
+    ])
     .await;
 
     let base = s.base.clone();
-    let key = admin.clone();
+    let key = shop.key.clone();
     run("profiles", &base, super::DESKTOP, move |page| async move {
         page.open("#/profiles").await;
         page.sign_in("SHOP", &key).await;
@@ -110,7 +102,7 @@ async fn a_profile_is_shown_and_deleted_through_the_dialog() {
         .call(
             Method::GET,
             "/1/profiles/personalization/alice",
-            Some(("SHOP", &admin)),
+            Some(("SHOP", &shop.key)),
             None,
         )
         .await;

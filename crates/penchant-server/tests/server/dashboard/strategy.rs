@@ -11,14 +11,11 @@ use crate::common::Server;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_strategy_is_refused_live_and_a_valid_one_saved() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
+    let shop = seed::App::new(&s, "SHOP").await;
     // A key with the strategy's ACL only: the page needs no more.
-    let key = s.key("SHOP", &admin, &["recommendation"]).await;
+    let key = s.key("SHOP", &shop.key, &["recommendation"]).await;
     let e = seed::event;
-    seed::events(
-        &s,
-        "SHOP",
-        &admin,
+    shop.events(
         (0..6)
             .map(|i| {
                 e(
@@ -120,12 +117,9 @@ fn ids(v: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_ranks_under_the_saved_and_the_edited_strategy() {
     let s = Server::start().await;
-    let admin = seed::app(&s, "SHOP").await;
+    let shop = seed::App::new(&s, "SHOP").await;
     let record = |id: &str, brand: &str, color: &str| json!({"objectID": id, "brand": brand, "color": color, "shelf": "top", "name": format!("{brand} {id}")});
-    seed::records(
-        &s,
-        "SHOP",
-        &admin,
+    shop.records(
         "products",
         &[
             record("a1", "Apple", "red"),
@@ -136,30 +130,21 @@ async fn the_simulator_ranks_under_the_saved_and_the_edited_strategy() {
     )
     .await;
     // Saved: clicks count, by brand, impact 100. Alice clicked Samsung and viewed Google.
-    seed::strategy(
-        &s,
-        "SHOP",
-        &admin,
-        json!({
+    shop.strategy(json!({
         "eventsScoring": [{"eventName": "Clicked", "eventType": "click", "score": 50}],
         "facetsScoring": [{"facetName": "brand", "score": 100}],
-        "personalizationImpact": 100}),
-    )
-    .await;
+        "personalizationImpact": 100}))
+        .await;
     let e = seed::event;
-    seed::events(
-        &s,
-        "SHOP",
-        &admin,
-        vec![
-            e("click", "Clicked", "alice", "products", &["s1"], 3000),
-            e("click", "Clicked", "alice", "products", &["s1"], 2000),
-            e("view", "Viewed", "alice", "products", &["g1"], 1000),
-            e("view", "Viewed", "alice", "products", &["g1"], 500),
-        ],
-    )
+    shop.events(vec![
+        e("click", "Clicked", "alice", "products", &["s1"], 3000),
+        e("click", "Clicked", "alice", "products", &["s1"], 2000),
+        e("view", "Viewed", "alice", "products", &["g1"], 1000),
+        e("view", "Viewed", "alice", "products", &["g1"], 500),
+    ])
     .await;
 
+    let admin = shop.key.clone();
     run("simulator", &s.base.clone(), super::DESKTOP, move |page| async move {
         page.open("#/strategy").await;
         page.sign_in("SHOP", &admin).await;
