@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use penchant_engine::events::{Event, Layout};
+use penchant_engine::events::Event;
 use penchant_engine::jobs::JobState;
 use penchant_engine::residency::Phase;
 use penchant_engine::{Consistency, keys};
@@ -15,7 +15,7 @@ use penchant_store::{ReadRows, RowSet, Store, unit_range};
 use penchant_store_bigtable::BigtableStore;
 use penchant_store_bigtable::emulator::Emulator;
 
-use crate::residency::{finished, node, rows_of};
+use crate::residency::{finished, node, rows_of, wide_apps};
 use crate::{concurrent_days, support};
 
 async fn connect(emulator: &Emulator) -> Arc<dyn Store> {
@@ -47,14 +47,7 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
     let (us, eu) = (Emulator::start(), Emulator::start());
     let a = node(connect(&us).await, connect(&eu).await, REFRESH).await;
     let b = node(connect(&us).await, connect(&eu).await, REFRESH).await;
-    for app in [APP, CONTROL] {
-        b.create_app(Some(app), app, 90, Layout::Wide)
-            .await
-            .unwrap();
-        b.set_strategy(app, support::views_and_purchases())
-            .await
-            .unwrap();
-    }
+    wide_apps(&b, &[APP, CONTROL]).await;
     let now = b.now_ms();
     let initial = 1_000;
     support::feed(&b, &[APP, CONTROL], initial, 200, |n| event(n, now)).await;

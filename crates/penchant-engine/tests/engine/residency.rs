@@ -43,6 +43,20 @@ pub async fn node(us: Arc<dyn Store>, eu: Arc<dyn Store>, refresh: Duration) -> 
     Engine::open(Arc::new(placed), config).await.unwrap()
 }
 
+/// Wide apps (90 days of events) named as their IDs, weighing views and purchases.
+pub async fn wide_apps(engine: &Engine, apps: &[&str]) {
+    for app in apps {
+        engine
+            .create_app(Some(app), app, 90, Layout::Wide)
+            .await
+            .unwrap();
+        engine
+            .set_strategy(app, support::views_and_purchases())
+            .await
+            .unwrap();
+    }
+}
+
 /// The move of `app` once it ended (within `within`).
 pub async fn finished(engine: &Engine, app: &str, within: Duration) -> MoveStatus {
     let mut last = None;
@@ -78,14 +92,7 @@ async fn an_app_moves_while_events_arrive_and_a_dead_nodes_move_is_finished() {
     let a = node(us.clone(), stalled.clone(), REFRESH).await;
     let b = node(us.clone(), eu.clone(), REFRESH).await;
     assert_eq!(b.placement_targets(), ["us", "eu"]);
-    for app in [APP, CONTROL] {
-        b.create_app(Some(app), app, 90, Layout::Wide)
-            .await
-            .unwrap();
-        b.set_strategy(app, support::views_and_purchases())
-            .await
-            .unwrap();
-    }
+    wide_apps(&b, &[APP, CONTROL]).await;
     let now = b.now_ms();
     let initial = 3_000;
     support::feed(&b, &[APP, CONTROL], initial, 250, |n| event(n, now, USERS)).await;

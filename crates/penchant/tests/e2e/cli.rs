@@ -404,24 +404,13 @@ fn placement_commands_place_and_move_apps_between_folders() {
 async fn jobs_watch_follows_a_recompute_to_its_end() {
     let dir = tempfile::tempdir().unwrap();
     let (child, url) = common::serve_in(dir.path(), "root");
-    let http = reqwest::Client::new();
-    let post = |path: &str, app: &str, body: serde_json::Value| {
-        let url = format!("{url}{path}");
-        common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body).send()
-    };
-    let resp = post("/1/apps", "", serde_json::json!({"appID": "JOBS"}))
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    post_ok(&url, "/1/apps", "", serde_json::json!({"appID": "JOBS"})).await;
     let strategy = serde_json::json!({
         "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
         "facetsScoring": [{"facetName": "brand", "score": 10}],
         "personalizationImpact": 10,
     });
-    let resp = post("/1/strategies/personalization", "JOBS", strategy)
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    post_ok(&url, "/1/strategies/personalization", "JOBS", strategy).await;
     let out = penchant()
         .args(["jobs", "watch", "--app", "JOBS", "--server", &url])
         .env("PENCHANT_AUTH__ADMIN_KEY", "root")
@@ -443,15 +432,7 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
 async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let (child, url) = common::serve_in(dir.path(), "root");
-    let http = reqwest::Client::new();
-    let post = |path: &str, app: &str, body: serde_json::Value| {
-        let url = format!("{url}{path}");
-        common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body).send()
-    };
-    let resp = post("/1/apps", "", serde_json::json!({"appID": "ALS"}))
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    post_ok(&url, "/1/apps", "", serde_json::json!({"appID": "ALS"})).await;
     // Two tastes: users u0..u9 click items a0..a5, users u10..u19 items b0..b5.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -469,10 +450,13 @@ async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
             );
         }
     }
-    let resp = post("/1/events", "ALS", serde_json::json!({"events": events}))
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    post_ok(
+        &url,
+        "/1/events",
+        "ALS",
+        serde_json::json!({"events": events}),
+    )
+    .await;
 
     let (ok, status, err) = admin_command(
         &url,
@@ -588,6 +572,17 @@ fn sets_commands_reserve_and_rebuild_from_a_file() {
 }
 
 /// `penchant <args> --server <url>` as the global admin ("root"): success, stdout as JSON, stderr.
+/// POST `body` to the server at `url` as `app` with the admin key `root`: it must succeed.
+async fn post_ok(url: &str, path: &str, app: &str, body: serde_json::Value) {
+    let url = format!("{url}{path}");
+    let http = reqwest::Client::new();
+    let resp = common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+}
+
 fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
     let out = penchant()
         .args(args)
@@ -704,27 +699,19 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
     let start = |dir: &std::path::Path| common::serve_in(dir, "root");
     let (mut child, first_url) = start(dir.path());
     let http = reqwest::Client::new();
-    let post = |url: String, path: &str, body: serde_json::Value| {
-        let url = format!("{url}{path}");
-        common::request(&http, reqwest::Method::POST, &url, (APP, "root"), &body).send()
-    };
-    let resp = post(
-        first_url.clone(),
+    post_ok(
+        &first_url,
         "/1/apps",
+        APP,
         serde_json::json!({"appID": APP}),
     )
-    .await
-    .unwrap();
-    assert!(resp.status().is_success());
+    .await;
     let strategy = serde_json::json!({
         "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
         "facetsScoring": [{"facetName": "brand", "score": 10}],
         "personalizationImpact": 50,
     });
-    let resp = post(first_url.clone(), "/1/strategies/personalization", strategy)
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
+    post_ok(&first_url, "/1/strategies/personalization", APP, strategy).await;
 
     // Batches of 100 to 400 events over every user; each event has its own timestamp.
     let now = std::time::SystemTime::now()
