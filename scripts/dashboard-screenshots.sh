@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh chromium chromium-driver
 DASHBOARD_SCREENSHOTS_DIR="$PWD/docs/dashboard" \
-  cargo test -p penchant-server --test dashboard "$@"
+  cargo test -p penchant-server --test server dashboard:: "$@"
 ls -l docs/dashboard/*.png

@@ -5,7 +5,7 @@
 # exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Chromium and chromedriver: the dashboard's browser tests (crates/penchant-server/tests/dashboard).
+# Chromium and chromedriver: the dashboard's browser tests (crates/penchant-server/tests/server/dashboard).
 ./scripts/install-deps.sh chromium chromium-driver
 BIGTABLE_EMULATOR_BINARY="$(./scripts/bigtable-emulator.sh)"
 export BIGTABLE_EMULATOR_BINARY

@@ -508,97 +508,32 @@ mod tests {
 
     use super::*;
     use crate::MemStore;
+    use crate::testing::{Hook, Hooked, Op};
 
-    /// A MemStore that answers `Unavailable` to everything while `down`, as a cluster that
-    /// cannot be reached does.
+    /// A MemStore that answers `Unavailable` to everything while down, as a cluster that
+    /// cannot be reached does; as a remote store's, a read's call starts and its stream fails.
+    type Flaky = Hooked<Unreachable>;
+
     #[derive(Debug, Default)]
-    struct Flaky {
-        inner: MemStore,
+    struct Unreachable {
         down: AtomicBool,
     }
 
-    impl Flaky {
-        fn check(&self) -> Result<()> {
-            if self.down.load(Ordering::SeqCst) {
+    #[async_trait]
+    impl Hook for Unreachable {
+        async fn before(&self, op: Op, _: &str) -> Result<()> {
+            if op != Op::Read && self.down.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("connection refused".into()));
             }
             Ok(())
         }
-    }
-
-    #[async_trait]
-    impl Store for Flaky {
-        async fn create_table(&self, name: &str, f: BTreeMap<String, GcRule>) -> Result<()> {
-            self.check()?;
-            self.inner.create_table(name, f).await
-        }
-        async fn modify_families(&self, t: &str, c: Vec<FamilyChange>) -> Result<TableSchema> {
-            self.check()?;
-            self.inner.modify_families(t, c).await
-        }
-        async fn get_table(&self, t: &str) -> Result<TableSchema> {
-            self.check()?;
-            self.inner.get_table(t).await
-        }
-        async fn list_tables(&self) -> Result<Vec<TableSchema>> {
-            self.check()?;
-            self.inner.list_tables().await
-        }
-        async fn delete_table(&self, t: &str) -> Result<()> {
-            self.check()?;
-            self.inner.delete_table(t).await
-        }
-        async fn drop_row_range(&self, t: &str, p: &[u8]) -> Result<()> {
-            self.check()?;
-            self.inner.drop_row_range(t, p).await
-        }
-        async fn mutate_row(&self, t: &str, k: Bytes, m: Vec<Mutation>) -> Result<()> {
-            self.check()?;
-            self.inner.mutate_row(t, k, m).await
-        }
-        async fn mutate_rows(&self, t: &str, e: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
-            self.check()?;
-            self.inner.mutate_rows(t, e).await
-        }
-        async fn read_rows(&self, t: &str, r: ReadRows) -> Result<RowStream> {
-            // As a remote store's: the call starts, its stream fails.
-            let down = self.down.load(Ordering::SeqCst);
-            let stream = self.inner.read_rows(t, r).await?;
-            Ok(if down {
+        fn answer(&self, stream: RowStream) -> RowStream {
+            if self.down.load(Ordering::SeqCst) {
                 futures::stream::once(async { Err(StoreError::Unavailable("refused".into())) })
                     .boxed()
             } else {
                 stream
-            })
-        }
-        async fn check_and_mutate_row(
-            &self,
-            t: &str,
-            k: Bytes,
-            p: Option<RowFilter>,
-            on_match: Vec<Mutation>,
-            on_no_match: Vec<Mutation>,
-        ) -> Result<bool> {
-            self.check()?;
-            self.inner
-                .check_and_mutate_row(t, k, p, on_match, on_no_match)
-                .await
-        }
-        async fn read_modify_write_row(
-            &self,
-            t: &str,
-            k: Bytes,
-            r: Vec<ReadModifyWriteRule>,
-        ) -> Result<Row> {
-            self.check()?;
-            self.inner.read_modify_write_row(t, k, r).await
-        }
-        async fn sample_row_keys(&self, t: &str) -> Result<Vec<KeySample>> {
-            self.check()?;
-            self.inner.sample_row_keys(t).await
-        }
-        async fn flush(&self) -> Result<()> {
-            self.check()
+            }
         }
     }
 
@@ -744,7 +679,7 @@ mod tests {
             .mutate_row("t", key.clone(), set("before"))
             .await
             .unwrap();
-        a.down.store(true, Ordering::SeqCst);
+        a.hook.down.store(true, Ordering::SeqCst);
 
         // Writes fail over to the next cluster.
         affine
@@ -805,7 +740,7 @@ mod tests {
         );
 
         // Everything down: Unavailable everywhere, per entry for batches.
-        b.down.store(true, Ordering::SeqCst);
+        b.hook.down.store(true, Ordering::SeqCst);
         assert!(matches!(
             affine.mutate_row("t", key.clone(), set("x")).await,
             Err(StoreError::Unavailable(_))
@@ -821,7 +756,7 @@ mod tests {
         ));
 
         // Home back: strong reads are served, with what the home has.
-        a.down.store(false, Ordering::SeqCst);
+        a.hook.down.store(false, Ordering::SeqCst);
         let row = affine
             .read_all("t", ReadRows::new(RowSet::keys([key.clone()])).strong())
             .await

@@ -9,7 +9,8 @@
 //! This crate depends on no backend: backends (`penchant-store-rocksdb`, the embedded default,
 //! and the Bigtable backend) depend on it. With the `testsuite` feature it exports the
 //! [`conformance`] suite that every backend runs, and [`MemStore`], a small in-memory reference
-//! model used by property tests and by unit tests of the layers above.
+//! model used by property tests and by unit tests of the layers above, and `testing::Hooked`,
+//! a MemStore behind a hook, to stage races and faults.
 
 mod affinity;
 mod error;
@@ -21,6 +22,8 @@ pub mod validate;
 
 #[cfg(feature = "testsuite")]
 pub mod conformance;
+#[cfg(any(test, feature = "testsuite"))]
+pub mod testing;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

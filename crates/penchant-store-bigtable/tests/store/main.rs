@@ -3,4 +3,5 @@
 mod affinity;
 mod conformance;
 mod faults;
+mod folds;
 mod placement;

@@ -1,0 +1,19 @@
+//! The engine's integration tests, one module a subject; `support` is what they share, and
+//! `bigtable` runs scenarios of the others on the Bigtable backend (emulators).
+
+mod support;
+
+mod batch_race;
+mod bigtable;
+mod bloom;
+mod concurrent_days;
+mod consistency;
+mod fold_race;
+mod indexes;
+mod jobs;
+mod layouts;
+mod nodes;
+mod profiles;
+mod residency;
+mod retention;
+mod vectors;

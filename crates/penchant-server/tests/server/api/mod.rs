@@ -1,0 +1,19 @@
+//! The server's HTTP tests: each module is a resource.
+
+mod affinity;
+mod auth;
+mod bloom;
+mod catalog;
+mod dashboard_data;
+mod edge;
+mod events;
+mod http;
+mod indexes;
+mod layouts;
+mod metrics;
+mod personalization;
+mod placement;
+mod recommend;
+mod regressions;
+mod user_tokens;
+mod vectors;

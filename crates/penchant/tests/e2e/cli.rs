@@ -1,0 +1,840 @@
+//! The `penchant` binary as a user runs it: serve, health, signals, configuration errors.
+
+use std::process::{Child, Command, Stdio};
+
+use crate::common::{self, penchant};
+
+/// Start `penchant serve` on a free port; returns the child and its base URL.
+fn serve(data_dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
+    common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .stderr(Stdio::piped());
+    })
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait(child: Child) -> (std::process::ExitStatus, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn health(url: &str) -> serde_json::Value {
+    let resp = reqwest::get(format!("{url}/health")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn serve_answers_health_and_stops_cleanly_on_sigterm_and_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = serve(dir.path(), &[]);
+    let body = health(&url).await;
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["store"], "embedded");
+    assert!(
+        dir.path().join("CURRENT").exists(),
+        "the store lives in --data-dir"
+    );
+    // The health check's read of the store shows in the metrics, with the route's.
+    let metrics = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"penchant_store_operation_duration_seconds_count{backend="embedded",op="read_rows"}"#,
+        r#"penchant_http_requests_total{method="GET",route="/health",status="200"} 1"#,
+        // RocksDB's own gauges, read at the scrape.
+        "penchant_rocksdb_memtable_bytes ",
+        "penchant_rocksdb_block_cache_bytes ",
+        "penchant_rocksdb_pending_compaction_bytes ",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing:
+{metrics}"
+        );
+    }
+    signal(&child, "-TERM");
+    let (status, stderr) = wait(child);
+    assert!(
+        status.success(),
+        "exit 0 after SIGTERM: {status:?}\n{stderr}"
+    );
+    assert!(stderr.contains("store flushed"), "{stderr}");
+
+    // The store was released: a new server opens the same folder. Ctrl-C stops it too.
+    let (child, url) = serve(dir.path(), &["--log-format", "json"]);
+    health(&url).await;
+    signal(&child, "-INT");
+    let (status, stderr) = wait(child);
+    assert!(
+        status.success(),
+        "exit 0 after SIGINT: {status:?}\n{stderr}"
+    );
+    let first = stderr.lines().next().expect("a log line");
+    let line: serde_json::Value = serde_json::from_str(first).expect("JSON logs");
+    assert!(line["fields"]["message"].is_string(), "{line}");
+}
+
+/// Credentials never reach the log, at any level: not in a query string (search-insights puts
+/// them there), not in a path (`/1/keys/{key}`). Each request's log lines carry its request id.
+#[tokio::test]
+async fn credentials_stay_out_of_the_logs_and_request_ids_go_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root-secret-key")
+            .env("RUST_LOG", "trace")
+            .stderr(Stdio::piped());
+    });
+    let http = reqwest::Client::new();
+    let created: serde_json::Value = http
+        .post(format!("{url}/1/apps"))
+        .header("X-Algolia-API-Key", "root-secret-key")
+        .json(&serde_json::json!({"appID": "LOGS"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let admin = created["adminAPIKey"].as_str().unwrap().to_owned();
+    // The key in the query string, in a path, and in headers; a request id of ours.
+    let resp = http
+        .get(format!(
+            "{url}/1/keys/{admin}?X-Algolia-Application-Id=LOGS&X-Algolia-API-Key={admin}"
+        ))
+        .header("x-request-id", "corr-1234")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "corr-1234");
+    let resp = http
+        .post(format!("{url}/1/indexes/products/query"))
+        .header("X-Algolia-Application-Id", "LOGS")
+        .header("X-Algolia-API-Key", &admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    signal(&child, "-TERM");
+    let (status, stderr) = wait(child);
+    assert!(status.success(), "{stderr}");
+    for secret in [admin.as_str(), "root-secret-key"] {
+        assert!(!stderr.contains(secret), "a key is in the log:\n{stderr}");
+    }
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("request_id=corr-1234") && l.contains("/1/keys/{key}")),
+        "no log line with the request id:\n{stderr}"
+    );
+}
+
+#[test]
+fn unknown_config_keys_are_errors_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("penchant.toml");
+    std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:0\"\nlistne = 1\n").unwrap();
+    let out = penchant()
+        .args(["serve", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("listne"), "{stderr}");
+
+    let out = penchant()
+        .arg("config")
+        .env("PENCHANT_STORE__DATADIR", "x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("datadir"));
+}
+
+#[test]
+fn config_layers_file_env_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("penchant.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:8001\"\n[store]\ndata_dir = \"file-dir\"\nsync_writes = false\n",
+    )
+    .unwrap();
+    let out = penchant()
+        .args(["config", "--listen", "127.0.0.1:8003"])
+        .env("PENCHANT_CONFIG", &file)
+        .env("PENCHANT_SERVER__LISTEN", "127.0.0.1:8002")
+        .env("PENCHANT_STORE__DATA_DIR", "env-dir")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(config["server"]["listen"], "127.0.0.1:8003", "flags win");
+    assert_eq!(config["store"]["data_dir"], "env-dir", "env beats the file");
+    assert_eq!(
+        config["store"]["sync_writes"], false,
+        "the file beats defaults"
+    );
+    assert_eq!(config["log"]["level"], "info", "defaults fill the rest");
+}
+
+#[tokio::test]
+async fn serve_runs_on_a_bigtable_emulator() {
+    use penchant_store::Store;
+    use penchant_store_bigtable::BigtableStore;
+    use penchant_store_bigtable::emulator::Emulator;
+
+    let emulator = Emulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_STORE__BACKEND", "bigtable")
+            .env("PENCHANT_BIGTABLE__TABLE_PREFIX", "node_")
+            .env("BIGTABLE_EMULATOR_HOST", emulator.addr())
+            .stderr(Stdio::piped());
+    });
+    let body = health(&url).await;
+    assert_eq!(body["store"], "bigtable");
+    // The node created its tables in the emulator, under its prefix.
+    let direct = BigtableStore::connect(emulator.config("node_"))
+        .await
+        .unwrap();
+    let tables: Vec<String> = direct
+        .list_tables()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            "aggregates",
+            "apps",
+            "catalog",
+            "events",
+            "indexes",
+            "item_vectors",
+            "jobs",
+            "keys",
+            "leases",
+            "placements",
+            "profiles",
+            "queues",
+            "related",
+            "seen",
+            "set_partitions",
+            "sets",
+            "spaces",
+            "stats",
+            "strategies",
+            "trending",
+            "user_vectors"
+        ]
+    );
+    // The health check reaches the emulator: stopping it makes the node unhealthy.
+    drop(emulator);
+    let resp = reqwest::get(format!("{url}/health")).await.unwrap();
+    assert_eq!(resp.status(), 503, "an unreachable store is reported");
+    signal(&child, "-TERM");
+    let (status, stderr) = wait(child);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        !dir.path().join("CURRENT").exists(),
+        "no embedded store was opened"
+    );
+}
+
+#[test]
+fn apps_and_keys_commands_manage_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            // Apps' layouts as cached by no node: a migration waits only for ingestions.
+            .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", "0")
+            .stderr(Stdio::null());
+    });
+    let admin = |args: &[&str]| admin_command(&url, args);
+    let (ok, app, err) = admin(&[
+        "apps",
+        "create",
+        "--app-id",
+        "CLIAPP",
+        "--name",
+        "Shop",
+        "--event-layout",
+        "narrow",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(app["appID"], "CLIAPP");
+    assert_eq!(app["eventLayout"], "narrow");
+    let (ok, layout, err) = admin(&["apps", "layout", "CLIAPP"]);
+    assert!(ok, "{err}");
+    assert_eq!(layout["eventLayout"], "narrow");
+    // Moving the events prints the migration's end.
+    let (ok, moved, err) = admin(&["apps", "layout", "CLIAPP", "--to", "wide"]);
+    assert!(ok, "{err}");
+    assert_eq!(moved["eventLayout"], "wide", "{moved}");
+    assert_eq!(moved["migration"]["state"], "done", "{moved}");
+    let (ok, _, err) = admin(&["apps", "layout", "CLIAPP", "--to", "wide"]);
+    assert!(!ok && err.contains("already"), "{err}");
+    let (ok, key, err) = admin(&[
+        "keys",
+        "create",
+        "--app",
+        "CLIAPP",
+        "--acl",
+        "search,recommendation",
+    ]);
+    assert!(ok, "{err}");
+    let key = key["key"].as_str().unwrap().to_owned();
+    let (_, listed, _) = admin(&["keys", "list", "--app", "CLIAPP"]);
+    let acls: Vec<&serde_json::Value> = listed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| &k["acl"])
+        .collect();
+    assert!(
+        acls.contains(&&serde_json::json!(["search", "recommendation"])),
+        "{listed}"
+    );
+    let (ok, _, err) = admin(&["keys", "delete", "--app", "CLIAPP", &key]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = admin(&["keys", "delete", "--app", "CLIAPP", &key]);
+    assert!(!ok && err.contains("Key does not exist"), "{err}");
+    let (ok, _, err) = admin(&["keys", "create", "--app", "CLIAPP", "--acl", "fly"]);
+    assert!(!ok && err.contains("fly"), "{err}");
+    let (_, apps, _) = admin(&["apps", "list"]);
+    assert_eq!(apps["apps"][0]["appID"], "CLIAPP");
+    let (ok, _, err) = admin(&["apps", "delete", "CLIAPP"]);
+    assert!(ok, "{err}");
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+/// Residency on the embedded store: a second RocksDB folder as the target `eu`, an app created
+/// there, another moved there with the CLI, a user placed back in the default folder.
+#[test]
+fn placement_commands_place_and_move_apps_between_folders() {
+    let dir = tempfile::tempdir().unwrap();
+    let eu = dir.path().join("eu");
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path().join("main"))
+            .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+            .env("PENCHANT_AUTH__KEY_CACHE_TTL_MS", "0")
+            .env("PENCHANT_PLACEMENT__TARGETS__EU__DATA_DIR", &eu)
+            .env("PENCHANT_PLACEMENT__REFRESH_MS", "100")
+            .stderr(Stdio::null());
+    });
+    let admin = |args: &[&str]| admin_command(&url, args);
+    let (ok, targets, err) = admin(&["placement", "targets"]);
+    assert!(ok, "{err}");
+    assert_eq!(targets["targets"], serde_json::json!(["default", "eu"]));
+    let (ok, _, err) = admin(&["apps", "create", "--app-id", "EUAPP", "--placement", "eu"]);
+    assert!(ok, "{err}");
+    let (ok, shown, err) = admin(&["placement", "show", "--app", "EUAPP"]);
+    assert!(ok, "{err}");
+    assert_eq!(shown["target"], "eu");
+    let (ok, _, err) = admin(&["apps", "create", "--app-id", "SHOP"]);
+    assert!(ok, "{err}");
+    let (ok, moved, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "eu"]);
+    assert!(ok, "{err}");
+    assert_eq!(moved["target"], "eu", "{moved}");
+    assert_eq!(moved["move"]["state"], "done", "{moved}");
+    assert!(moved["move"]["copied"].as_u64().unwrap() >= 2, "{moved}");
+    let (ok, _, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "eu"]);
+    assert!(!ok && err.contains("already"), "{err}");
+    let (ok, placed, err) = admin(&[
+        "placement",
+        "place",
+        "--app",
+        "SHOP",
+        "--user",
+        "alice",
+        "--to",
+        "default",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(placed["target"], "default");
+    let (ok, users, err) = admin(&["placement", "users", "--app", "SHOP"]);
+    assert!(ok, "{err}");
+    assert_eq!(users["users"][0]["userToken"], "alice");
+    let (ok, _, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "mars"]);
+    assert!(
+        !ok && err.contains("unknown placement target `mars`"),
+        "{err}"
+    );
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+    assert!(
+        eu.join("CURRENT").exists(),
+        "the eu folder is a RocksDB store"
+    );
+}
+
+#[tokio::test]
+async fn jobs_watch_follows_a_recompute_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve_in(dir.path(), "root");
+    post_ok(&url, "/1/apps", "", serde_json::json!({"appID": "JOBS"})).await;
+    let strategy = serde_json::json!({
+        "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
+        "facetsScoring": [{"facetName": "brand", "score": 10}],
+        "personalizationImpact": 10,
+    });
+    post_ok(&url, "/1/strategies/personalization", "JOBS", strategy).await;
+    let out = penchant()
+        .args(["jobs", "watch", "--app", "JOBS", "--server", &url])
+        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["rangesDone"], job["ranges"].as_array().unwrap().len());
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+#[tokio::test]
+async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve_in(dir.path(), "root");
+    post_ok(&url, "/1/apps", "", serde_json::json!({"appID": "ALS"})).await;
+    // Two tastes: users u0..u9 click items a0..a5, users u10..u19 items b0..b5.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut events = Vec::new();
+    for u in 0..20 {
+        let taste = if u < 10 { "a" } else { "b" };
+        for i in 0..4 {
+            let item = format!("{taste}{}", (u + i) % 6);
+            events.push(
+                serde_json::json!({"eventType": "click", "eventName": "Clicked",
+                "index": "products", "userToken": format!("u{u}"), "objectIDs": [item],
+                "timestamp": now - 60_000 + (u * 4 + i) as i64}),
+            );
+        }
+    }
+    post_ok(
+        &url,
+        "/1/events",
+        "ALS",
+        serde_json::json!({"events": events}),
+    )
+    .await;
+
+    let (ok, status, err) = admin_command(
+        &url,
+        &[
+            "als",
+            "train",
+            "--app",
+            "ALS",
+            "--factors",
+            "4",
+            "--iterations",
+            "5",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(
+        (&status["users"], &status["items"], &status["interactions"]),
+        (
+            &serde_json::json!(20),
+            &serde_json::json!(12),
+            &serde_json::json!(80)
+        )
+    );
+    let (ok, evaluation, err) = admin_command(
+        &url,
+        &[
+            "als",
+            "evaluate",
+            "--app",
+            "ALS",
+            "--factors",
+            "4",
+            "--k",
+            "3",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(err.contains("precision@3"), "the table is printed: {err}");
+    for model in ["als", "popularity"] {
+        let precision = evaluation[model]["precision"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&precision), "{evaluation}");
+    }
+    let (ok, _, err) = admin_command(&url, &["als", "train", "--app", "ALS", "--factors", "0"]);
+    assert!(
+        !ok && err.contains("factors must be between 1 and 1024"),
+        "{err}"
+    );
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+#[test]
+fn sets_commands_reserve_and_rebuild_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve_in(&dir.path().join("data"), "root");
+    let admin = |args: &[&str]| admin_command(&url, args);
+    let (ok, _, err) = admin(&["apps", "create", "--app-id", "SETS"]);
+    assert!(ok, "{err}");
+    let (ok, set, err) = admin(&[
+        "sets",
+        "reserve",
+        "--app",
+        "SETS",
+        "blocked",
+        "--capacity",
+        "20000",
+        "--error-rate",
+        "0.01",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(set["name"], "blocked");
+    let (ok, _, err) = admin(&["sets", "reserve", "--app", "SETS", "bad", "--capacity", "0"]);
+    assert!(!ok && err.contains("capacity must be at least 1"), "{err}");
+
+    let keys = |n: usize| (0..n).map(|i| format!("key{i}\n")).collect::<String>();
+    let list = dir.path().join("keys.txt");
+    std::fs::write(&list, keys(20_000)).unwrap();
+    let file = list.to_str().unwrap();
+    let (ok, rebuild, err) = admin(&[
+        "sets", "rebuild", "--app", "SETS", "blocked", "--file", file,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(rebuild["state"], "done", "{rebuild}");
+    assert_eq!(rebuild["keys"], 20_000);
+    let (ok, info, err) = admin(&["sets", "info", "--app", "SETS", "blocked"]);
+    assert!(ok, "{err}");
+    // Keys as the filter counts them: a false positive at insert time is not counted.
+    let counted = info["keys"].as_u64().unwrap();
+    assert!((19_900..=20_000).contains(&counted), "{info}");
+    assert_eq!(
+        info["config"]["maxErrorRate"], 0.02,
+        "the default: twice errorRate"
+    );
+    let rate = info["estimatedErrorRate"].as_f64().unwrap();
+    assert!(rate > 0.001 && rate <= 0.01, "{info}");
+
+    // Ten times the capacity: refused, and the set keeps its generation.
+    std::fs::write(&list, keys(200_000)).unwrap();
+    let (ok, _, err) = admin(&[
+        "sets", "rebuild", "--app", "SETS", "blocked", "--file", file,
+    ]);
+    assert!(!ok && err.contains("rebuild refused"), "{err}");
+    let (_, after, _) = admin(&["sets", "info", "--app", "SETS", "blocked"]);
+    assert_eq!(after["generation"], info["generation"]);
+    assert_eq!(after["keys"], counted);
+    let (ok, _, err) = admin(&["sets", "delete", "--app", "SETS", "blocked"]);
+    assert!(ok, "{err}");
+    let (_, listed, _) = admin(&["sets", "list", "--app", "SETS"]);
+    assert_eq!(listed["sets"], serde_json::json!([]));
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+/// `penchant <args> --server <url>` as the global admin ("root"): success, stdout as JSON, stderr.
+/// POST `body` to the server at `url` as `app` with the admin key `root`: it must succeed.
+async fn post_ok(url: &str, path: &str, app: &str, body: serde_json::Value) {
+    let url = format!("{url}{path}");
+    let http = reqwest::Client::new();
+    let resp = common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+}
+
+fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
+    let out = penchant()
+        .args(args)
+        .args(["--server", url])
+        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.success(),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve_in(dir.path(), "root");
+    let http = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: &str, app: &str, body: serde_json::Value| {
+        let url = format!("{url}{path}");
+        common::request(&http, method, &url, (app, "root"), &body).send()
+    };
+    use reqwest::Method;
+    let steps = [
+        (
+            Method::POST,
+            "/1/apps",
+            "",
+            serde_json::json!({"appID": "REC"}),
+        ),
+        (
+            Method::POST,
+            "/1/indexes/shop/batch",
+            "REC",
+            serde_json::json!({"requests": [
+                {"action": "addObject", "body": {"objectID": "a"}},
+                {"action": "addObject", "body": {"objectID": "b"}},
+                {"action": "addObject", "body": {"objectID": "c"}},
+            ]}),
+        ),
+        (
+            Method::PUT,
+            "/1/queues/for-you",
+            "REC",
+            serde_json::json!({"indexName": "shop", "sources": [{"source": "trending"}]}),
+        ),
+        (
+            Method::POST,
+            "/1/events",
+            "REC",
+            serde_json::json!({"events": [
+                {"eventType": "conversion", "eventName": "Bought", "index": "shop",
+                 "userToken": "u1", "objectIDs": ["a", "b"]},
+                {"eventType": "conversion", "eventName": "Bought", "index": "shop",
+                 "userToken": "u2", "objectIDs": ["a"]},
+            ]}),
+        ),
+    ];
+    for (method, path, app, body) in steps {
+        let resp = call(method, path, app, body).await.unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{path}: {}",
+            resp.text().await.unwrap()
+        );
+    }
+    let (ok, status, err) = admin_command(&url, &["recommend", "build", "--app", "REC"]);
+    assert!(ok, "{err}");
+    assert_eq!(status["state"], "done", "{status}");
+    assert_eq!(status["users"], 2, "{status}");
+    // u2 converted on "a": its queue holds the rest, best first; the index comes from the queue.
+    let (ok, result, err) = admin_command(&url, &["recommend", "--app", "REC", "--user", "u2"]);
+    assert!(ok, "{err}");
+    assert_eq!(result["source"], "queue", "{result}");
+    let ids: Vec<&str> = result["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["objectID"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["a", "b"],
+        "conversions do not mark items seen by default: {result}"
+    );
+    assert!(
+        err.contains("answered by recommended-for-you (queue)"),
+        "{err}"
+    );
+    let (ok, _, err) = admin_command(&url, &["recommend", "--app", "REC"]);
+    assert!(!ok && err.contains("give --app and --user"), "{err}");
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
+/// `kill -9` of a node while four clients ingest, five times, each restart taking traffic on
+/// the same users while it repairs what the killed node left half-done. Clients retry every
+/// unanswered batch with the same events (and timestamps) until it is acknowledged. Afterwards
+/// every user's aggregates count each of the user's events exactly once, and the user's
+/// profile is the one a recompute from them gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twice() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const APP: &str = "CRASH";
+    const USERS: u64 = 300;
+    const WRITERS: usize = 4;
+    const BATCHES: usize = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let start = |dir: &std::path::Path| common::serve_in(dir, "root");
+    let (mut child, first_url) = start(dir.path());
+    let http = reqwest::Client::new();
+    post_ok(
+        &first_url,
+        "/1/apps",
+        APP,
+        serde_json::json!({"appID": APP}),
+    )
+    .await;
+    let strategy = serde_json::json!({
+        "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
+        "facetsScoring": [{"facetName": "brand", "score": 10}],
+        "personalizationImpact": 50,
+    });
+    post_ok(&first_url, "/1/strategies/personalization", APP, strategy).await;
+
+    // Batches of 100 to 400 events over every user; each event has its own timestamp.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut expected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut stamp = now - 3_600_000;
+    let mut batches: Vec<Vec<serde_json::Value>> = vec![Vec::new(); WRITERS];
+    for writer in &mut batches {
+        for _ in 0..BATCHES {
+            let size = 100 + next() % 300;
+            let events: Vec<serde_json::Value> = (0..size)
+                .map(|_| {
+                    let user = format!("u{}", next() % USERS);
+                    let brand = format!("b{}", next() % 5);
+                    *expected
+                        .entry(user.clone())
+                        .or_default()
+                        .entry(brand.clone())
+                        .or_default() += 1;
+                    stamp += 1;
+                    serde_json::json!({
+                        "eventType": "view", "eventName": "Viewed", "index": "shop",
+                        "userToken": user, "timestamp": stamp,
+                        "filters": [format!("brand:{brand}")],
+                    })
+                })
+                .collect();
+            writer.push(serde_json::json!({ "events": events }));
+        }
+    }
+
+    let url = Arc::new(std::sync::RwLock::new(first_url));
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = batches
+        .into_iter()
+        .map(|batches| {
+            let (url, acknowledged, http) = (url.clone(), acknowledged.clone(), http.clone());
+            tokio::spawn(async move {
+                for batch in batches {
+                    // Until acknowledged: a node killed mid-request answers nothing.
+                    loop {
+                        let to = url.read().unwrap().clone();
+                        let url = format!("{to}/1/events");
+                        let sent = common::request(
+                            &http,
+                            reqwest::Method::POST,
+                            &url,
+                            (APP, "root"),
+                            &batch,
+                        )
+                        .send()
+                        .await;
+                        match sent {
+                            Ok(resp) if resp.status().is_success() => break,
+                            Ok(resp) if resp.status().is_client_error() => {
+                                panic!("{}: {}", resp.status(), resp.text().await.unwrap())
+                            }
+                            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                        }
+                    }
+                    acknowledged.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    // Five kills, each after a few more acknowledged batches, each node restarted at once.
+    for kill in 1..=5 {
+        while acknowledged.load(Ordering::SeqCst) < kill * WRITERS * BATCHES / 6 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let (restarted, new_url) = start(dir.path());
+        child = restarted;
+        *url.write().unwrap() = new_url;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+
+    // Read the store the nodes left.
+    let store = penchant_store_rocksdb::RocksStore::open(dir.path(), Default::default()).unwrap();
+    let engine =
+        penchant_engine::Engine::open(Arc::new(store), penchant_engine::EngineConfig::default())
+            .await
+            .unwrap();
+    let brand = penchant_engine::events::qualifier(
+        penchant_engine::events::EventType::View,
+        "Viewed",
+        "brand",
+    );
+    let mut wrong = Vec::new();
+    for (user, brands) in &expected {
+        let counts = engine.aggregates().counts(APP, user).await.unwrap();
+        let counted = counts.get(&brand).cloned().unwrap_or_default();
+        if &counted != brands {
+            wrong.push(format!("{user}: counted {counted:?}, sent {brands:?}"));
+            continue;
+        }
+        let stored = engine.profiles().stored_profile(APP, user).await.unwrap();
+        let full = engine.profiles().recompute_one(APP, user).await.unwrap();
+        if stored.map(|(p, _)| p) != full {
+            wrong.push(format!(
+                "{user}: the stored profile is not the recomputed one"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} users wrong:\n{}",
+        wrong.len(),
+        expected.len(),
+        wrong.join("\n")
+    );
+}
