@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::events::migration::IN_FLIGHT;
-use crate::jobs::{Job, JobState, Run, Runner, Runtime, hex, unhex};
+use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime, hex, unhex};
 use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
 
@@ -208,6 +208,21 @@ pub struct MoveStatus {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub error: Option<String>,
+    /// How far it is (every kind's status has one, in the same shape).
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+impl MoveStatus {
+    fn measure(&self) -> Progress {
+        let done = match self.phase {
+            Phase::Copy => self.copied,
+            Phase::Verify => self.differences,
+            Phase::Drop => self.dropped,
+            _ => 0,
+        };
+        Progress::of(&self.phase, &Phase::ALL[..6], done, "rows")
+    }
 }
 
 crate::jobs::status!(MoveStatus);
@@ -486,6 +501,7 @@ impl Residency {
             started_at: now,
             finished_at: None,
             error: None,
+            progress: Progress::default(),
         };
         // A unit left between targets by a failed move whose reads moved already: only the
         // old target's writes and rows are left to stop and drop.

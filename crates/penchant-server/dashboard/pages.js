@@ -318,6 +318,19 @@ export function recomputeView(job) {
   ];
 }
 
+/** A job's progress, the same for every kind: its phase among the kind's phases, and the phase's
+ * work against its total when that is known. */
+export function progressView(job) {
+  const p = job.progress;
+  if (!p || !p.phase) return null;
+  const total = p.total != null ? ` / ${num(p.total)}` : '';
+  const label = `${p.phase} (${p.step}/${p.steps}): ${num(p.done)}${total} ${p.unit}`;
+  const finished = job.state === 'done';
+  const fraction = finished ? 1 : p.total ? p.done / p.total : (p.step - 1) / p.steps;
+  return h('div', { class: 'job-progress', dataset: { phase: p.phase } },
+    bar(Math.min(1, fraction), label, finished ? 'done' : null), ' ', h('span', { class: 'small muted' }, label));
+}
+
 function kv(pairs) {
   return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
@@ -374,7 +387,7 @@ export function jobsPage(root, ctx) {
     );
     show(boxes.als, als, (t) => [
       h('p', null, stateBadge(t.state), ` started ${time(t.startedAt)}`),
-      t.config && t.config.iterations ? bar(t.iteration / t.config.iterations, `iteration ${t.iteration} of ${t.config.iterations}`, t.state === 'done' ? 'done' : null) : null,
+      progressView(t),
       kv([
         ['iteration', `${t.iteration}${t.config ? ' / ' + t.config.iterations : ''}`],
         ['space', t.config && t.config.space],
@@ -389,6 +402,7 @@ export function jobsPage(root, ctx) {
     ]);
     show(boxes.build, build, (b) => [
       h('p', null, stateBadge(b.state), ` phase ${b.phase}, started ${time(b.startedAt)}`),
+      progressView(b),
       kv([
         ['queues', (b.queues || []).join(', ') || '—'],
         ['events', num(b.events)],
@@ -409,6 +423,7 @@ export function jobsPage(root, ctx) {
         m
           ? [
               h('p', null, stateBadge(m.state), ` ${m.from} → ${m.to}, phase ${m.phase}, started ${time(m.startedAt)}`),
+              progressView(m),
               kv([
                 ['rows backfilled', num(m.backfilled)],
                 ['rows dropped', num(m.dropped)],
@@ -430,6 +445,7 @@ export function jobsPage(root, ctx) {
         m
           ? [
               h('p', null, stateBadge(m.state), ` ${m.user ? 'user ' + m.user + ': ' : ''}${m.from} → ${m.to}, phase ${m.phase}, started ${time(m.startedAt)}`),
+              progressView(m),
               kv([
                 ['rows copied', num(m.copied)],
                 ['differences fixed', num(m.differences)],

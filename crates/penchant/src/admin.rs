@@ -356,7 +356,7 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
                     Some(to) => {
                         let body = json!({"eventLayout": to});
                         client.call(Method::POST, &path, "", Some(body)).await?;
-                        watch_migration(&client, &path).await?
+                        watch(&client, &path, "", Some("migration"), "migration").await?
                     }
                     None => client.call(Method::GET, &path, "", None).await?,
                 }
@@ -416,16 +416,9 @@ pub fn placement(
     })
 }
 
-/// Follow a placement move to its end with a progress bar over its phases; its last status.
+/// Follow a placement move to its end; its last status.
 async fn watch_move(client: &Client, path: &str) -> anyhow::Result<Value> {
-    const PHASES: &[&str] = &["dualWrite", "copy", "verify", "switch", "stopOld", "drop"];
-    let status = watch_phases(client, path, "move", PHASES, |job| {
-        format!(
-            "{} rows copied ({} bytes), {} differences, {} dropped",
-            job["copied"], job["bytes"], job["differences"], job["dropped"]
-        )
-    })
-    .await?;
+    let status = watch(client, path, "", Some("move"), "move").await?;
     let job = &status["move"];
     if job["state"] != "done" {
         bail!("the move ended {}: {}", job["state"], job["error"]);
@@ -433,47 +426,53 @@ async fn watch_move(client: &Client, path: &str) -> anyhow::Result<Value> {
     Ok(status)
 }
 
-/// Follow a layout migration to its end with a progress bar over its phases; its last status.
-async fn watch_migration(client: &Client, path: &str) -> anyhow::Result<Value> {
-    const PHASES: &[&str] = &["dualWrite", "backfill", "switch", "stopOld", "drop"];
-    watch_phases(client, path, "migration", PHASES, |job| {
-        format!(
-            "{} rows backfilled, {} cleared",
-            job["backfilled"], job["dropped"]
-        )
-    })
-    .await
-}
-
-/// Poll `path` until the job under `key` stops running, with a progress bar over its `phases`
-/// and `progress`'s line; the last answer.
-async fn watch_phases(
+/// Poll a job's status at `path` (the answer, or its field `key`) until the job stops running,
+/// with one progress bar for every kind, drawn from the status's `progress`: the phase and its
+/// work against its total (with an estimate of the time left) when that is known, else the
+/// work done so far. Returns the last answer.
+async fn watch(
     client: &Client,
     path: &str,
-    key: &str,
-    phases: &[&str],
-    progress: impl Fn(&Value) -> String,
+    app: &str,
+    key: Option<&str>,
+    what: &str,
 ) -> anyhow::Result<Value> {
-    let bar = indicatif::ProgressBar::new(phases.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{{spinner}} {key} {{bar:30}} {{pos}}/{{len}} phases  {{msg}}  {{elapsed}}"
-        ))?
-        .progress_chars("=> "),
-    );
+    let counted = indicatif::ProgressStyle::with_template(&format!(
+        "{{spinner}} {what} {{prefix}} {{bar:30}} {{pos}}/{{len}} {{msg}}  {{elapsed}}, about {{eta}} left"
+    ))?
+    .progress_chars("=> ");
+    let open = indicatif::ProgressStyle::with_template(&format!(
+        "{{spinner}} {what} {{prefix}} {{pos}} {{msg}}  {{elapsed}}"
+    ))?;
+    let bar = indicatif::ProgressBar::new(1);
+    let mut phase = String::new();
     loop {
-        let status = client.call(Method::GET, path, "", None).await?;
-        let job = &status[key];
-        let phase = job["phase"].as_str().unwrap_or_default();
-        let at = phases
-            .iter()
-            .position(|p| *p == phase)
-            .unwrap_or(phases.len());
-        bar.set_position(at as u64);
-        bar.set_message(format!("{phase}: {}", progress(job)));
+        let answer = client.call(Method::GET, path, app, None).await?;
+        let job = key.map_or(&answer, |k| &answer[k]);
+        let progress = &job["progress"];
+        let name = progress["phase"].as_str().unwrap_or_default();
+        if name != phase {
+            // Each phase has its own work and pace.
+            phase = name.to_owned();
+            bar.reset();
+        }
+        bar.set_prefix(format!(
+            "{name} ({}/{})",
+            progress["step"], progress["steps"]
+        ));
+        bar.set_message(progress["unit"].as_str().unwrap_or_default().to_owned());
+        match progress["total"].as_u64() {
+            Some(total) => {
+                bar.set_style(counted.clone());
+                bar.set_length(total);
+            }
+            None => bar.set_style(open.clone()),
+        }
+        bar.set_position(progress["done"].as_u64().unwrap_or(0));
+        bar.tick();
         if job["state"] != "running" {
             bar.finish();
-            return Ok(status);
+            return Ok(answer);
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
@@ -508,29 +507,8 @@ pub fn jobs(command: JobsCommand, target: &Target, config: &Config) -> anyhow::R
     let client = Client::new(target, config)?;
     let JobsCommand::Watch { app } = command;
     block_on(async {
-        let bar = indicatif::ProgressBar::new(1);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} recompute {bar:30} {pos}/{len} ranges  {msg}",
-            )?
-            .progress_chars("=> "),
-        );
-        loop {
-            let job = client
-                .call(Method::GET, "/1/strategies/personalization/job", &app, None)
-                .await?;
-            bar.set_length(job["ranges"].as_array().map_or(1, Vec::len) as u64);
-            bar.set_position(job["rangesDone"].as_u64().unwrap_or(0));
-            bar.set_message(format!(
-                "{} users, {} rows, {} already current",
-                job["users"], job["events"], job["skipped"]
-            ));
-            if job["state"] != "running" {
-                bar.finish();
-                return print(&job);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+        let path = "/1/strategies/personalization/job";
+        print(&watch(&client, path, &app, None, "recompute").await?)
     })
 }
 
@@ -578,31 +556,7 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
                 return print(&out);
             }
         };
-        let bar = indicatif::ProgressBar::new(1);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} ALS {bar:30} {pos}/{len} {msg}  {elapsed}",
-            )?
-            .progress_chars("=> "),
-        );
-        loop {
-            let status = client.call(Method::GET, "/1/als/train", &app, None).await?;
-            let done = status["iteration"].as_u64().unwrap_or(0);
-            if status["config"]["mode"] == "fold-in" {
-                // The vectors to solve are known only at the end.
-                bar.set_message("vectors folded in");
-                bar.set_length(done.max(1));
-            } else {
-                bar.set_message("iterations");
-                bar.set_length(status["config"]["iterations"].as_u64().unwrap_or(1));
-            }
-            bar.set_position(done);
-            if status["state"] != "running" {
-                bar.finish();
-                return print(&status);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+        print(&watch(&client, "/1/als/train", &app, None, "ALS").await?)
     })
 }
 
@@ -648,25 +602,8 @@ pub fn recommend(
             client
                 .call(Method::POST, "/1/recommend/build", &app, None)
                 .await?;
-            let bar = indicatif::ProgressBar::new_spinner();
-            loop {
-                let status = client
-                    .call(Method::GET, "/1/recommend/build", &app, None)
-                    .await?;
-                bar.set_message(format!(
-                    "{}: {} events, {} lists, {} users' queues",
-                    status["phase"].as_str().unwrap_or("?"),
-                    status["events"],
-                    status["lists"],
-                    status["users"]
-                ));
-                bar.tick();
-                if status["state"] != "running" {
-                    bar.finish();
-                    return print(&status);
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
+            let path = "/1/recommend/build";
+            return print(&watch(&client, path, &app, None, "build").await?);
         }
         let (Some(app), Some(user)) = (&show.app, &show.user) else {
             bail!("give --app and --user (or a subcommand: penchant recommend build --app A)");

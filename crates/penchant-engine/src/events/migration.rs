@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{EVENTS_TABLE, Layout};
 use crate::clock::Clock;
-use crate::jobs::{Job, JobState, Run, Runner, Runtime, hex, unhex};
+use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime, hex, unhex};
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, keys};
 
@@ -112,6 +112,20 @@ pub struct MigrationStatus {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub error: Option<String>,
+    /// How far it is (every kind's status has one, in the same shape).
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+impl MigrationStatus {
+    fn measure(&self) -> Progress {
+        let done = match self.phase {
+            Phase::Backfill => self.backfilled,
+            Phase::Drop => self.dropped,
+            _ => 0,
+        };
+        Progress::of(&self.phase, &Phase::ALL[..5], done, "rows")
+    }
 }
 
 crate::jobs::status!(MigrationStatus);
@@ -178,6 +192,7 @@ impl Migrations {
             started_at: self.clock.now_ms(),
             finished_at: None,
             error: None,
+            progress: Progress::default(),
         };
         let status = if current.event_layout == to {
             // Reads use `to` already (a migration failed after its switch): only the old

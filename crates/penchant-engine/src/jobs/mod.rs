@@ -67,18 +67,73 @@ pub enum JobState {
     Failed,
 }
 
-/// A job's status as saved: the kind's own fields (its checkpoint, its counts) and the state
-/// the runtime sets.
+/// How far a job is, in the same shape for every kind (field `progress` of each status): what
+/// the CLI's progress bars and the dashboard show.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// The phase it is in (as the status names it), or its one step ("recompute", "train").
+    pub phase: String,
+    /// The phase's place among the kind's phases (from 1), and how many there are.
+    pub step: usize,
+    pub steps: usize,
+    /// Work done in the phase, in `unit`s, out of `total` when that is known beforehand.
+    pub done: u64,
+    pub total: Option<u64>,
+    pub unit: String,
+}
+
+impl Progress {
+    /// Progress in phase `phase` (a value of the kind's phase enum) among `phases`.
+    pub fn of<P: Serialize + PartialEq>(phase: &P, phases: &[P], done: u64, unit: &str) -> Self {
+        let at = phases
+            .iter()
+            .position(|p| p == phase)
+            .unwrap_or(phases.len());
+        let name = serde_json::to_value(phase)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Self {
+            phase: name,
+            step: (at + 1).min(phases.len()),
+            steps: phases.len(),
+            done,
+            total: None,
+            unit: unit.to_owned(),
+        }
+    }
+
+    /// Progress of a job in one step.
+    pub fn single(phase: &str, done: u64, total: Option<u64>, unit: &str) -> Self {
+        Self {
+            phase: phase.to_owned(),
+            step: 1,
+            steps: 1,
+            done,
+            total,
+            unit: unit.to_owned(),
+        }
+    }
+}
+
+/// A job's status as saved: the kind's own fields (its checkpoint, its counts), the state the
+/// runtime sets, and its [`Progress`].
 pub trait Status: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
     fn state(&self) -> JobState;
     /// The job ended in `state` (done, failed with `error`, superseded) at `now` (Unix ms).
     fn end(&mut self, state: JobState, now: i64, error: Option<String>);
     /// What the job's steps counted so far ([`Run::counter`]), copied in before each save.
     fn count(&mut self, _counted: u64) {}
+    /// How far the job is, from the status's other fields.
+    fn measure(&self) -> Progress;
+    /// Set the status's `progress` field from [`Status::measure`] (before each save).
+    fn report(&mut self);
 }
 
-/// Implement [`Status`] for a status with fields `state`, `finished_at` and `error` (and
-/// maybe other items of the trait, such as [`Status::count`]).
+/// Implement [`Status`] for a status with fields `state`, `finished_at`, `error` and
+/// `progress`, and an inherent `measure` (and maybe other items of the trait, such as
+/// [`Status::count`]).
 macro_rules! status {
     ($status:ty $(, $item:item)*) => {
         impl $crate::jobs::Status for $status {
@@ -90,6 +145,14 @@ macro_rules! status {
                 self.state = state;
                 self.finished_at = Some(now);
                 self.error = error;
+            }
+
+            fn measure(&self) -> $crate::jobs::Progress {
+                Self::measure(self)
+            }
+
+            fn report(&mut self) {
+                self.progress = Self::measure(self);
             }
 
             $($item)*
@@ -182,6 +245,7 @@ impl<J: Job> Run<J> {
     fn snapshot(&self) -> J::Status {
         let mut status = self.status.lock();
         status.count(self.counter.load(Ordering::Relaxed));
+        status.report();
         status.clone()
     }
 
@@ -326,7 +390,13 @@ impl<J> Clone for Runner<J> {
 impl<J: Job> Runner<J> {
     /// Start a job of `app` from `status`, in the background; refused while a job of this kind
     /// of the app runs. Returns the status it starts from (saved).
-    pub async fn submit(&self, job: &Arc<J>, app: &str, status: J::Status) -> Result<J::Status> {
+    pub async fn submit(
+        &self,
+        job: &Arc<J>,
+        app: &str,
+        mut status: J::Status,
+    ) -> Result<J::Status> {
+        status.report();
         if !self.claims.claim(app).await? {
             return Err(EngineError::Refused(format!(
                 "a {} of this app is running: wait for it to end",
@@ -374,7 +444,7 @@ impl<J: Job> Runner<J> {
             if !self.claims.claim(&app).await? {
                 continue;
             }
-            let status = match job.resume(&app, status).await {
+            let mut status = match job.resume(&app, status).await {
                 Ok(Some(status)) => status,
                 Ok(None) => {
                     self.release(&app).await;
@@ -385,6 +455,7 @@ impl<J: Job> Runner<J> {
                     return Err(e);
                 }
             };
+            status.report();
             if let Err(e) = job.save(&self.rt.store, &app, &status).await {
                 self.release(&app).await;
                 return Err(e);
@@ -468,6 +539,7 @@ impl<J: Job> Runner<J> {
                 status.end(JobState::Failed, now, Some(e.to_string()));
             }
         }
+        status.report();
         if let Err(e) = job.save(&self.rt.store, app, &status).await {
             tracing::error!(%app, error = %e, "cannot save the {}'s end", J::NAME);
         }

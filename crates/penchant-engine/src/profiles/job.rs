@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Result;
 use crate::clock::Clock;
-use crate::jobs::{FAMILY, JOBS_TABLE, Job, JobState, Run, Runner, Runtime, Status};
+use crate::jobs::{FAMILY, JOBS_TABLE, Job, JobState, Progress, Run, Runner, Runtime, Status};
 use crate::keys;
 use crate::profiles::{Profiles, RecomputeStats, Source, UserRange};
 use crate::strategy::{Strategies, Versioned};
@@ -61,6 +61,16 @@ pub struct RecomputeStatus {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub error: Option<String>,
+    /// How far it is (every kind's status has one, in the same shape).
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+impl RecomputeStatus {
+    fn measure(&self) -> Progress {
+        let total = Some(self.ranges.len() as u64);
+        Progress::single("recompute", self.ranges_done as u64, total, "ranges")
+    }
 }
 
 impl RecomputeStatus {
@@ -202,7 +212,10 @@ impl Recomputes {
             started_at: self.clock.now_ms(),
             finished_at: None,
             error: None,
+            progress: Progress::default(),
         };
+        let mut status = status;
+        status.report();
         // The newest strategy's job replaces whatever job the row held, which joins the
         // history (a job still running is superseded by this one).
         let (previous, past) = self.saved(app).await?;

@@ -15,7 +15,7 @@ use penchant_store::{ReadRows, RowFilter, RowSet, Workload};
 use serde::{Deserialize, Serialize};
 
 use super::QueueDefinition;
-use crate::jobs::{Job, JobState, Run, Status};
+use crate::jobs::{Job, JobState, Progress, Run, Status};
 use crate::{Engine, EngineError, Result, keys};
 
 /// Users whose queues are rebuilt at once.
@@ -54,6 +54,19 @@ pub struct BuildStatus {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub error: Option<String>,
+    /// How far it is (every kind's status has one, in the same shape).
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+impl BuildStatus {
+    fn measure(&self) -> Progress {
+        let (done, unit) = match self.phase {
+            Phase::Lists => (self.events, "events"),
+            Phase::Queues | Phase::Done => (self.users, "users"),
+        };
+        Progress::of(&self.phase, &[Phase::Lists, Phase::Queues], done, unit)
+    }
 }
 
 impl Status for BuildStatus {
@@ -73,6 +86,14 @@ impl Status for BuildStatus {
     /// Events read so far by the lists' build.
     fn count(&mut self, events: u64) {
         self.events = self.events.max(events);
+    }
+
+    fn measure(&self) -> Progress {
+        Self::measure(self)
+    }
+
+    fn report(&mut self) {
+        self.progress = Self::measure(self);
     }
 }
 
@@ -107,6 +128,7 @@ impl Engine {
             started_at: self.now_ms(),
             finished_at: None,
             error: None,
+            progress: Progress::default(),
         };
         self.recommend
             .builds

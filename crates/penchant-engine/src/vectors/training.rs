@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
-use crate::jobs::{Job, JobState, Run, Runner, Runtime};
+use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime};
 use crate::strategy::Strategies;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, internal, keys};
@@ -178,6 +178,21 @@ pub struct TrainingStatus {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub error: Option<String>,
+    /// How far it is (every kind's status has one, in the same shape).
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+impl TrainingStatus {
+    fn measure(&self) -> Progress {
+        let done = self.iteration as u64;
+        if self.config.mode.is_train() {
+            let total = Some(self.config.als.iterations as u64);
+            Progress::single("train", done, total, "iterations")
+        } else {
+            Progress::single("fold-in", done, None, "vectors")
+        }
+    }
 }
 
 /// How a model ranks held-out interactions.
@@ -401,6 +416,7 @@ impl Trainings {
             started_at: self.clock.now_ms(),
             finished_at: None,
             error: None,
+            progress: Progress::default(),
         }
     }
 

@@ -101,6 +101,7 @@ async fn jobs_split_save_progress_and_resume_from_checkpoints() {
         started_at: now,
         finished_at: None,
         error: None,
+        progress: Default::default(),
     };
     assert!(status.ranges[1].range.start.as_deref() < Some(checkpoint.as_str()));
     save_job(&store, &status).await;

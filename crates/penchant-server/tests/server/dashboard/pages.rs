@@ -76,8 +76,13 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         page.until("two past recomputes", "document.querySelectorAll('#job-history tbody tr').length === 2").await;
         page.until("the training", "document.querySelector('#job-als [data-state=done]')").await;
         page.until_text("#job-als", "3 / 3").await;
+        // Every kind's progress in one shape: the training's iterations against their total.
+        page.until_text("#job-als .job-progress", "train (1/1): 3 / 3 iterations")
+            .await;
         page.until("the build", "document.querySelector('#job-build [data-state=done]')").await;
         page.until_text("#job-build", "for-you").await;
+        page.until("the build's progress", "document.querySelector('#job-build .job-progress')")
+            .await;
         page.until_text("#job-layout", "wide").await;
         page.until_text("#job-layout", "No migration yet").await;
         // One store: the app's rows are in the default target, never moved.
