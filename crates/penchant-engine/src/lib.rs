@@ -1,8 +1,11 @@
 //! Penchant's engine: everything between the HTTP layer and the store.
 //!
 //! The engine reads and writes rows through [`penchant_store::Store`] only, so it runs unchanged
-//! on every backend. Its modules follow the data flow of the product brief; most are filled in by
-//! the issues that build each system.
+//! on every backend. This file holds the [`Engine`], its settings and its wiring: opening it
+//! over a store, its background work, its shutdown. Its API is added by resource in `api/`
+//! (apps and keys, catalog, events, profiles, sets, vectors, placement) and in [`recommend`];
+//! every table is declared in [`tables`], every row key built in [`keys`], and every background
+//! job runs on the runtime of [`jobs`].
 
 pub mod aggregates;
 mod api;
