@@ -89,6 +89,8 @@ pub struct EngineConfig {
     /// goes through this node, which then keeps items' facet values in memory for counting
     /// events ([`Catalog::cache_facets`]).
     pub exclusive_store: bool,
+    /// Told of every checkpoint a background job saves (tests hold jobs at checkpoints).
+    pub job_hook: Option<Arc<dyn jobs::JobHook>>,
 }
 
 impl EngineConfig {
@@ -112,6 +114,7 @@ impl EngineConfig {
             placement: None,
             placement_refresh: Duration::from_secs(5),
             exclusive_store: false,
+            job_hook: None,
         }
     }
 }
@@ -210,7 +213,8 @@ impl Engine {
             leases.clone(),
             supervisor.clone(),
             clock.clone(),
-        );
+        )
+        .with_hook(config.job_hook.clone());
         let recomputes = Arc::new(Recomputes::new(
             &runtime,
             store.clone(),

@@ -204,6 +204,14 @@ pub(crate) trait Job: Send + Sync + Sized + 'static {
     }
 }
 
+/// Told of every checkpoint a job's steps save ([`Run::save`]: a phase done, a change made),
+/// after it is stored; the job waits for it. Tests hold a job at a checkpoint with it, to stop
+/// a node there or look at what the job did so far, instead of sleeping.
+#[async_trait::async_trait]
+pub trait JobHook: Send + Sync + std::fmt::Debug + 'static {
+    async fn checkpoint(&self, kind: &'static str, app: &str, progress: &Progress);
+}
+
 /// A running job, as its steps see it: its app, its status (the checkpoint they move on), and
 /// the runtime's signals.
 pub(crate) struct Run<J: Job> {
@@ -212,6 +220,7 @@ pub(crate) struct Run<J: Job> {
     job: Arc<J>,
     store: Arc<dyn Store>,
     clock: Clock,
+    hook: Option<Arc<dyn JobHook>>,
     cancelled: Arc<AtomicBool>,
     counter: Arc<AtomicU64>,
 }
@@ -236,10 +245,21 @@ impl<J: Job> Run<J> {
         change(&mut self.status.lock())
     }
 
-    /// Save the status now (a checkpoint that must be stored before the next step).
+    /// Save the status now (a checkpoint that must be stored before the next step), and tell
+    /// the hook, if any.
     pub async fn save(&self) -> Result<()> {
+        let progress = self.persist().await?;
+        if let Some(hook) = &self.hook {
+            hook.checkpoint(J::KEY, &self.app, &progress).await;
+        }
+        Ok(())
+    }
+
+    /// Save the status as it stands (what the runtime does every half second); its progress.
+    async fn persist(&self) -> Result<Progress> {
         let snapshot = self.snapshot();
-        self.job.save(&self.store, &self.app, &snapshot).await
+        self.job.save(&self.store, &self.app, &snapshot).await?;
+        Ok(snapshot.measure())
     }
 
     fn snapshot(&self) -> J::Status {
@@ -311,6 +331,7 @@ pub struct Runtime {
     leases: Leases,
     supervisor: Arc<Supervisor>,
     clock: Clock,
+    hook: Option<Arc<dyn JobHook>>,
 }
 
 impl Runtime {
@@ -325,7 +346,14 @@ impl Runtime {
             leases,
             supervisor,
             clock,
+            hook: None,
         }
+    }
+
+    /// Tell `hook` of every job's checkpoints.
+    pub fn with_hook(mut self, hook: Option<Arc<dyn JobHook>>) -> Self {
+        self.hook = hook;
+        self
     }
 
     /// The runner of a kind of job (one per kind and node: it knows which run here).
@@ -499,6 +527,7 @@ impl<J: Job> Runner<J> {
             job: job.clone(),
             store: self.rt.store.clone(),
             clock: self.rt.clock.clone(),
+            hook: self.rt.hook.clone(),
             cancelled: Arc::default(),
             counter: Arc::default(),
         };
@@ -515,13 +544,13 @@ impl<J: Job> Runner<J> {
                         run.cancelled.store(true, Ordering::Relaxed);
                         return false;
                     }
-                    if let Err(e) = run.save().await {
+                    if let Err(e) = run.persist().await {
                         tracing::warn!(%app, error = %e, "cannot save the {}'s status", J::NAME);
                     }
                 }
                 () = &mut stopped => {
                     run.cancelled.store(true, Ordering::Relaxed);
-                    if let Err(e) = run.save().await {
+                    if let Err(e) = run.persist().await {
                         tracing::warn!(%app, error = %e, "cannot save the {}'s status", J::NAME);
                     }
                     return false;
@@ -628,6 +657,7 @@ pub(crate) fn unhex(text: &str) -> Result<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::{Semaphore, watch};
 
     #[test]
     fn checkpoints_round_trip() {
@@ -635,5 +665,136 @@ mod tests {
         assert_eq!(&unhex(&hex(key)).unwrap()[..], key);
         assert!(unhex("abc").is_err());
         assert!(unhex("zz").is_err());
+    }
+
+    /// A kind of job that counts to `to`, a checkpoint at each step.
+    #[derive(Debug, Default)]
+    struct Count {
+        /// Steps this node ran.
+        ran: AtomicU64,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    struct Counted {
+        state: JobState,
+        at: u64,
+        to: u64,
+        finished_at: Option<i64>,
+        error: Option<String>,
+        #[serde(default)]
+        progress: Progress,
+    }
+
+    impl Counted {
+        fn measure(&self) -> Progress {
+            Progress::single("count", self.at, Some(self.to), "steps")
+        }
+    }
+
+    status!(Counted);
+
+    impl Job for Count {
+        type Status = Counted;
+        const KEY: &'static str = "count";
+        const NAME: &'static str = "count";
+
+        async fn steps(&self, run: &Run<Self>) -> Result<JobState> {
+            while run.status().at < run.status().to {
+                run.lock().at += 1;
+                self.ran.fetch_add(1, Ordering::SeqCst);
+                run.save().await?;
+            }
+            Ok(JobState::Done)
+        }
+    }
+
+    /// Holds each checkpoint until the test lets one more pass; says which it reached.
+    #[derive(Debug)]
+    struct Gate {
+        pass: Semaphore,
+        reached: watch::Sender<u64>,
+    }
+
+    #[async_trait::async_trait]
+    impl JobHook for Gate {
+        async fn checkpoint(&self, _: &'static str, _: &str, progress: &Progress) {
+            self.reached.send_replace(progress.done);
+            self.pass.acquire().await.unwrap().forget();
+        }
+    }
+
+    /// A node: its own supervisor and leases, on the shared store.
+    fn node(store: &Arc<dyn Store>, hook: Option<Arc<dyn JobHook>>) -> (Runtime, Runner<Count>) {
+        let clock = Clock::default();
+        let leases = Leases::new(store.clone(), clock.clone(), Duration::ZERO);
+        let rt = Runtime::new(store.clone(), leases, Arc::default(), clock).with_hook(hook);
+        let runner = rt.runner();
+        (rt, runner)
+    }
+
+    /// A job held at a checkpoint by the hook (no sleeping to get there) is refused a second
+    /// start; its node stops there, and another node resumes it from that checkpoint to its end.
+    #[tokio::test]
+    async fn a_job_stopped_at_a_checkpoint_is_resumed_there_by_another_node() {
+        let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+        crate::tables::create(&*store, &[JOBS, crate::leases::LEASES])
+            .await
+            .unwrap();
+        let gate = Arc::new(Gate {
+            pass: Semaphore::new(2),
+            reached: watch::channel(0).0,
+        });
+        let (rt_a, a) = node(&store, Some(gate.clone()));
+        let (_rt_b, b) = node(&store, None);
+        let (count_a, count_b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let start = Counted {
+            state: JobState::Running,
+            at: 0,
+            to: 10,
+            finished_at: None,
+            error: None,
+            progress: Progress::default(),
+        };
+        let started = a.submit(&count_a, "APP", start.clone()).await.unwrap();
+        assert_eq!(
+            started.progress,
+            Progress::single("count", 0, Some(10), "steps")
+        );
+        // Two checkpoints pass; the third is held, saved.
+        let mut reached = gate.reached.subscribe();
+        reached.wait_for(|at| *at == 3).await.unwrap();
+        let err = a.submit(&count_a, "APP", start.clone()).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "a count of this app is running: wait for it to end"
+        );
+        assert_eq!(b.take_over(&count_b).await.unwrap(), 0, "A holds the lease");
+        rt_a.supervisor.shutdown().await;
+        let left = a.status("APP").await.unwrap().unwrap();
+        assert_eq!((left.state, left.at), (JobState::Running, 3));
+        assert_eq!(a.running(), 0, "A gave its claim up");
+        assert_eq!(b.take_over(&count_b).await.unwrap(), 1);
+        let mut done = None;
+        for _ in 0..1000 {
+            let status = b.status("APP").await.unwrap().unwrap();
+            if status.state != JobState::Running {
+                done = Some(status);
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let done = done.expect("B finished the job");
+        assert_eq!((done.state, done.at), (JobState::Done, 10));
+        assert!(done.finished_at.is_some());
+        assert_eq!(
+            done.progress,
+            Progress::single("count", 10, Some(10), "steps")
+        );
+        assert_eq!(count_a.ran.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            count_b.ran.load(Ordering::SeqCst),
+            7,
+            "B went on from A's checkpoint"
+        );
     }
 }
