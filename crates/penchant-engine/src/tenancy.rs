@@ -484,11 +484,10 @@ impl Tenancy {
             )));
         }
         let prefix = keys::app(app_id);
-        // The app's own row last: until then the deletion can be retried.
-        for table in self.store.list_tables().await? {
-            if table.name != APPS_TABLE {
-                self.store.drop_row_range(&table.name, &prefix).await?;
-            }
+        // Every table's rows of the app; its own row last: until then the deletion can be
+        // retried.
+        for table in crate::tables::ALL.iter().filter(|t| t.name != APPS_TABLE) {
+            self.store.drop_row_range(table.name, &prefix).await?;
         }
         self.store.drop_row_range(APPS_TABLE, &prefix).await?;
         self.cache.retain(|(app, _)| app != app_id);
@@ -588,7 +587,9 @@ mod tests {
     async fn tenancy(ttl: Duration) -> (Arc<dyn Store>, Tenancy, Clock) {
         let store: Arc<dyn Store> = Arc::new(MemStore::new());
         let clock = Clock::manual(1_800_000_000_000_000);
-        crate::tables::create(&*store, &[APPS, KEYS]).await.unwrap();
+        crate::tables::create(&*store, &crate::tables::ALL)
+            .await
+            .unwrap();
         let config = TenancyConfig {
             admin_key: Some("root".into()),
             cache_ttl: ttl,
