@@ -370,6 +370,12 @@ fn placement_commands_place_and_move_apps_between_folders() {
     assert_eq!(moved["target"], "eu", "{moved}");
     assert_eq!(moved["move"]["state"], "done", "{moved}");
     assert!(moved["move"]["copied"].as_u64().unwrap() >= 2, "{moved}");
+    let progress = &moved["move"]["progress"];
+    assert_eq!(
+        (&progress["step"], &progress["steps"]),
+        (&6.into(), &6.into()),
+        "{moved}"
+    );
     let (ok, _, err) = admin(&["placement", "move", "--app", "SHOP", "--to", "eu"]);
     assert!(!ok && err.contains("already"), "{err}");
     let (ok, placed, err) = admin(&[
@@ -424,6 +430,11 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
     let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(job["state"], "done", "{job}");
     assert_eq!(job["rangesDone"], job["ranges"].as_array().unwrap().len());
+    // Every kind's status carries its progress in one shape (what the CLI's bar is drawn from).
+    let progress = &job["progress"];
+    assert_eq!(progress["phase"], "recompute", "{job}");
+    assert_eq!(progress["unit"], "ranges", "{job}");
+    assert_eq!(progress["done"], progress["total"], "{job}");
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }
