@@ -74,7 +74,9 @@ pub struct SeenSettings {
     /// The false-positive rate a generation is allowed before it rotates, in (0, 1).
     #[serde(default = "default_error_rate")]
     pub error_rate: f64,
-    /// Which events mark their objectIDs as seen.
+    /// Which events mark their objectIDs as seen: by default every type, so that what a user
+    /// viewed, clicked or bought stays out of their recommendations (a shop selling
+    /// consumables that should come back narrows it).
     #[serde(default = "default_event_types")]
     pub event_types: Vec<EventType>,
 }
@@ -88,7 +90,7 @@ fn default_error_rate() -> f64 {
 }
 
 fn default_event_types() -> Vec<EventType> {
-    vec![EventType::View]
+    vec![EventType::Click, EventType::Conversion, EventType::View]
 }
 
 impl Default for SeenSettings {

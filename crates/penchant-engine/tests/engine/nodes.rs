@@ -198,6 +198,13 @@ async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
         })
         .collect();
     a.write_records(APP, records).await.unwrap();
+    // Items bought again (consumables): only views mark them seen, so every queue holds the
+    // three most converted items.
+    let views_only = penchant_engine::seen::SeenSettings {
+        event_types: vec![EventType::View],
+        ..Default::default()
+    };
+    a.set_seen_settings(APP, views_only).await.unwrap();
     let now = clock.now_ms();
     let events: Vec<Event> = (0..USERS)
         .map(|i| Event {

@@ -322,7 +322,7 @@ async fn seen_filters_from_events_api_rotation_and_deletion() {
     let (_, settings) = s.call(Method::GET, "/1/seen/settings", k, None).await;
     assert_eq!(
         settings,
-        json!({"filterBits": 131072, "errorRate": 0.01, "eventTypes": ["view"]})
+        json!({"filterBits": 131072, "errorRate": 0.01, "eventTypes": ["click", "conversion", "view"]})
     );
     for (body, needle) in [
         (
@@ -343,7 +343,15 @@ async fn seen_filters_from_events_api_rotation_and_deletion() {
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 
-    // Views mark items seen; clicks do not (by default).
+    // With `eventTypes: ["view"]` (a shop whose items are clicked and bought again), views mark
+    // items seen and clicks do not.
+    s.ok(
+        Method::PUT,
+        "/1/seen/settings",
+        adm,
+        Some(json!({"eventTypes": ["view"]})),
+    )
+    .await;
     let event = |kind: &str, ids: &[&str]| json!({"eventType": kind, "eventName": "E", "index": "items", "userToken": "u1", "objectIDs": ids});
     let events = json!({"events": [event("view", &["a", "b"]), event("click", &["c"])]});
     s.ok(Method::POST, "/1/events", k, Some(events)).await;

@@ -26,6 +26,13 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         "facetsScoring": [{"facetName": "brand", "score": 100}],
         "personalizationImpact": 50}))
         .await;
+    // A shop whose items are bought again: only views mark them seen.
+    shop.ok(
+        Method::PUT,
+        "/1/seen/settings",
+        json!({"eventTypes": ["view"]}),
+    )
+    .await;
     let e = seed::event;
     shop.events(vec![
         e(
