@@ -235,6 +235,21 @@ pub struct Recommendations {
     /// What the model read: `queue`, `vectors`, `similar-to-liked`, `co-interaction`,
     /// `co-interaction+vectors`, `trending`, `catalog`, or `none`.
     pub source: &'static str,
+    /// When what answered was built (ms): the user's queue, the co-interaction lists' build,
+    /// the space's training (the older of two for a blend); trending counts are live (now).
+    /// `None` for the catalog, for uploaded vectors, and for no answer.
+    pub built_at: Option<i64>,
+}
+
+/// A model's candidates, best first (scores 0–100), what it read, and when that was built.
+type Candidates = (Vec<(String, f64)>, &'static str, Option<i64>);
+
+/// The older of two build times (a blend is as fresh as its stalest part).
+fn older(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What a queue rebuild wrote.
@@ -729,11 +744,15 @@ impl Engine {
             let hits = self
                 .trending_facets(app, &req.index_name, facet, threshold, max)
                 .await?;
-            let source = if hits.is_empty() { "none" } else { "trending" };
+            let (source, built_at) = match hits.is_empty() {
+                true => ("none", None),
+                false => ("trending", Some(self.now_ms())),
+            };
             return Ok(Recommendations {
                 hits,
                 answered_by: model.name(),
                 source,
+                built_at,
             });
         }
         let mut filter = req.query_parameters.filter("queryParameters")?;
@@ -780,10 +799,10 @@ impl Engine {
             threshold,
             max,
         };
-        let (candidates, source) = match model {
-            Model::TrendingItems | Model::TrendingFacets => (Vec::new(), "trending"),
+        let (candidates, source, built_at) = match model {
+            Model::TrendingItems | Model::TrendingFacets => (Vec::new(), "trending", None),
             Model::BoughtTogether => {
-                let list = related::list(
+                let (list, built_at) = related::list_built(
                     &self.store,
                     app,
                     &req.index_name,
@@ -796,6 +815,7 @@ impl Engine {
                         .map(|(id, s)| (id, f64::from(s) * 100.0))
                         .collect(),
                     "co-interaction",
+                    built_at,
                 )
             }
             Model::RelatedProducts => {
@@ -823,6 +843,7 @@ impl Engine {
                     hits,
                     answered_by: model.name(),
                     source,
+                    built_at,
                 });
             }
         }
@@ -835,6 +856,7 @@ impl Engine {
                 hits,
                 answered_by: Model::TrendingItems.name(),
                 source: "trending",
+                built_at: Some(self.now_ms()),
             });
         }
         let Some(fallback) = fallback_filter else {
@@ -842,6 +864,7 @@ impl Engine {
                 hits,
                 answered_by: model.name(),
                 source: "none",
+                built_at: None,
             });
         };
         // Then `fallbackParameters`: trending under its filters, else the catalog's records
@@ -856,6 +879,7 @@ impl Engine {
                 hits,
                 answered_by: "fallbackParameters",
                 source: "trending",
+                built_at: Some(self.now_ms()),
             });
         }
         let any = Select {
@@ -873,6 +897,7 @@ impl Engine {
             hits,
             answered_by: "fallbackParameters",
             source,
+            built_at: None,
         })
     }
 
@@ -989,21 +1014,22 @@ impl Engine {
         app: &str,
         req: &RecommendRequest,
         object_id: &str,
-    ) -> Result<(Vec<(String, f64)>, &'static str)> {
-        let list =
-            related::list(&self.store, app, &req.index_name, Links::Related, object_id).await?;
+    ) -> Result<Candidates> {
+        let (list, listed_at) =
+            related::list_built(&self.store, app, &req.index_name, Links::Related, object_id)
+                .await?;
         let space = req.space.as_deref().unwrap_or(ALS_SPACE);
         let neighbours = self.item_neighbours(app, space, object_id).await?;
-        let Some((metric, hits)) = neighbours.filter(|(_, h)| !h.is_empty()) else {
+        let Some((metric, hits, trained_at)) = neighbours.filter(|(_, h, _)| !h.is_empty()) else {
             let co = list
                 .into_iter()
                 .map(|(id, s)| (id, f64::from(s) * 100.0))
                 .collect();
-            return Ok((co, "co-interaction"));
+            return Ok((co, "co-interaction", listed_at));
         };
         let vectors = vector_percents(metric, hits);
         if list.is_empty() {
-            return Ok((vectors, "vectors"));
+            return Ok((vectors, "vectors", trained_at));
         }
         let mut blend: HashMap<String, f64> = HashMap::new();
         for (id, s) in list {
@@ -1014,16 +1040,21 @@ impl Engine {
         }
         let mut ranked: Vec<(String, f64)> = blend.into_iter().collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        Ok((ranked, "co-interaction+vectors"))
+        Ok((
+            ranked,
+            "co-interaction+vectors",
+            older(listed_at, trained_at),
+        ))
     }
 
-    /// The item's neighbours in a space, `None` when the space or the item's vector is missing.
+    /// The item's neighbours in a space, with the space's metric and when its training ran
+    /// (`None` for uploaded vectors); `None` when the space or the item's vector is missing.
     async fn item_neighbours(
         &self,
         app: &str,
         space: &str,
         object_id: &str,
-    ) -> Result<Option<(Metric, Vec<crate::vectors::Hit>)>> {
+    ) -> Result<Option<(Metric, Vec<crate::vectors::Hit>, Option<i64>)>> {
         let Some(described) = self.optional_space(app, space).await? else {
             return Ok(None);
         };
@@ -1036,7 +1067,7 @@ impl Engine {
             .search(app, space, Query::Item(object_id.to_owned()), &options)
             .await
         {
-            Ok(hits) => Ok(Some((described.metric, hits))),
+            Ok(hits) => Ok(Some((described.metric, hits, trained_at(&described)))),
             Err(EngineError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -1049,7 +1080,7 @@ impl Engine {
         app: &str,
         req: &RecommendRequest,
         object_id: &str,
-    ) -> Result<(Vec<(String, f64)>, &'static str)> {
+    ) -> Result<Candidates> {
         let space = match &req.space {
             Some(space) => {
                 self.vectors.space(app, space).await?;
@@ -1079,8 +1110,8 @@ impl Engine {
             }
         };
         Ok(match self.item_neighbours(app, &space, object_id).await? {
-            Some((metric, hits)) => (vector_percents(metric, hits), "vectors"),
-            None => (Vec::new(), "vectors"),
+            Some((metric, hits, at)) => (vector_percents(metric, hits), "vectors", at),
+            None => (Vec::new(), "vectors", None),
         })
     }
 
@@ -1091,7 +1122,7 @@ impl Engine {
         app: &str,
         req: &RecommendRequest,
         user: &str,
-    ) -> Result<(Vec<(String, f64)>, &'static str)> {
+    ) -> Result<Candidates> {
         let queue = req.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
         queues::check_name(queue)?;
         let defined = match self.recommend.queues.definition(app, queue).await {
@@ -1113,12 +1144,12 @@ impl Engine {
                     .take(MAX_WALK)
                     .map(|(id, s)| (id.clone(), (f64::from(*s) / best * 100.0).clamp(0.0, 100.0)))
                     .collect();
-                return Ok((items, "queue"));
+                return Ok((items, "queue", stored.built_at));
             }
         }
         let space = req.space.as_deref().unwrap_or(ALS_SPACE);
         let Some(described) = self.optional_space(app, space).await? else {
-            return Ok((Vec::new(), "none"));
+            return Ok((Vec::new(), "none", None));
         };
         let options = SearchOptions {
             k: VECTOR_K,
@@ -1133,14 +1164,25 @@ impl Engine {
                 .search(app, space, Query::Vector(vector), &options)
                 .await?;
             if !hits.is_empty() {
-                return Ok((vector_percents(described.metric, hits), "vectors"));
+                let at = trained_at(&described);
+                return Ok((vector_percents(described.metric, hits), "vectors", at));
             }
         }
         let (_, hits) = self
             .similar_to_liked(app, space, user, 10, Aggregate::Mean, &options)
             .await?;
-        Ok((vector_percents(described.metric, hits), "similar-to-liked"))
+        let at = trained_at(&described);
+        Ok((
+            vector_percents(described.metric, hits),
+            "similar-to-liked",
+            at,
+        ))
     }
+}
+
+/// When a space's vectors were trained (ms); `None` for uploaded vectors.
+fn trained_at(space: &crate::vectors::Space) -> Option<i64> {
+    space.training.as_ref().map(|t| t.at)
 }
 
 fn hits_ranked(hits: Vec<crate::vectors::Hit>) -> Ranked {

@@ -70,17 +70,31 @@ pub(crate) async fn list(
     links: Links,
     object_id: &str,
 ) -> Result<Ranked> {
+    Ok(list_built(store, app, index, links, object_id).await?.0)
+}
+
+/// An item's list of a model, best first, and when the build that wrote it ran (ms; `None`
+/// without a list).
+pub(crate) async fn list_built(
+    store: &Arc<dyn Store>,
+    app: &str,
+    index: &str,
+    links: Links,
+    object_id: &str,
+) -> Result<(Ranked, Option<i64>)> {
     let key = keys::related(app, index, links.name(), object_id);
     let row = store.read_row(RELATED_TABLE, key, None).await?;
     let Some(cell) = row.as_ref().and_then(|r| r.latest(FAMILY, COLUMN)) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     // A list an older build wrote with an objectID too long for its encoding reads as
     // corrupt: the item has no list (the request falls back) rather than a 500 until a rebuild.
-    Ok(decode_ranked(&cell.value).unwrap_or_else(|e| {
+    let list = decode_ranked(&cell.value).unwrap_or_else(|e| {
         tracing::warn!(%app, %index, model = links.name(), error = %e, "unreadable list, ignored");
         Vec::new()
-    }))
+    });
+    // A build stamps every list it writes with its start (µs).
+    Ok((list, Some(cell.timestamp / 1000)))
 }
 
 /// Pair counts of one model, items interned.

@@ -3,7 +3,7 @@
 //! Recommend (`search`): `POST /1/indexes/*/recommendations` `{requests: [{indexName, model,
 //! threshold, maxRecommendations?, objectID?, facetName?, facetValue?, queryParameters?,
 //! fallbackParameters?, space?, queue?}]}` → `{results: [{hits, nbHits, ..., answeredBy,
-//! source}]}`, one result per request, in order.
+//! source, modelBuiltAt, fallback}]}`, one result per request, in order.
 //!
 //! Queues:
 //! - `GET /1/queues` (`search`): every queue's definition; `PUT /1/queues/{name}`
@@ -117,6 +117,9 @@ fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: 
         "processingTimeMS": ms,
         "answeredBy": answer.answered_by,
         "source": answer.source,
+        "modelBuiltAt": answer.built_at,
+        // Another model answered: the one asked had nothing for this request.
+        "fallback": answer.answered_by != request.model,
     })
 }
 

@@ -306,6 +306,14 @@ async fn co_interaction_and_vector_models_answer_and_fall_back_to_trending() {
     assert_eq!(ids(&r), ["p1"], "{r}");
     assert_eq!(r["answeredBy"], "bought-together");
     assert_eq!(r["source"], "co-interaction");
+    // The answer says when its model was built: the lists, by the build above.
+    assert_eq!(r["fallback"], false, "{r}");
+    let built_at = r["modelBuiltAt"].as_i64().unwrap();
+    let (started, finished) = (built["startedAt"].as_i64(), built["finishedAt"].as_i64());
+    assert!(
+        started.unwrap() <= built_at && built_at <= finished.unwrap(),
+        "{r} {built}"
+    );
     let r = recommend(
         &s,
         a,
@@ -324,6 +332,12 @@ async fn co_interaction_and_vector_models_answer_and_fall_back_to_trending() {
     .await;
     assert_eq!(r["answeredBy"], "trending-items", "{r}");
     assert_eq!(&ids(&r)[..2], ["p1", "p3"]);
+    // A fallback says it is one; trending counts are live.
+    assert_eq!(r["fallback"], true, "{r}");
+    assert!(
+        r["modelBuiltAt"].as_i64().unwrap() >= finished.unwrap(),
+        "{r}"
+    );
     // Nothing passes: fallbackParameters answer, from the catalog if nothing trends there.
     let r = recommend(
         &s,
@@ -336,6 +350,11 @@ async fn co_interaction_and_vector_models_answer_and_fall_back_to_trending() {
     assert_eq!(r["answeredBy"], "fallbackParameters", "{r}");
     assert_eq!(ids(&r), ["p7"], "p9 is the item itself: {r}");
     assert_eq!(r["source"], "catalog");
+    assert_eq!(
+        (&r["fallback"], &r["modelBuiltAt"]),
+        (&json!(true), &Value::Null),
+        "{r}"
+    );
 
     // looking-similar: the index's uploaded vectors.
     ok(
