@@ -221,7 +221,13 @@ impl MoveStatus {
             Phase::Drop => self.dropped,
             _ => 0,
         };
-        Progress::of(&self.phase, &Phase::ALL[..6], done, "rows")
+        // Its steps: every phase but `done`.
+        Progress::of(
+            &self.phase,
+            &Phase::ALL[..Phase::ALL.len() - 1],
+            done,
+            "rows",
+        )
     }
 }
 

@@ -124,7 +124,13 @@ impl MigrationStatus {
             Phase::Drop => self.dropped,
             _ => 0,
         };
-        Progress::of(&self.phase, &Phase::ALL[..5], done, "rows")
+        // Its steps: every phase but `done`.
+        Progress::of(
+            &self.phase,
+            &Phase::ALL[..Phase::ALL.len() - 1],
+            done,
+            "rows",
+        )
     }
 }
 

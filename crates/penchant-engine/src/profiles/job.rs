@@ -196,7 +196,7 @@ impl Recomputes {
     /// node if it gets the job's lease, else on the node that takes the job over).
     pub async fn start(self: &Arc<Self>, app: &str, strategy: Arc<Versioned>) -> Result<()> {
         let ranges = self.profiles.plan_ranges(app, self.parallelism).await?;
-        let status = RecomputeStatus {
+        let mut status = RecomputeStatus {
             strategy_version: strategy.version,
             state: JobState::Running,
             stats: RecomputeStats::default(),
@@ -214,7 +214,6 @@ impl Recomputes {
             error: None,
             progress: Progress::default(),
         };
-        let mut status = status;
         status.report();
         // The newest strategy's job replaces whatever job the row held, which joins the
         // history (a job still running is superseded by this one).
