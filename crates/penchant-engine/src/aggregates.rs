@@ -390,11 +390,13 @@ impl Aggregates {
             if row.is_none() && raw.is_empty() {
                 return Ok(());
             }
-            let present: std::collections::HashSet<&[u8]> = row
+            // Deltas already there stay, unless their event's counts changed since (an event
+            // that gained an item whose record arrived late, [`events::waiting`]).
+            let present: std::collections::HashMap<&[u8], &[u8]> = row
                 .iter()
                 .flat_map(|r| r.family(FAMILY))
                 .filter(|c| keys::aggregate_delta_base(&c.qualifier).is_some())
-                .map(|c| &c.qualifier[..])
+                .map(|c| (&c.qualifier[..], &c.value[..]))
                 .collect();
             // The base columns go; the version is bumped by the conditional write.
             let mut first: Vec<Mutation> = columns(row.as_ref())
@@ -415,8 +417,9 @@ impl Aggregates {
                 for (facet, values) in counts {
                     let q = events::qualifier(event_type, &name, &facet);
                     let delta = keys::aggregate_delta(&q, &raw_row.key);
-                    if !present.contains(&delta[..]) {
-                        deltas.push(Mutation::set(FAMILY, delta, ts, json(&values)?));
+                    let value = json(&values)?;
+                    if present.get(&delta[..]) != Some(&&value[..]) {
+                        deltas.push(Mutation::set(FAMILY, delta, ts, value));
                     }
                 }
             }

@@ -145,6 +145,33 @@ pub fn record(app_id: &str, index_name: &str, object_id: &str) -> Bytes {
     Bytes::from(key)
 }
 
+/// The prefix of the events waiting for an item (table `waiting`): `app 0 · index 0 ·
+/// objectID 0` (objectIDs of records hold no 0 byte).
+pub fn waiting_for(app_id: &str, index_name: &str, object_id: &str) -> Bytes {
+    debug_assert!(part_ok(object_id));
+    let mut key = record(app_id, index_name, object_id).to_vec();
+    key.push(0);
+    Bytes::from(key)
+}
+
+/// An event waiting for an item: the item's prefix, then the event's row key.
+pub fn waiting(app_id: &str, index_name: &str, object_id: &str, event_key: &[u8]) -> Bytes {
+    let mut key = waiting_for(app_id, index_name, object_id).to_vec();
+    key.extend_from_slice(event_key);
+    Bytes::from(key)
+}
+
+/// The objectID and event row key of a `waiting` row of an index.
+pub fn waiting_of<'k>(
+    app_id: &str,
+    index_name: &str,
+    key: &'k [u8],
+) -> Option<(&'k str, &'k [u8])> {
+    let rest = key.strip_prefix(&index(app_id, index_name)[..])?;
+    let end = rest.iter().position(|b| *b == 0)?;
+    Some((std::str::from_utf8(&rest[..end]).ok()?, &rest[end + 1..]))
+}
+
 /// An event's row: its user, its time (ms) and a discriminator.
 pub fn event(app_id: &str, user_token: &str, ms: i64, discriminator: u64) -> Bytes {
     let mut key = user(app_id, user_token).to_vec();

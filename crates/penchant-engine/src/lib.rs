@@ -23,6 +23,7 @@ pub mod profiles;
 pub mod recommend;
 pub mod rerank;
 pub mod residency;
+pub mod schedules;
 pub mod seen;
 pub mod sets;
 pub mod stats;
@@ -125,6 +126,9 @@ const REPAIR_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 /// What `/metrics` reports of the engine, read at each scrape.
 #[derive(Debug, Clone, Default)]
 pub struct EngineStats {
+    /// Per app: `(app, events stored waiting for their items' records, events counted later)`
+    /// by this node since it started.
+    pub waiting_events: Vec<(String, u64, u64)>,
     /// Each of the node's caches, by name, and how it served.
     pub caches: Vec<(&'static str, cache::CacheStats)>,
     /// Recompute jobs running on this node.
@@ -171,6 +175,10 @@ pub struct Engine {
     user_locks: Arc<pending::UserLocks>,
     /// Whether this node is the only one on its store.
     exclusive_store: bool,
+    /// Events stored waiting for their items, and counted later, per app.
+    waiting_counts: Arc<events::waiting::Counts>,
+    /// Apps' schedule settings, as this node last read them.
+    schedule_cache: Arc<api::ScheduleCache>,
 }
 
 impl Engine {
@@ -285,6 +293,8 @@ impl Engine {
             pending: pending::Pending::new(store.clone(), clock.clone()),
             user_locks: Arc::default(),
             exclusive_store: config.exclusive_store,
+            waiting_counts: Arc::default(),
+            schedule_cache: api::schedule_cache(config.strategy_cache_ttl, clock.clone()),
             clock,
             refresh_latency: Arc::default(),
             traffic: Arc::new(stats::Traffic::new(store.clone())),
@@ -322,6 +332,7 @@ impl Engine {
             recomputed_users,
             recomputed_events,
             profile_refresh: self.refresh_latency.snapshot(),
+            waiting_events: self.waiting_counts.snapshot(),
             store: self.store.gauges(),
         }
     }
@@ -338,9 +349,10 @@ impl Engine {
 
     /// Start the node's background work, owned by the engine until [`Engine::shutdown`]: at
     /// once, finish interrupted ingestions and resume orphaned jobs; then, regularly, look for
-    /// orphaned jobs (every half lease), repair ingestions interrupted over a minute ago, and
-    /// purge expired events (every `purge_interval`, if set). With several nodes, leases make
-    /// one node do each.
+    /// orphaned jobs (every half lease), repair ingestions interrupted over a minute ago, start
+    /// the apps' scheduled jobs that are due ([`schedules`], every minute), and purge expired
+    /// events (every `purge_interval`, if set). With several nodes, leases make one node do
+    /// each.
     pub fn start_background(&self, purge_interval: Option<std::time::Duration>) {
         use std::sync::atomic::{AtomicBool, Ordering};
         // Alone on its store, a node that starts finishes every batch left at once: they are
@@ -391,6 +403,16 @@ impl Engine {
             move || {
                 let engine = engine.clone();
                 async move { engine.traffic.flush().await }
+            },
+        );
+        let engine = self.clone();
+        self.runtime.every(
+            "the schedules' round",
+            schedules::ROUND_EVERY,
+            false,
+            move || {
+                let engine = engine.clone();
+                async move { engine.run_schedules().await.map(drop) }
             },
         );
         let Some(interval) = purge_interval.filter(|i| !i.is_zero()) else {
@@ -525,6 +547,9 @@ mod tests {
         // Opening again (another node) finds the tables there.
         Engine::open(store, EngineConfig::default()).await.unwrap();
         engine.flush().await.unwrap();
-        assert_eq!(engine.store().list_tables().await.unwrap().len(), 21);
+        assert_eq!(
+            engine.store().list_tables().await.unwrap().len(),
+            tables::ALL.len()
+        );
     }
 }

@@ -27,6 +27,7 @@
 //! | `trending` | app | `app 0 · index 0 · day (u32 BE) · shard (u8)` |
 //! | `stats` | app | `app 0 · hour since the epoch (u32 BE)` |
 //! | `placements` | pinned | an app: `app`; a user: `app 0 · user` |
+//! | `waiting` | app | `app 0 · index 0 · objectID 0 · event row key` |
 //!
 //! Rows: **app**, every row is an app's (`app 0 ...`, one key range per app) and moves with the
 //! app; **user**, rows are users' (`app 0 · user ...`, one range per user) and move with a
@@ -91,7 +92,7 @@ impl Table {
 }
 
 /// Every table, in the order of the module's table.
-pub const ALL: [Table; 21] = [
+pub const ALL: [Table; 22] = [
     crate::tenancy::APPS,
     crate::tenancy::KEYS,
     crate::catalog::CATALOG,
@@ -113,6 +114,7 @@ pub const ALL: [Table; 21] = [
     crate::recommend::trending::TRENDING,
     crate::stats::STATS,
     crate::residency::PLACEMENTS,
+    crate::events::waiting::WAITING,
 ];
 
 /// Create `tables` in the store, and the families they lack if they exist (made by an older

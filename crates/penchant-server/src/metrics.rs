@@ -4,8 +4,9 @@
 //! `other`): request counts by status and latency
 //! histograms; events ingested and rejected; store operations (timed by
 //! [`crate::metered::MeteredStore`]); and, read from the engine at each scrape, its caches' hits
-//! and misses, its jobs' progress and the store backend's own gauges (RocksDB's memtables,
-//! pending compactions, block cache).
+//! and misses, its jobs' progress, per app the events waiting for their items' records and
+//! those counted later, and the store backend's own gauges (RocksDB's memtables, pending
+//! compactions, block cache).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -51,6 +52,11 @@ struct Status {
 struct StoreOp {
     backend: &'static str,
     op: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppLabel {
+    app: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -111,6 +117,24 @@ impl Collector for EngineFigures {
         for (name, help, value) in counters {
             let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
             ConstCounter::new(value).encode(metric)?;
+        }
+        let per_app = [
+            (
+                "events_waiting",
+                "events stored naming items without a catalog record yet, by app",
+            ),
+            (
+                "events_counted_late",
+                "waiting events whose last missing record was written, by app",
+            ),
+        ];
+        for (i, (name, help)) in per_app.into_iter().enumerate() {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (app, waiting, counted) in &stats.waiting_events {
+                let labels = AppLabel { app: app.clone() };
+                let metric = family.encode_family(&labels)?;
+                ConstCounter::new([*waiting, *counted][i]).encode(metric)?;
+            }
         }
         let refresh = &stats.profile_refresh;
         let mut metric = encoder.encode_descriptor(

@@ -15,7 +15,8 @@ impl Engine {
     }
 
     /// Apply writes to indexes (all checked before any is written); returns the objectIDs.
-    /// Deleted records lose their vectors (a cleared index, all its records').
+    /// Deleted records lose their vectors (a cleared index, all its records'); events that
+    /// waited for written ones count them ([`crate::events::waiting`]).
     pub async fn write_records(
         &self,
         app: &str,
@@ -32,9 +33,28 @@ impl Engine {
                 Write::Put(_) | Write::Partial { .. } => {}
             }
         }
+        let written: Vec<(String, bool)> = writes
+            .iter()
+            .map(|(index, w)| {
+                (
+                    index.clone(),
+                    matches!(w, Write::Put(_) | Write::Partial { .. }),
+                )
+            })
+            .collect();
         let ids = self.catalog.apply(app, writes).await?;
         for (index, ids) in deleted {
             self.vectors.forget_items(app, &index, &ids).await?;
+        }
+        // Events that waited for these records count them from now on.
+        let mut arrived: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for ((index, put), id) in written.iter().zip(&ids) {
+            if *put {
+                arrived.entry(index).or_default().push(id.clone());
+            }
+        }
+        for (index, ids) in arrived {
+            self.settle_records(app, index, &ids).await?;
         }
         Ok(ids)
     }

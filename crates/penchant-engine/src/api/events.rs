@@ -1,6 +1,11 @@
 //! Events: ingestion (the streaming path), the repair of interrupted batches, the retention
 //! purge, and what the dashboard shows of them.
 
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::events::waiting;
 use crate::{
     Engine, Result, aggregates, events, internal, keys, pending, recommend, stats, tenancy,
 };
@@ -30,11 +35,23 @@ impl Engine {
             .await;
         let ingested = self.events.ingest(app, events, &layouts).await?;
         let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
+        let waiting: HashMap<Bytes, usize> = ingested
+            .stored
+            .iter()
+            .filter(|s| s.waiting > 0)
+            .map(|s| (s.key.clone(), s.waiting))
+            .collect();
+        self.waiting_counts.add(app, waiting.len() as u64, 0);
         let aggregates_then_profiles = async {
             let added = self.aggregates.add(app, &ingested.stored).await;
             drop(users);
             added?;
             self.rebuild_days(app, &ingested.retried).await?;
+            if !waiting.is_empty() {
+                // A record written since the catalog was read for these events.
+                let keys: Vec<Bytes> = waiting.keys().cloned().collect();
+                self.settle_waiting(app, &keys, &[], &waiting).await?;
+            }
             recommend::trending::count(&self.store, app, &counted).await?;
             let started = std::time::Instant::now();
             self.refresh_users(app, events).await?;
@@ -52,6 +69,84 @@ impl Engine {
             }
         });
         Ok(())
+    }
+
+    /// Count the items of waiting events ([`events::waiting`]) whose records now exist: the
+    /// events of `keys` (raw rows) gain the arrived items' facet values in their counts, their
+    /// days' aggregates are rebuilt from the raw events and their users' profiles refreshed —
+    /// under an intent, as an ingestion is, so a crash half-way is finished by the repair.
+    /// `entries`: the index rows that led here (those that point to nothing waiting are
+    /// deleted); `expected`: how many items an event waited for when this node stored it (an
+    /// event settled by another node in between is rebuilt all the same). Returns how many
+    /// events counted items now.
+    pub(crate) async fn settle_waiting(
+        &self,
+        app: &str,
+        keys: &[Bytes],
+        entries: &[waiting::Entry],
+        expected: &HashMap<Bytes, usize>,
+    ) -> Result<usize> {
+        let layouts = self.tenancy.events_of(app).await?.written();
+        let mut plan =
+            waiting::plan(&*self.store, &self.catalog, app, keys, &layouts, expected).await?;
+        let stale: Vec<Bytes> = entries
+            .iter()
+            .filter(|e| {
+                !plan
+                    .waits
+                    .get(&e.event)
+                    .is_some_and(|ids| ids.contains(&e.object_id))
+            })
+            .map(|e| e.row.clone())
+            .collect();
+        if plan.settled.is_empty() && plan.changed_elsewhere.is_empty() {
+            if !stale.is_empty() {
+                plan.unmark(&*self.store, app, &stale).await?;
+            }
+            return Ok(0);
+        }
+        let touched: Vec<events::Event> = plan
+            .settled
+            .iter()
+            .map(|s| s.event.clone())
+            .chain(plan.changed_elsewhere.iter().cloned())
+            .collect();
+        let batch = self.pending.record(app, &touched).await?;
+        plan.write(&*self.store).await?;
+        let refs: Vec<&events::Event> = touched.iter().collect();
+        self.rebuild_days(app, &refs).await?;
+        self.refresh_users(app, &touched).await?;
+        plan.unmark(&*self.store, app, &stale).await?;
+        self.pending.done(app, batch).await?;
+        let done = plan.settled.iter().filter(|s| s.done).count();
+        self.waiting_counts.add(app, 0, done as u64);
+        if !plan.settled.is_empty() {
+            tracing::info!(%app, events = plan.settled.len(), "events counted their items' new records");
+        }
+        Ok(plan.settled.len())
+    }
+
+    /// Count the events waiting for these records of `index`, just written.
+    pub(crate) async fn settle_records(
+        &self,
+        app: &str,
+        index: &str,
+        object_ids: &[String],
+    ) -> Result<usize> {
+        let mut settled = 0;
+        for chunk in object_ids.chunks(1000) {
+            let entries = waiting::waiting_for(&*self.store, app, index, chunk).await?;
+            if entries.is_empty() {
+                continue;
+            }
+            let mut keys: Vec<Bytes> = entries.iter().map(|e| e.event.clone()).collect();
+            keys.sort();
+            keys.dedup();
+            settled += self
+                .settle_waiting(app, &keys, &entries, &HashMap::new())
+                .await?;
+        }
+        Ok(settled)
     }
 
     /// Rebuild the days of these events' users from their raw events, each alone on this node
@@ -187,6 +282,9 @@ impl Engine {
                 .await?;
             let agg = aggregates::AGGREGATES_TABLE;
             deleted.1 += self.purge_before(agg, &app.app_id, cutoff).await?;
+            // Events gone need not be found when their items arrive.
+            self.purge_before(waiting::WAITING_TABLE, &app.app_id, cutoff)
+                .await?;
         }
         Ok(deleted)
     }

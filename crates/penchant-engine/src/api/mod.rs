@@ -12,6 +12,7 @@
 //! | `sets.rs` | key sets and seen filters |
 //! | `vectors.rs` | vector spaces, similarity search, ALS training |
 //! | `placement.rs` | placements and moves |
+//! | `schedules.rs` | schedules: settings, and the round that starts what is due |
 
 #[cfg(doc)]
 use crate::Engine;
@@ -21,7 +22,9 @@ mod catalog;
 mod events;
 mod placement;
 mod profiles;
+mod schedules;
 mod sets;
 mod vectors;
 
 pub use profiles::{Ranking, Simulation};
+pub(crate) use schedules::{ScheduleCache, schedule_cache};

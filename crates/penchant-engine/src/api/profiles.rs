@@ -36,7 +36,8 @@ impl Engine {
         self.recomputes.history(app).await
     }
 
-    /// A user's profile; `None` when no counted event gives it a score. A strong read reads
+    /// A user's profile; `None` when no counted event gives it a score and none waits for its
+    /// items' records. A strong read reads
     /// it (and what recomputing it reads) from the user's home cluster only
     /// ([`penchant_store::AffineStore`]), failing with `Unavailable` when that cluster cannot
     /// be reached.
@@ -48,7 +49,7 @@ impl Engine {
     ) -> Result<Option<Profile>> {
         keys::check_user_token(user)?;
         let profile = self.profiles.get_with(app, user, consistency).await?;
-        Ok(profile.filter(|p| !p.scores.is_empty()))
+        Ok(profile.filter(|p| !p.scores.is_empty() || p.waiting_events > 0))
     }
 
     /// Forget a user's events up to now: they no longer count. Returns the time (ms) up to

@@ -43,6 +43,16 @@ pub fn marker() -> RowFilter {
     RowFilter::column(FAMILY, EVENT_COLUMN).and(RowFilter::StripValue)
 }
 
+/// Whether a qualifier of family `e` holds counts in the wide layout (it starts with an event
+/// type; the row's other columns — the event, what it waits for — do not).
+fn is_wide_counts(qualifier: &[u8]) -> bool {
+    NARROW_FAMILIES.iter().any(|t| {
+        qualifier
+            .strip_prefix(t.as_bytes())
+            .is_some_and(|rest| rest.starts_with(b","))
+    })
+}
+
 fn json(value: &impl Serialize) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| crate::internal("serialization", e))
 }
@@ -156,7 +166,7 @@ impl Layout {
         for cell in &row.cells {
             match self {
                 Layout::Wide => {
-                    if &*cell.family != FAMILY || cell.qualifier == EVENT_COLUMN {
+                    if &*cell.family != FAMILY || !is_wide_counts(&cell.qualifier) {
                         continue;
                     }
                     let [event_type, name, facet] = keys::parse_event_qualifier(&cell.qualifier)
@@ -192,7 +202,7 @@ impl Layout {
                 qualifiers.dedup();
                 qualifiers
                     .into_iter()
-                    .filter(|q| &q[..] != EVENT_COLUMN)
+                    .filter(|q| is_wide_counts(q))
                     .map(|q| Mutation::delete_column(FAMILY, q.clone()))
                     .collect()
             }

@@ -28,6 +28,7 @@ use crate::{Result, keys};
 
 pub mod layout;
 pub mod migration;
+pub mod waiting;
 
 pub use layout::Layout;
 
@@ -154,8 +155,8 @@ impl Events {
     }
 
     /// The facet counts of each event: from the catalog records of its objectIDs (as they are
-    /// now), or from its filters.
-    async fn facets(&self, app: &str, events: &[Event]) -> Result<Vec<Facets>> {
+    /// now), or from its filters; and the objectIDs it names that have no record (yet).
+    async fn facets(&self, app: &str, events: &[Event]) -> Result<Vec<(Facets, Vec<String>)>> {
         let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for e in events {
             if let Target::ObjectIds(ids) = &e.target {
@@ -178,10 +179,11 @@ impl Events {
                 let mut add = |facet: String, value: String| {
                     *counts.entry(facet).or_default().entry(value).or_default() += 1;
                 };
+                let found = items.get(e.index.as_str());
                 match &e.target {
                     Target::ObjectIds(ids) => {
                         for id in ids {
-                            let item = items.get(e.index.as_str()).and_then(|r| r.get(id));
+                            let item = found.and_then(|r| r.get(id));
                             for (facet, value) in item.iter().flat_map(|f| f.iter()) {
                                 add(facet.clone(), value.clone());
                             }
@@ -193,7 +195,10 @@ impl Events {
                         }
                     }
                 }
-                counts
+                let mut missing = waiting::missing(e, found);
+                // An objectID no record can have never arrives.
+                missing.retain(|id| crate::catalog::check_object_id(id).is_ok());
+                (counts, missing)
             })
             .collect())
     }
@@ -222,7 +227,10 @@ impl Events {
         let mut rows = Vec::with_capacity(events.len());
         let mut stored = Vec::with_capacity(events.len());
         let mut retried = Vec::new();
-        for (((event, key), counts), json) in events.iter().zip(keys).zip(facets).zip(jsons) {
+        let mut marks = waiting::Marks::default();
+        for (((event, key), (counts, missing)), json) in
+            events.iter().zip(keys).zip(facets).zip(jsons)
+        {
             if existing.contains(&key) {
                 retried.push(event);
                 continue;
@@ -233,8 +241,20 @@ impl Events {
             for layout in layouts {
                 mutations.extend(layout.cells(event.event_type, &event.event_name, &counts, ts)?);
             }
+            if !missing.is_empty() {
+                marks.add(app, event, &key, &missing, ts);
+                mutations.push(waiting::waiting_cell(&missing, ts)?);
+            }
             rows.push(RowMutation::new(key.clone(), mutations));
-            stored.push(Stored { event, key, counts });
+            stored.push(Stored {
+                event,
+                key,
+                counts,
+                waiting: missing.len(),
+            });
+        }
+        if !marks.is_empty() {
+            marks.write(&*self.store).await?;
         }
         self.store.mutate_all(EVENTS_TABLE, rows).await?;
         Ok(Ingested { stored, retried })
@@ -258,12 +278,15 @@ pub struct Ingested<'e> {
     pub retried: Vec<&'e Event>,
 }
 
-/// An event stored by [`Events::ingest`]: its row key and its counts per facet and value.
+/// An event stored by [`Events::ingest`]: its row key, its counts per facet and value, and
+/// how many items it waits for.
 #[derive(Debug, Clone)]
 pub struct Stored<'e> {
     pub event: &'e Event,
     pub key: Bytes,
     pub counts: Facets,
+    /// How many of its objectIDs have no record yet ([`waiting`]).
+    pub waiting: usize,
 }
 
 #[cfg(test)]

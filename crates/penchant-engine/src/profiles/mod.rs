@@ -36,6 +36,8 @@ mod scoring;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use penchant_store::{Consistency, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +55,9 @@ use crate::{EngineError, Result};
 
 pub const PROFILES_TABLE: &str = "profiles";
 const FAMILY: &str = "p";
+/// The family of a user's events that wait for their items' records: a column per event (its
+/// row key), stamped like the event ([`crate::events::waiting`]).
+pub const WAITING_FAMILY: &str = "w";
 const PROFILE: &[u8] = b"profile";
 const VERSION: &[u8] = b"version";
 const DELETED_UNTIL: &[u8] = b"deletedUntil";
@@ -60,7 +65,10 @@ const DELETED_UNTIL: &[u8] = b"deletedUntil";
 /// Stored profiles.
 pub const PROFILES: Table = Table {
     name: PROFILES_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
+    families: &[
+        (FAMILY, Gc::Versions(1)),
+        (WAITING_FAMILY, Gc::Age(crate::events::RETENTION)),
+    ],
     rows: Rows::User,
 };
 
@@ -74,6 +82,14 @@ pub struct Profile {
     /// The user's latest counted event, in ms.
     pub last_event_at: Option<i64>,
     pub scores: Scores,
+    /// How many of the user's events name items that have no catalog record yet: they count
+    /// once the records are written ([`crate::events::waiting`]). Set when a profile is read.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting_events: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What a user's days hold, values aside: each cell's row, column and time.
@@ -94,6 +110,8 @@ struct Stored {
     profile: Option<Profile>,
     version: Option<i64>,
     deleted_until: i64,
+    /// The times (µs) of the user's events waiting for their items.
+    waiting: Vec<i64>,
 }
 
 impl Stored {
@@ -101,6 +119,7 @@ impl Stored {
         profile: None,
         version: None,
         deleted_until: i64::MIN,
+        waiting: Vec::new(),
     };
 
     fn from_row(row: &Row) -> Result<Stored> {
@@ -113,7 +132,15 @@ impl Stored {
                 .map_err(corrupt)?,
             version: number(VERSION),
             deleted_until: number(DELETED_UNTIL).unwrap_or(i64::MIN),
+            waiting: row.family(WAITING_FAMILY).map(|c| c.timestamp).collect(),
         })
+    }
+
+    /// How many waiting events still count: after the deletion, inside the window (`since`,
+    /// ms).
+    fn waiting_events(&self, since: i64) -> u64 {
+        let from = since.max(self.deleted_until.saturating_add(1));
+        self.waiting.iter().filter(|ts| **ts / 1000 >= from).count() as u64
     }
 }
 
@@ -307,9 +334,10 @@ impl Profiles {
                 .await?;
             let since = self.window_start(app).await?;
             let mut writes = Vec::with_capacity(pending.len());
+            let empty = Stored::EMPTY;
             for user in &pending {
                 let rows = days.get(user).map_or(&[][..], Vec::as_slice);
-                let stored = stored.get(user).unwrap_or(&Stored::EMPTY);
+                let stored = stored.get(user).unwrap_or(&empty);
                 let cut = self
                     .cut_days(app, user, rows, &strategy.strategy, stored, since)
                     .await?;
@@ -383,11 +411,20 @@ impl Profiles {
             return Ok(None);
         };
         let stored = self.stored(app, user).await?;
+        let waiting = match stored.waiting.is_empty() {
+            true => 0,
+            false => stored.waiting_events(self.window_start(app).await?),
+        };
         let profile = match (stored.profile, stored.version) {
             (Some(p), Some(v)) if v == strategy.version => Some(p),
             _ => self.refresh(app, user).await?,
         };
-        Ok(profile.filter(|p| p.last_event_at.is_some()))
+        Ok(profile
+            .map(|p| Profile {
+                waiting_events: waiting,
+                ..p
+            })
+            .filter(|p| p.last_event_at.is_some() || p.waiting_events > 0))
     }
 
     /// The profile as stored, with the strategy version it was computed with (no refresh).
@@ -493,6 +530,25 @@ impl Profiles {
         // traffic).
         // Every user table's rows of the user (the profile, keyed apart, last).
         let prefix = keys::user(app, user);
+        // The index rows of the user's waiting events (an app's table, keyed by item).
+        let waiting: Vec<Bytes> = self
+            .store
+            .read_row(
+                PROFILES_TABLE,
+                keys::profile(app, user),
+                Some(RowFilter::Family(WAITING_FAMILY.into()).and(RowFilter::StripValue)),
+            )
+            .await?
+            .map(|row| row.cells.into_iter().map(|c| c.qualifier).collect())
+            .unwrap_or_default();
+        let index = crate::events::waiting::index_rows_of(&self.store, app, waiting).await?;
+        let index = index
+            .into_iter()
+            .map(|key| RowMutation::new(key, vec![Mutation::DeleteFromRow]))
+            .collect();
+        self.store
+            .mutate_all(crate::events::waiting::WAITING_TABLE, index)
+            .await?;
         for table in crate::tables::named(Rows::User).filter(|t| *t != PROFILES_TABLE) {
             self.store.delete_prefix(table, prefix.clone()).await?;
         }

@@ -160,6 +160,7 @@ impl Scorer {
             user_token: user.to_owned(),
             last_event_at,
             scores,
+            waiting_events: 0,
         }
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod build;
 pub mod filters;
+pub mod personal;
 pub mod queues;
 pub mod related;
 pub mod trending;
@@ -135,16 +136,32 @@ impl Model {
     }
 }
 
-/// The query parameters Recommend reads (others are accepted and ignored).
+/// The query parameters Recommend takes; any other is refused (400, naming it), never
+/// ignored.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Params {
     pub filters: Option<String>,
     pub facet_filters: Option<Value>,
     pub numeric_filters: Option<Value>,
+    /// Records matching these come first ([`personal`]).
+    pub optional_filters: Option<Value>,
     pub user_token: Option<String>,
+    /// Re-rank the model's hits by the user's profile ([`personal`]; `recommended-for-you`
+    /// does unless this is `false`).
+    pub enable_personalization: Option<bool>,
+    /// 0 to 100 (the strategy's by default).
+    pub personalization_impact: Option<i64>,
+    /// Hits returned, 1 to [`MAX_RECOMMENDATIONS`], at most `maxRecommendations`.
+    pub hits_per_page: Option<i64>,
+    /// Add each personalized hit's `_rankingInfo.personalization`.
+    pub get_ranking_info: Option<bool>,
     /// Attributes of each hit's record to return (all by default; `objectID` always).
     pub attributes_to_retrieve: Option<Vec<String>>,
+    /// Accepted, and changes nothing: Penchant keeps no search analytics.
+    pub analytics: Option<bool>,
+    /// Accepted, and changes nothing (as `analytics`).
+    pub analytics_tags: Option<Vec<String>>,
 }
 
 impl Params {
@@ -217,6 +234,8 @@ pub enum RecommendHit {
     Item {
         record: Record,
         score: f64,
+        /// How the profile re-ranked it, when the request personalized.
+        personalization: Option<crate::rerank::Personalization>,
     },
     Facet {
         name: String,
@@ -282,6 +301,8 @@ pub struct Recommend {
     /// Trending facet values, by (app, index, facet).
     facets: TtlCache<(String, String, String), Arc<Ranked>>,
     pub(crate) builds: crate::jobs::Runner<build::Build>,
+    /// Queues (app, queue, user) being rebuilt in the background because they were stale.
+    rebuilding: parking_lot::Mutex<HashSet<(String, String, String)>>,
 }
 
 impl Recommend {
@@ -296,6 +317,7 @@ impl Recommend {
             trending: TtlCache::new(1024, ttl, clock.clone()),
             facets: TtlCache::new(1024, ttl, clock),
             builds: runtime.runner(),
+            rebuilding: Default::default(),
         }
     }
 
@@ -702,7 +724,77 @@ impl Engine {
         Ok(out)
     }
 
+    /// One request: its model's hits, personalized and boosted if asked ([`personal`]).
     async fn recommend_one(&self, app: &str, req: &RecommendRequest) -> Result<Recommendations> {
+        let max = match req.max_recommendations {
+            None => MAX_RECOMMENDATIONS,
+            Some(n) if (1..=MAX_RECOMMENDATIONS as i64).contains(&n) => n as usize,
+            Some(_) => {
+                return Err(EngineError::Invalid(format!(
+                    "maxRecommendations must be between 1 and {MAX_RECOMMENDATIONS}"
+                )));
+            }
+        };
+        let params = &req.query_parameters;
+        let wanted = match params.hits_per_page {
+            None => max,
+            Some(n) if (1..=MAX_RECOMMENDATIONS as i64).contains(&n) => max.min(n as usize),
+            Some(_) => {
+                return Err(EngineError::Invalid(format!(
+                    "queryParameters.hitsPerPage must be between 1 and {MAX_RECOMMENDATIONS}"
+                )));
+            }
+        };
+        let personal = self.personal(app, req).await?;
+        let mut answer = self.recommend_pool(app, req, personal.pool(wanted)).await?;
+        answer.hits = personal.apply(answer.hits, wanted);
+        Ok(answer)
+    }
+
+    /// How a request re-orders its hits: the user's profile when it personalizes, its
+    /// optional filters.
+    async fn personal(&self, app: &str, req: &RecommendRequest) -> Result<personal::Personal> {
+        let params = &req.query_parameters;
+        let boosts = personal::optional_filters(params.optional_filters.as_ref())?;
+        let impact = personal::impact(params)?;
+        let enabled = params
+            .enable_personalization
+            .unwrap_or(req.model == Model::RecommendedForYou.name());
+        let mut out = personal::Personal {
+            boosts,
+            ..Default::default()
+        };
+        if !enabled {
+            return Ok(out);
+        }
+        let Some(user) = params.user_token.as_deref() else {
+            return Err(EngineError::Invalid(
+                "queryParameters.userToken is required with enablePersonalization".into(),
+            ));
+        };
+        keys::check_user_token(user)?;
+        let strategy = self.strategies.get(app).await?;
+        out.impact = impact
+            .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
+            .unwrap_or(0);
+        if out.impact > 0 && strategy.is_some() {
+            out.scores = self
+                .profiles
+                .get(app, user)
+                .await?
+                .map(|p| p.scores)
+                .unwrap_or_default();
+        }
+        Ok(out)
+    }
+
+    /// One request's hits in its model's order, at most `max`.
+    async fn recommend_pool(
+        &self,
+        app: &str,
+        req: &RecommendRequest,
+        max: usize,
+    ) -> Result<Recommendations> {
         crate::catalog::check_index_name(&req.index_name)?;
         let model = Model::parse(&req.model)?;
         let threshold = match req.threshold {
@@ -716,15 +808,6 @@ impl Engine {
                 return Err(EngineError::Invalid(
                     "threshold is required (0 to 100)".into(),
                 ));
-            }
-        };
-        let max = match req.max_recommendations {
-            None => MAX_RECOMMENDATIONS,
-            Some(n) if (1..=MAX_RECOMMENDATIONS as i64).contains(&n) => n as usize,
-            Some(_) => {
-                return Err(EngineError::Invalid(format!(
-                    "maxRecommendations must be between 1 and {MAX_RECOMMENDATIONS}"
-                )));
             }
         };
         let object_id = match model {
@@ -943,6 +1026,7 @@ impl Engine {
                     hits.push(RecommendHit::Item {
                         record,
                         score: round2(score),
+                        personalization: None,
                     });
                     if hits.len() == select.max {
                         return Ok(hits);
@@ -1117,6 +1201,50 @@ impl Engine {
 
     /// `recommended-for-you`: the user's queue, else the user's vector, else the items closest
     /// to what the user liked.
+    /// Rebuild a user's queue in the background when it is older than the app's
+    /// `queueStaleAfterMinutes` and than the user's latest event ([`crate::schedules`]); one
+    /// rebuild per user and queue at a time on this node.
+    async fn refresh_if_stale(
+        &self,
+        app: &str,
+        queue: &str,
+        user: &str,
+        built_at: Option<i64>,
+    ) -> Result<()> {
+        let stale_after = self.cached_schedules(app).await?.queue_stale_after_minutes;
+        if stale_after == 0 {
+            return Ok(());
+        }
+        // A queue never built waits for the build (it builds every user's).
+        let Some(at) = built_at else {
+            return Ok(());
+        };
+        if self.now_ms() - at < i64::from(stale_after) * 60_000 {
+            return Ok(());
+        }
+        let last_event = self
+            .profiles
+            .stored_profile(app, user)
+            .await?
+            .and_then(|(p, _)| p.last_event_at);
+        if last_event.is_some_and(|e| e <= at) {
+            return Ok(());
+        }
+        let key = (app.to_owned(), queue.to_owned(), user.to_owned());
+        if !self.recommend.rebuilding.lock().insert(key.clone()) {
+            return Ok(());
+        }
+        let engine = self.clone();
+        self.supervisor.spawn(async move {
+            let (app, queue, user) = &key;
+            if let Err(e) = engine.rebuild_queue(app, queue, user, None).await {
+                tracing::warn!(%app, %queue, %user, error = %e, "cannot rebuild a stale queue");
+            }
+            engine.recommend.rebuilding.lock().remove(&key);
+        });
+        Ok(())
+    }
+
     async fn for_you_candidates(
         &self,
         app: &str,
@@ -1135,6 +1263,8 @@ impl Engine {
                 .recommend
                 .queues
                 .read(app, user, queue, Consistency::Eventual)
+                .await?;
+            self.refresh_if_stale(app, queue, user, stored.built_at)
                 .await?;
             let pending = stored.pending();
             if !pending.is_empty() {

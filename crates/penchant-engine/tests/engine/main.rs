@@ -16,4 +16,5 @@ mod nodes;
 mod profiles;
 mod residency;
 mod retention;
+mod schedules;
 mod vectors;

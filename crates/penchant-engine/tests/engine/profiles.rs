@@ -1,7 +1,9 @@
 //! Streaming equals batch: after any sequence of events (some older than the app's 7-day
-//! retention window; bursts of them, so that days' aggregates fold; retried requests), repairs,
-//! profile deletions and strategy changes (each followed by its recompute job), every stored
-//! profile is the one a full recompute gives — in either event layout (wide and narrow).
+//! retention window; bursts of them, so that days' aggregates fold; retried requests; events
+//! on catalog items whose records are written later, or changed), repairs, profile deletions
+//! and strategy changes (each followed by its recompute job), every stored profile is the one
+//! a full recompute gives — in either event layout (wide and narrow) — and no event waits for
+//! an item that has a record.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,9 +11,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use penchant_engine::{aggregates, keys};
-use penchant_store::{ReadRows, RowSet, Store};
+use penchant_store::{ReadRows, RowFilter, RowSet, Store};
 
-use penchant_engine::events::{EventType, Layout};
+use penchant_engine::catalog::Write;
+use penchant_engine::events::{EventType, Layout, Target};
 use penchant_engine::jobs::JobState;
 use penchant_engine::strategy::Strategy as Personalization;
 use penchant_engine::{Engine, EngineConfig};
@@ -25,6 +28,11 @@ const NAMES: [&str; 2] = ["Product Viewed", "Product Bought"];
 const FACETS: [&str; 3] = ["brand", "color", "size"];
 const VALUES: [&str; 3] = ["a", "b", "c"];
 const KINDS: [EventType; 3] = [EventType::View, EventType::Click, EventType::Conversion];
+const ITEMS: usize = 5;
+
+fn item(i: usize) -> String {
+    format!("item-{i}")
+}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -38,6 +46,21 @@ enum Op {
         age_days: i64,
         /// Events in the request, one ms apart (once a refresh reads 32 deltas in a day, it folds the day).
         copies: usize,
+    },
+    /// Events on catalog items (`ITEMS`), whose records may not be written yet.
+    Items {
+        user: usize,
+        kind: usize,
+        name: usize,
+        items: Vec<usize>,
+        age_days: i64,
+        copies: usize,
+    },
+    /// Write an item's record (its facet values drawn from `seed`): the first write of an item
+    /// that events waited for, or a change.
+    Record {
+        item: usize,
+        seed: usize,
     },
     /// The last request again, as a client retries one whose answer it lost.
     Retry,
@@ -80,6 +103,23 @@ fn op() -> impl Strategy<Value = Op> {
                 age_days,
                 copies,
             }),
+        3 => (
+            0..USERS.len(),
+            0..3usize,
+            0..NAMES.len(),
+            prop::collection::vec(0..ITEMS, 1..4),
+            prop_oneof![3 => Just(0i64), 1 => 1..12i64],
+            prop_oneof![3 => Just(1usize), 1 => 2..40usize],
+        )
+            .prop_map(|(user, kind, name, items, age_days, copies)| Op::Items {
+                user,
+                kind,
+                name,
+                items,
+                age_days,
+                copies,
+            }),
+        2 => (0..ITEMS, 0..27usize).prop_map(|(item, seed)| Op::Record { item, seed }),
         1 => Just(Op::Retry),
         1 => Just(Op::Repair),
         1 => (0..USERS.len()).prop_map(Op::DeleteProfile),
@@ -113,6 +153,7 @@ async fn run(layout: Layout, ops: Vec<Op>) {
     engine.set_strategy(APP, personalization(0)).await.unwrap();
     wait_for_job(&engine).await;
     let mut last = Vec::new();
+    let mut deleted: BTreeMap<&str, i64> = BTreeMap::new();
     for (step, op) in ops.into_iter().enumerate() {
         let at = start + step as i64 * 1000;
         match op {
@@ -142,6 +183,36 @@ async fn run(layout: Layout, ops: Vec<Op>) {
                 last = (0..copies).map(event).collect();
                 engine.push_events(APP, &last).await.unwrap();
             }
+            Op::Items {
+                user,
+                kind,
+                name,
+                items,
+                age_days,
+                copies,
+            } => {
+                let ids: Vec<String> = items.iter().map(|i| item(*i)).collect();
+                let event = |i: usize| {
+                    let at = at - age_days * 86_400_000 + i as i64;
+                    let mut e = support::event(KINDS[kind], NAMES[name], USERS[user], at, &[]);
+                    e.target = Target::ObjectIds(ids.clone());
+                    e
+                };
+                last = (0..copies).map(event).collect();
+                engine.push_events(APP, &last).await.unwrap();
+            }
+            Op::Record { item: i, seed } => {
+                let mut record = penchant_engine::catalog::Record::new();
+                record.insert("objectID".into(), item(i).into());
+                for (f, facet) in FACETS.iter().enumerate() {
+                    let value = VALUES[(seed / 3usize.pow(f as u32)) % 3];
+                    record.insert((*facet).into(), value.into());
+                }
+                engine
+                    .write_records(APP, vec![("items".into(), Write::Put(record))])
+                    .await
+                    .unwrap();
+            }
             Op::Retry => engine.push_events(APP, &last).await.unwrap(),
             Op::Repair => {
                 engine.repair(Duration::ZERO).await.unwrap();
@@ -152,11 +223,13 @@ async fn run(layout: Layout, ops: Vec<Op>) {
                     .delete_profile(APP, USERS[user], at)
                     .await
                     .unwrap();
+                deleted.insert(USERS[user], at);
             }
         }
     }
     check(&engine).await;
     check_sums(&*store, layout).await;
+    check_waiting(&engine, &*store, &deleted).await;
     // Once more after a recompute from the aggregates: every user with events is rewritten.
     engine.set_strategy(APP, personalization(9)).await.unwrap();
     wait_for_job(&engine).await;
@@ -210,6 +283,39 @@ async fn check_sums(store: &dyn Store, layout: Layout) {
         }
     }
     assert_eq!(aggregated, raw);
+}
+
+/// No event waits for an item that has a record, and each user's profile counts the events
+/// that wait (inside the window, after a deletion).
+async fn check_waiting(engine: &Engine, store: &dyn Store, deleted: &BTreeMap<&str, i64>) {
+    let filter = RowFilter::column("e", "waiting");
+    let rows = store
+        .read_all("events", ReadRows::new(RowSet::all()).filter(filter))
+        .await
+        .unwrap();
+    let mut waiting: BTreeMap<&str, u64> = BTreeMap::new();
+    let window = penchant_store::validate::now_micros() - 7 * 86_400_000_000;
+    for row in &rows {
+        let ids: Vec<String> = serde_json::from_slice(&row.cells[0].value).unwrap();
+        for id in &ids {
+            let record = engine.record(APP, "items", id).await.unwrap();
+            assert!(
+                record.is_none(),
+                "an event waits for {id}, which has a record"
+            );
+        }
+        let user = keys::user_of(APP, &row.key).unwrap();
+        let user = USERS.iter().find(|u| **u == user).unwrap();
+        let ts = row.cells[0].timestamp;
+        if ts >= window && deleted.get(user).is_none_or(|d| ts / 1000 > *d) {
+            *waiting.entry(user).or_default() += 1;
+        }
+    }
+    for user in USERS {
+        let profile = engine.profiles().get(APP, user).await.unwrap();
+        let counted = profile.map_or(0, |p| p.waiting_events);
+        assert_eq!(counted, waiting.get(user).copied().unwrap_or(0), "{user}");
+    }
 }
 
 async fn check(engine: &Engine) {

@@ -3,7 +3,9 @@
 //! - `GET/POST /1/strategies/personalization`: the strategy; a change starts a recompute of
 //!   every profile of the app, whose progress `GET /1/strategies/personalization/job` shows
 //!   (Penchant's own route);
-//! - `GET /1/profiles/personalization/{userToken}`: `{userToken, lastEventAt, scores}`;
+//! - `GET /1/profiles/personalization/{userToken}`: `{userToken, lastEventAt, scores}`, and
+//!   `waitingEvents` when some of the user's events name items without a catalog record yet
+//!   (they count once the records are written);
 //! - `DELETE /1/profiles/{userToken}`: `{userToken, deletedUntil}`: earlier events stop counting;
 //! - `DELETE /1/usertokens/{userToken}` (ACL `deleteObject`): 204, every trace of the user gone;
 //! - `POST /1/indexes/{index}/rerank` (ACL `search`, Penchant's own): hits re-ranked for a user;
@@ -272,11 +274,15 @@ async fn profile(
     let profile = state.engine.profile(app, &user, consistency).await?;
     let profile =
         profile.ok_or_else(|| ApiError::not_found(format!("User token {user} not found")))?;
-    Ok(Json(json!({
+    let mut body = json!({
         "userToken": profile.user_token,
         "lastEventAt": profile.last_event_at.map(iso),
         "scores": profile.scores,
-    })))
+    });
+    if profile.waiting_events > 0 {
+        body["waitingEvents"] = profile.waiting_events.into();
+    }
+    Ok(Json(body))
 }
 
 async fn delete_profile(

@@ -3,7 +3,10 @@
 //! Recommend (`search`): `POST /1/indexes/*/recommendations` `{requests: [{indexName, model,
 //! threshold, maxRecommendations?, objectID?, facetName?, facetValue?, queryParameters?,
 //! fallbackParameters?, space?, queue?}]}` → `{results: [{hits, nbHits, ..., answeredBy,
-//! source, modelBuiltAt, fallback}]}`, one result per request, in order.
+//! source, modelBuiltAt, fallback}]}`, one result per request, in order. `queryParameters`
+//! personalize (`enablePersonalization`, `userToken`, `personalizationImpact`), boost
+//! (`optionalFilters`), filter and cut (`hitsPerPage`); one it does not take is refused
+//! ([`penchant_engine::recommend::Params`]).
 //!
 //! Queues:
 //! - `GET /1/queues` (`search`): every queue's definition; `PUT /1/queues/{name}`
@@ -15,7 +18,12 @@
 //! - `POST /1/queues/{name}/users/{user}/rebuild` `{items?: [{objectID, score}]}`
 //!   (`editSettings`): rebuild one user's queue now;
 //! - `POST /1/recommend/build` (`editSettings`) → 202, the build job (co-interaction lists,
-//!   then every user's queues); `GET /1/recommend/build` (`search`): its status.
+//!   then every user's queues); `GET /1/recommend/build` (`search`): its status;
+//! - `GET /1/schedules` (`settings`): what keeps the models fresh — `{settings:
+//!   {trainEveryHours, foldInEveryMinutes, buildEveryMinutes, queueStaleAfterMinutes}, tasks:
+//!   [{task, everyMinutes, lastStartedAt, nextRunAt}]}`; `PUT /1/schedules` (`editSettings`)
+//!   replaces the settings (a field left out takes its default, 0 turns a task off)
+//!   ([`penchant_engine::schedules`]).
 
 use std::time::Instant;
 
@@ -50,6 +58,41 @@ pub fn routes() -> Router<AppState> {
         .route("/1/queues/{name}/users/{user}/pop", post(pop))
         .route("/1/queues/{name}/users/{user}/rebuild", post(rebuild))
         .route("/1/recommend/build", get(build_status).post(build))
+        .route("/1/schedules", get(schedules).put(set_schedules))
+}
+
+/// An app's schedules: the settings, and per task when it last started and runs next.
+async fn schedules_json(state: &AppState, app: &str) -> Result<Value, ApiError> {
+    let (settings, tasks) = state.engine.schedules(app).await?;
+    let tasks: Vec<Value> = tasks
+        .into_iter()
+        .map(|t| {
+            json!({
+                "task": t.task,
+                "everyMinutes": t.every_minutes,
+                "lastStartedAt": t.last_started_at.map(crate::iso),
+                "nextRunAt": t.next_run_at.map(crate::iso),
+            })
+        })
+        .collect();
+    Ok(json!({ "settings": settings, "tasks": tasks }))
+}
+
+async fn schedules(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Settings)?.app_id;
+    Ok(Json(schedules_json(&state, app).await?))
+}
+
+async fn set_schedules(
+    auth: Auth,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    let settings: penchant_engine::schedules::Schedules = serde_json::from_value(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid schedules: {e}")))?;
+    state.engine.set_schedules(app, settings).await?;
+    Ok(Json(schedules_json(&state, app).await?))
 }
 
 /// `POST /1/indexes/*/recommendations`, added by the indexes' router (its `*` routes).
@@ -88,13 +131,22 @@ pub async fn recommendations(
 
 /// One request's result, shaped like Algolia's (a search response's fields around the hits).
 fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: u64) -> Value {
+    let params = &request.query_parameters;
+    let ranking_info = params.get_ranking_info == Some(true);
     let hits: Vec<Value> = answer
         .hits
         .into_iter()
         .map(|hit| match hit {
-            RecommendHit::Item { record, score } => {
+            RecommendHit::Item {
+                record,
+                score,
+                personalization,
+            } => {
                 let mut out = view.apply(record);
                 out.insert("_score".into(), json!(score));
+                if let Some(p) = personalization.filter(|_| ranking_info) {
+                    out.insert("_rankingInfo".into(), json!({ "personalization": p }));
+                }
                 Value::Object(out)
             }
             RecommendHit::Facet { name, value, score } => {
@@ -102,7 +154,8 @@ fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: 
             }
         })
         .collect();
-    let per_page = request.max_recommendations.unwrap_or(30);
+    let max = request.max_recommendations.unwrap_or(30);
+    let per_page = params.hits_per_page.map_or(max, |n| n.min(max));
     json!({
         "hits": hits,
         "nbHits": hits.len(),

@@ -253,7 +253,8 @@ async fn serve_runs_on_a_bigtable_emulator() {
             "stats",
             "strategies",
             "trending",
-            "user_vectors"
+            "user_vectors",
+            "waiting"
         ]
     );
     // The health check reaches the emulator: stopping it makes the node unhealthy.

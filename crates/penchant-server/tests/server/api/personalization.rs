@@ -267,3 +267,132 @@ async fn rerank_and_optional_filters() {
         json!(["brand:Apple<score=20>", "brand:Nokia<score=4>"])
     );
 }
+
+/// Events sent before their items' records count once the records are written: the profile
+/// says how many wait meanwhile, `/metrics` counts them per app, and a user deletion leaves no
+/// index row of theirs behind.
+#[tokio::test]
+async fn events_before_the_catalog_count_when_records_arrive() {
+    let (s, admin) = shop().await;
+    let a = Some(("SHOP", admin.as_str()));
+    s.ok(
+        Method::POST,
+        "/1/strategies/personalization",
+        a,
+        Some(strategy()),
+    )
+    .await;
+    s.strategy_job_done(a).await;
+    let click = |user: &str, ids: &[&str]| {
+        json!({"eventType": "conversion", "eventName": "Bought", "index": "items",
+               "userToken": user, "objectIDs": ids})
+    };
+    s.ok(
+        Method::POST,
+        "/1/indexes/items/batch",
+        a,
+        Some(json!({"requests": [
+            {"action": "addObject", "body": {"objectID": "known", "brand": "Sony"}}
+        ]})),
+    )
+    .await;
+    let events = json!({"events": [
+        click("alice", &["tent-9"]),
+        click("alice", &["known", "tent-9", "stove-2"]),
+        click("bob", &["tent-9"]),
+    ]});
+    s.ok(Method::POST, "/1/events", a, Some(events)).await;
+    let profile = |user: &'static str| {
+        let s = &s;
+        async move {
+            s.ok(
+                Method::GET,
+                &format!("/1/profiles/personalization/{user}"),
+                a,
+                None,
+            )
+            .await
+        }
+    };
+    let alice = profile("alice").await;
+    assert_eq!(alice["scores"], json!({"brand": {"Sony": 20}}), "{alice}");
+    assert_eq!(alice["waitingEvents"], 2, "{alice}");
+    // Bob has no counted event yet, but his profile says one waits.
+    let bob = profile("bob").await;
+    assert_eq!(bob["scores"], json!({}), "{bob}");
+    assert_eq!(bob["waitingEvents"], 1, "{bob}");
+
+    // tent-9 arrives: both of alice's events count it; stove-2 is still awaited.
+    s.ok(
+        Method::POST,
+        "/1/indexes/items/batch",
+        a,
+        Some(json!({"requests": [
+            {"action": "addObject", "body": {"objectID": "tent-9", "brand": "Vango", "color": "green"}}
+        ]})),
+    )
+    .await;
+    let alice = profile("alice").await;
+    // Raw: Vango 2×50×100 = 10000 (20), Sony 5000 (10), green 2×50×20 = 2000 (4).
+    assert_eq!(
+        alice["scores"],
+        json!({"brand": {"Vango": 20, "Sony": 10}, "color": {"green": 4}}),
+        "{alice}"
+    );
+    assert_eq!(alice["waitingEvents"], 1, "{alice}");
+    // A partial update that creates stove-2 counts too.
+    s.ok(
+        Method::POST,
+        "/1/indexes/items/batch",
+        a,
+        Some(json!({"requests": [
+            {"action": "partialUpdateObject", "body": {"objectID": "stove-2", "brand": "Vango"}}
+        ]})),
+    )
+    .await;
+    let alice = profile("alice").await;
+    assert_eq!(alice.get("waitingEvents"), None, "{alice}");
+    assert_eq!(
+        alice["scores"],
+        json!({"brand": {"Vango": 20, "Sony": 7}, "color": {"green": 3}}),
+        "{alice}"
+    );
+    // The streamed profile is the one a full recompute gives.
+    let mut changed = strategy();
+    changed["personalizationImpact"] = json!(61);
+    s.ok(
+        Method::POST,
+        "/1/strategies/personalization",
+        a,
+        Some(changed),
+    )
+    .await;
+    s.strategy_job_done(a).await;
+    assert_eq!(profile("alice").await["scores"], alice["scores"]);
+
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "penchant_events_waiting_total{app=\"SHOP\"} 3",
+        "penchant_events_counted_late_total{app=\"SHOP\"} 3",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+
+    // Bob is deleted while his event waits: nothing of his stays in the index.
+    let (status, _) = s.call(Method::DELETE, "/1/usertokens/bob", a, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let rows = s
+        .store
+        .read_all("waiting", ReadRows::new(penchant_store::RowSet::all()))
+        .await
+        .unwrap();
+    assert!(rows.is_empty(), "{rows:?}");
+}

@@ -541,3 +541,166 @@ async fn queues_serve_unseen_items_and_forget_deleted_items_and_users() {
         "queue 'for-you' does not exist",
     );
 }
+
+/// Recommend personalizes with the profile (the re-ranking formula), boosts optional filters,
+/// cuts at `hitsPerPage`, and refuses query parameters it does not take, naming them.
+#[tokio::test]
+async fn query_parameters_personalize_boost_and_are_never_ignored() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    shop(&s, a).await;
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/strategies/personalization",
+        Some(json!({
+            "eventsScoring": [{"eventName": "Item view", "eventType": "view", "score": 10}],
+            "facetsScoring": [{"facetName": "brand", "score": 100}],
+            "personalizationImpact": 100
+        })),
+    )
+    .await;
+    s.strategy_job_done(a).await;
+    // fan views Samsung items only: their profile says Samsung.
+    let views: Vec<Value> = ["p1", "p3"]
+        .iter()
+        .map(|p| event("view", "fan", &[p], now_ms() - 1000))
+        .collect();
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/events",
+        Some(json!({"events": views})),
+    )
+    .await;
+    let trending = |params: Value| {
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "maxRecommendations": 4, "queryParameters": params})
+    };
+    // The model's order: p0 (Apple) p1 (Samsung) p2 (Apple) p3 (Samsung) p4.
+    let plain = recommend(&s, a, trending(json!({}))).await;
+    assert_eq!(ids(&plain), ["p0", "p1", "p2", "p3"], "{plain}");
+    // Personalized: Samsung first, each half in the model's order; drawn from a larger pool.
+    let r = recommend(
+        &s,
+        a,
+        trending(
+            json!({"userToken": "fan", "enablePersonalization": true, "getRankingInfo": true}),
+        ),
+    )
+    .await;
+    assert_eq!(ids(&r), ["p1", "p3", "p5", "p0"], "{r}");
+    assert_eq!(
+        r["hits"][0]["_rankingInfo"]["personalization"]["filtersScore"], 20,
+        "{r}"
+    );
+    // Impact 0 keeps the model's order; a user without a profile too.
+    let r = recommend(
+        &s,
+        a,
+        trending(json!({"userToken": "fan", "enablePersonalization": true,
+                        "personalizationImpact": 0})),
+    )
+    .await;
+    assert_eq!(ids(&r), ids(&plain));
+    let r = recommend(
+        &s,
+        a,
+        trending(json!({"userToken": "nobody", "enablePersonalization": true})),
+    )
+    .await;
+    assert_eq!(ids(&r), ids(&plain));
+    // optionalFilters come first; hitsPerPage cuts.
+    let r = recommend(
+        &s,
+        a,
+        trending(json!({"optionalFilters": ["price:40<score=2>", ["price:20"]], "hitsPerPage": 3})),
+    )
+    .await;
+    assert_eq!(ids(&r), ["p4", "p2", "p0"], "{r}");
+    assert_eq!(r["hitsPerPage"], 3, "{r}");
+    // Refused, named.
+    for (params, needle) in [
+        (json!({"page": 2}), "page"),
+        (json!({"aroundLatLng": "1,2"}), "aroundLatLng"),
+        (
+            json!({"enablePersonalization": true}),
+            "userToken is required",
+        ),
+        (
+            json!({"personalizationImpact": 101, "userToken": "fan"}),
+            "personalizationImpact",
+        ),
+        (json!({"hitsPerPage": 0}), "hitsPerPage"),
+        (json!({"optionalFilters": ["brand:-Apple"]}), "negative"),
+    ] {
+        assert_error(
+            s.call(
+                Method::POST,
+                "/1/indexes/*/recommendations",
+                a,
+                Some(json!({"requests": [trending(params)]})),
+            )
+            .await,
+            StatusCode::BAD_REQUEST,
+            needle,
+        );
+    }
+}
+
+/// `GET/PUT /1/schedules`: the defaults, a change, the next runs; bad settings refused.
+#[tokio::test]
+async fn schedules_are_read_and_set_over_http() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    let got = ok(&s, a, Method::GET, "/1/schedules", None).await;
+    assert_eq!(
+        got["settings"],
+        json!({"trainEveryHours": 24, "foldInEveryMinutes": 60, "buildEveryMinutes": 60,
+               "queueStaleAfterMinutes": 60})
+    );
+    // No events yet: nothing is due.
+    assert_eq!(got["tasks"][0]["task"], "training", "{got}");
+    assert_eq!(got["tasks"][0]["nextRunAt"], Value::Null, "{got}");
+    shop(&s, a).await;
+    let got = ok(
+        &s,
+        a,
+        Method::PUT,
+        "/1/schedules",
+        Some(json!({"buildEveryMinutes": 15, "trainEveryHours": 0})),
+    )
+    .await;
+    assert_eq!(got["settings"]["buildEveryMinutes"], 15, "{got}");
+    assert_eq!(
+        got["settings"]["foldInEveryMinutes"], 60,
+        "a field left out: its default"
+    );
+    let tasks = got["tasks"].as_array().unwrap();
+    assert_eq!(
+        tasks[0]["everyMinutes"],
+        Value::Null,
+        "training is off: {got}"
+    );
+    assert_eq!(tasks[0]["nextRunAt"], Value::Null, "{got}");
+    assert_eq!(tasks[2]["task"], "build");
+    assert_eq!(tasks[2]["everyMinutes"], 15);
+    assert!(
+        tasks[2]["nextRunAt"].as_str().unwrap().ends_with('Z'),
+        "{got}"
+    );
+    for (bad, needle) in [
+        (json!({"buildEvery": 5}), "buildEvery"),
+        (json!({"trainEveryHours": 100000}), "at most a year"),
+    ] {
+        assert_error(
+            s.call(Method::PUT, "/1/schedules", a, Some(bad)).await,
+            StatusCode::BAD_REQUEST,
+            needle,
+        );
+    }
+}
