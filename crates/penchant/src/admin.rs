@@ -567,6 +567,70 @@ pub enum RecommendCommand {
         #[arg(long)]
         app: String,
     },
+    /// Show the app's schedules (what keeps its models fresh, and when each runs next); with
+    /// a setting, change it (the others stay; 0 turns a task off).
+    Schedules {
+        #[arg(long)]
+        app: String,
+        /// Hours between ALS trainings.
+        #[arg(long)]
+        train_every_hours: Option<u32>,
+        /// Minutes between fold-ins of new users and items.
+        #[arg(long)]
+        fold_in_every_minutes: Option<u32>,
+        /// Minutes between builds of the co-interaction lists and queues.
+        #[arg(long)]
+        build_every_minutes: Option<u32>,
+        /// A user's queue older than this and than their latest event is rebuilt when read.
+        #[arg(long)]
+        queue_stale_after_minutes: Option<u32>,
+    },
+}
+
+/// `penchant recommend schedules`: show, or change some settings and show.
+async fn schedules(client: &Client, command: RecommendCommand) -> anyhow::Result<()> {
+    let RecommendCommand::Schedules {
+        app,
+        train_every_hours,
+        fold_in_every_minutes,
+        build_every_minutes,
+        queue_stale_after_minutes,
+    } = command
+    else {
+        unreachable!("called for schedules only");
+    };
+    let mut out = client.call(Method::GET, "/1/schedules", &app, None).await?;
+    let changes = [
+        ("trainEveryHours", train_every_hours),
+        ("foldInEveryMinutes", fold_in_every_minutes),
+        ("buildEveryMinutes", build_every_minutes),
+        ("queueStaleAfterMinutes", queue_stale_after_minutes),
+    ];
+    if changes.iter().any(|(_, v)| v.is_some()) {
+        let mut settings = out["settings"].clone();
+        for (name, value) in changes {
+            if let Some(v) = value {
+                settings[name] = json!(v);
+            }
+        }
+        out = client
+            .call(Method::PUT, "/1/schedules", &app, Some(settings))
+            .await?;
+    }
+    for task in out["tasks"].as_array().into_iter().flatten() {
+        let every = match task["everyMinutes"].as_i64() {
+            Some(m) => format!("every {m} min"),
+            None => "off".to_owned(),
+        };
+        eprintln!(
+            "{:<10} {:<18} last {:<26} next {}",
+            task["task"].as_str().unwrap_or("?"),
+            every,
+            task["lastStartedAt"].as_str().unwrap_or("never"),
+            task["nextRunAt"].as_str().unwrap_or("-")
+        );
+    }
+    print(&out)
 }
 
 /// `penchant recommend --app A --user u`: what the Recommend API answers for a user.
@@ -598,15 +662,25 @@ pub fn recommend(
 ) -> anyhow::Result<()> {
     let client = Client::new(target, config)?;
     block_on(async {
-        if let Some(RecommendCommand::Build { app }) = command {
-            client
-                .call(Method::POST, "/1/recommend/build", &app, None)
-                .await?;
-            let path = "/1/recommend/build";
-            return print(&watch(&client, path, &app, None, "build").await?);
+        match command {
+            Some(RecommendCommand::Build { app }) => {
+                client
+                    .call(Method::POST, "/1/recommend/build", &app, None)
+                    .await?;
+                let path = "/1/recommend/build";
+                return print(&watch(&client, path, &app, None, "build").await?);
+            }
+            Some(command) => return schedules(&client, command).await,
+            None => {}
         }
-        let (Some(app), Some(user)) = (&show.app, &show.user) else {
-            bail!("give --app and --user (or a subcommand: penchant recommend build --app A)");
+        let Some(app) = &show.app else {
+            bail!("give --app (or a subcommand: penchant recommend build --app A)");
+        };
+        let for_user = show.model == "recommended-for-you";
+        let user = match (&show.user, for_user) {
+            (Some(user), _) => user.as_str(),
+            (None, true) => bail!("give --user: {} is a user's model", show.model),
+            (None, false) => "",
         };
         let index = match &show.index {
             Some(index) => index.clone(),
@@ -620,8 +694,11 @@ pub fn recommend(
         };
         let mut request = json!({
             "indexName": index, "model": show.model, "threshold": 0,
-            "maxRecommendations": show.max, "queryParameters": {"userToken": user},
+            "maxRecommendations": show.max,
         });
+        if !user.is_empty() {
+            request["queryParameters"] = json!({"userToken": user});
+        }
         if let Some(id) = &show.object_id {
             request["objectID"] = json!(id);
         }
@@ -635,8 +712,13 @@ pub fn recommend(
             .await?;
         let result = &out["results"][0];
         // The table for people on stderr; the JSON on stdout, as every command.
+        let whom = match (&show.object_id, user) {
+            (Some(id), _) => id.clone(),
+            (None, "") => "everyone".to_owned(),
+            (None, user) => user.to_owned(),
+        };
         eprintln!(
-            "{} for {user} in {index}: answered by {} ({})",
+            "{} for {whom} in {index}: answered by {} ({})",
             show.model,
             result["answeredBy"].as_str().unwrap_or("?"),
             result["source"].as_str().unwrap_or("?")

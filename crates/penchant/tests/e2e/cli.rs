@@ -687,7 +687,41 @@ async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
         "{err}"
     );
     let (ok, _, err) = admin_command(&url, &["recommend", "--app", "REC"]);
-    assert!(!ok && err.contains("give --app and --user"), "{err}");
+    assert!(!ok && err.contains("give --user"), "{err}");
+    // An item's model needs no user.
+    let args = [
+        "recommend",
+        "--app",
+        "REC",
+        "--model",
+        "bought-together",
+        "--object-id",
+        "a",
+        "--index",
+        "shop",
+    ];
+    let (ok, result, err) = admin_command(&url, &args);
+    assert!(ok, "{err}");
+    assert_eq!(result["answeredBy"], "bought-together", "{result}");
+    assert!(err.contains("bought-together for a in shop"), "{err}");
+    // Schedules: shown, then one setting changed (the others stay).
+    let (ok, shown, err) = admin_command(&url, &["recommend", "schedules", "--app", "REC"]);
+    assert!(ok, "{err}");
+    assert_eq!(shown["settings"]["buildEveryMinutes"], 60, "{shown}");
+    assert!(err.contains("build"), "{err}");
+    let args = [
+        "recommend",
+        "schedules",
+        "--app",
+        "REC",
+        "--build-every-minutes",
+        "15",
+    ];
+    let (ok, changed, err) = admin_command(&url, &args);
+    assert!(ok, "{err}");
+    assert_eq!(changed["settings"]["buildEveryMinutes"], 15, "{changed}");
+    assert_eq!(changed["settings"]["trainEveryHours"], 24, "{changed}");
+    assert!(err.contains("every 15 min"), "{err}");
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }
