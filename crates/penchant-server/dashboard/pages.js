@@ -335,6 +335,34 @@ function kv(pairs) {
   return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
 
+const TASK_NAMES = { training: 'ALS training', foldIn: 'ALS fold-in', build: 'Recommendation build' };
+
+/** What keeps the models fresh: each scheduled task's interval, last start and next run, and
+ * when a user's queue is rebuilt after their events. */
+export function schedulesView(s) {
+  // An interval in whole minutes: "24 h", "1 h 30 min", "45 min".
+  const span = (m) => [m >= 60 ? `${Math.floor(m / 60)} h` : '', m % 60 ? `${m % 60} min` : ''].filter(Boolean).join(' ');
+  const every = (m) => (m ? `every ${span(m)}` : 'off');
+  const next = (t) => (t.nextRunAt ? time(t.nextRunAt) : t.everyMinutes ? 'once the app has events' : 'never (off)');
+  const stale = s.settings.queueStaleAfterMinutes;
+  return [
+    table(
+      [
+        { label: 'Task', cell: (t) => TASK_NAMES[t.task] || t.task },
+        { label: 'Runs', cell: (t) => every(t.everyMinutes) },
+        { label: 'Last started', cell: (t) => time(t.lastStartedAt) },
+        { label: 'Next run', cell: (t) => next(t) },
+      ],
+      s.tasks,
+      { class: 'schedules-table' },
+    ),
+    h('p', { class: 'small muted', id: 'queue-staleness' },
+      stale
+        ? `A user's recommended-for-you queue is rebuilt in the background when it is older than ${span(stale)} and than their last event.`
+        : 'Queues are rebuilt only by the build.'),
+  ];
+}
+
 export function jobsPage(root, ctx) {
   const boxes = {
     recompute: h('div', { id: 'job-recompute' }),
@@ -343,9 +371,11 @@ export function jobsPage(root, ctx) {
     build: h('div', { id: 'job-build' }),
     layout: h('div', { id: 'job-layout' }),
     placement: h('div', { id: 'job-placement' }),
+    schedules: h('div', { id: 'job-schedules' }),
   };
   const updated = h('p', { class: 'muted small', id: 'jobs-updated' });
   root.append(
+    card('Schedules', boxes.schedules),
     card('Profile recompute', boxes.recompute),
     card('Past recomputes', boxes.history),
     h('div', { class: 'grid2' }, card('ALS training', boxes.als), card('Recommendation build', boxes.build)),
@@ -362,12 +392,14 @@ export function jobsPage(root, ctx) {
       apiOrNull('GET', '/1/recommend/build'),
       apiOrNull('GET', `/1/apps/${seg(ctx.creds.appID)}/layout`),
       apiOrNull('GET', `/1/apps/${seg(ctx.creds.appID)}/placement`),
+      api('GET', '/1/schedules'),
     ]);
     if (!ctx.alive()) return;
-    const [job, history, als, build, layout, placement] = calls;
+    const [job, history, als, build, layout, placement, schedules] = calls;
     const none = () => h('p', { class: 'muted none-yet' }, 'None yet.');
     const show = (box, result, render) =>
       fill(box, result.status === 'rejected' ? errorBox(result.reason) : result.value ? render(result.value) : none());
+    show(boxes.schedules, schedules, schedulesView);
     show(boxes.recompute, job, recomputeView);
     show(boxes.history, history, (v) =>
       (v.jobs || []).length

@@ -72,6 +72,13 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
     shop.job("/1/als/train", json!({"factors": 4, "iterations": 3}))
         .await;
     shop.job("/1/recommend/build", json!({})).await;
+    // Fold-in off: the page says so.
+    shop.ok(
+        Method::PUT,
+        "/1/schedules",
+        json!({"foldInEveryMinutes": 0, "buildEveryMinutes": 90}),
+    )
+    .await;
 
     let admin = shop.key.clone();
     run("pages", &s.base.clone(), super::DESKTOP, move |page| async move {
@@ -95,6 +102,17 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         // One store: the app's rows are in the default target, never moved.
         page.until_text("#job-placement", "default").await;
         page.until_text("#job-placement", "No move yet").await;
+        // The schedules: every task, its interval and next run (the app has events: due now).
+        page.until("the schedules", "document.querySelectorAll('#job-schedules tbody tr').length === 3").await;
+        let rows = page.js("return [...document.querySelectorAll('#job-schedules tbody tr')].map(r => [...r.cells].map(c => c.innerText))", vec![]).await;
+        assert_eq!(rows[0][0], "ALS training", "{rows}");
+        assert_eq!(rows[0][1], "every 24 h", "{rows}");
+        assert_eq!(rows[0][2], "—", "{rows}");
+        assert!(rows[0][3].as_str().unwrap().contains(':'), "a time: {rows}");
+        assert_eq!(rows[1][1], "off", "{rows}");
+        assert_eq!(rows[1][3], "never (off)", "{rows}");
+        assert_eq!(rows[2][1], "every 1 h 30 min", "{rows}");
+        page.until_text("#queue-staleness", "older than 1 h").await;
         page.screenshot("jobs").await;
         page.assert_no_errors().await;
 
