@@ -400,6 +400,10 @@ const pushed = await insights.pushEvents({
   ],
 });
 check(pushed.status === 200, `pushEvents: ${show(pushed)}`);
+// Bob's purchases make the galaxy the most bought, then pixel and iphone (sent before any
+// Recommend answer: trending is cached for the strategy's TTL).
+const bought = (objectIDs) => ({ eventType: "conversion", eventName: "Product Purchased", index: P, userToken: "bob", objectIDs });
+await insights.pushEvents({ events: [bought(["galaxy"]), bought(["galaxy", "iphone"])] });
 const profile = await personalization.getUserTokenProfile({ userToken: "alice" });
 check(profile.scores.brand.Google === 20 && profile.scores.brand.Apple > 0, `profile: ${show(profile)}`);
 
@@ -420,7 +424,19 @@ check(filters.optionalFilters[0] === "brand:Google<score=20>", `optionalFilters:
 const recommended = await recommend.getRecommendations({
   requests: [{ indexName: P, model: "trending-items", threshold: 0, maxRecommendations: 2 }],
 });
-check(recommended.results[0].hits[0].objectID === "pixel", `getRecommendations: ${show(recommended)}`);
+check(recommended.results[0].hits[0].objectID === "galaxy", `getRecommendations: ${show(recommended)}`);
+
+// Recommend's queryParameters: optionalFilters boost, hitsPerPage cuts, the profile re-ranks
+// (its scores in _rankingInfo), and a parameter Recommend does not take is refused by name.
+const ask = (queryParameters) =>
+  recommend.getRecommendations({ requests: [{ indexName: P, model: "trending-items", threshold: 0, queryParameters }] });
+const boosted = await ask({ optionalFilters: ["brand:Apple"], hitsPerPage: 1 });
+check(same(boosted.results[0].hits.map((h) => h.objectID), ["iphone"]), `optionalFilters: ${show(boosted)}`);
+const personal = await ask({ userToken: "alice", enablePersonalization: true, personalizationImpact: 100, getRankingInfo: true });
+const [first, second] = personal.results[0].hits;
+check(first.objectID === "pixel" && first._rankingInfo.personalization.filtersScore === 20, `personalized: ${show(personal)}`);
+check(second.objectID === "iphone" && second._rankingInfo.personalization.filtersScore < 20, `personalized: ${show(personal)}`);
+await refused("getRecommendations with page", () => ask({ page: 2 }), { status: 400, words: ["page"] });
 
 const gone = await personalization.deleteUserProfile({ userToken: "alice" });
 check(gone.userToken === "alice" && typeof gone.deletedUntil === "string", `deleteUserProfile: ${show(gone)}`);

@@ -7,6 +7,7 @@ from penchant_client import (
     args,
     insights_client,
     penchant,
+    personalization_client,
     recommend_client,
     search_client,
 )
@@ -15,6 +16,7 @@ host, port, app_id, admin_key = args()
 search = search_client(host, port, app_id, admin_key)
 insights = insights_client(host, port, app_id, admin_key)
 recommend = recommend_client(host, port, app_id, admin_key)
+personalization = personalization_client(host, port, app_id, admin_key)
 
 
 def call(method, path, body=None):
@@ -27,6 +29,13 @@ products = [
 ]
 for r in search.save_objects(index_name="products", objects=products):
     search.wait_for_task(index_name="products", task_id=r.task_id)
+
+# A strategy before the events: purchases make profiles (by brand).
+personalization.set_personalization_strategy({
+    "eventsScoring": [{"eventName": "Purchased", "eventType": "conversion", "score": 50}],
+    "facetsScoring": [{"facetName": "brand", "score": 100}],
+    "personalizationImpact": 50,
+})
 
 now = int(time.time() * 1000) - 60_000
 events = []
@@ -104,6 +113,36 @@ hits, result = ask({"indexName": "products", "model": "bought-together", "thresh
                     "objectID": "p9", "maxRecommendations": 1})
 assert [h.object_id for h in hits] == ["p0"], hits
 assert result.to_dict()["answeredBy"] == "trending-items", result.to_dict()
+
+# queryParameters personalize. buyer1-0 bought a Samsung (p1): with personalization its
+# trending items put Samsung first, each hit with its scores under getRankingInfo.
+hits, _ = ask({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "maxRecommendations": 4})
+assert [h.to_dict()["brand"] for h in hits] == ["Apple", "Samsung", "Apple", "Samsung"], hits
+hits, _ = ask({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "maxRecommendations": 4,
+               "queryParameters": {"userToken": "buyer1-0", "enablePersonalization": True,
+                                   "personalizationImpact": 100, "getRankingInfo": True}})
+brands = [h.to_dict()["brand"] for h in hits]
+assert brands[:2] == ["Samsung", "Samsung"], hits
+info = hits[0].to_dict()["_rankingInfo"]["personalization"]
+assert info["filtersScore"] > 0 and info["score"] > 0, info
+# Personalization off for the same user: the model's order.
+hits, _ = ask({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "maxRecommendations": 1,
+               "queryParameters": {"userToken": "buyer1-0", "enablePersonalization": False}})
+assert [h.object_id for h in hits] == ["p0"], hits
+# optionalFilters boost; hitsPerPage cuts.
+hits, _ = ask({"indexName": "products", "model": "trending-items", "threshold": 0,
+               "queryParameters": {"optionalFilters": ["brand:Samsung"], "hitsPerPage": 2}})
+assert [h.object_id for h in hits] == ["p1", "p3"], hits
+# A parameter Recommend does not take is refused by name, never ignored.
+try:
+    ask({"indexName": "products", "model": "trending-items", "threshold": 0,
+         "queryParameters": {"page": 2}})
+    raise AssertionError("page was accepted")
+except RequestException as e:
+    assert "page" in str(e), e
 
 # A malformed filter: the client raises with the server's message.
 try:

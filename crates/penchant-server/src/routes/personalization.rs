@@ -89,16 +89,33 @@ fn records(hits: Vec<Value>) -> Result<Vec<Record>, ApiError> {
         .collect()
 }
 
-/// Re-ranked hits as the API shows them: each with its `_rankingInfo.personalization`.
+/// Re-ranked hits as the API shows them: each with its `_rankingInfo`.
 fn ranked_hits(hits: &[Record], ranked: Vec<(usize, Personalization)>) -> Vec<Value> {
+    let n = ranked.len();
     ranked
         .into_iter()
-        .map(|(i, p)| {
+        .enumerate()
+        .map(|(rank, (i, p))| {
             let mut hit = hits[i].clone();
-            hit.insert("_rankingInfo".into(), json!({ "personalization": p }));
+            hit.insert("_rankingInfo".into(), ranking_info(&p, n - rank));
             Value::Object(hit)
         })
         .collect()
+}
+
+/// A hit's `_rankingInfo` in Algolia's shape: the personalization scores, and the fields
+/// Algolia's clients require of every ranking info (`RankingInfo`: text matching and geo do
+/// not apply here, so zero). `userScore` is Algolia's "overall ranking as a single integer":
+/// higher for better hits, here the hit's rank counted from the last (1).
+pub(crate) fn ranking_info(p: &Personalization, user_score: usize) -> Value {
+    json!({
+        "personalization": p,
+        "userScore": user_score,
+        "nbTypos": 0,
+        "firstMatchedWord": 0,
+        "geoDistance": 0,
+        "nbExactWords": 0,
+    })
 }
 
 async fn rerank(

@@ -133,10 +133,12 @@ pub async fn recommendations(
 fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: u64) -> Value {
     let params = &request.query_parameters;
     let ranking_info = params.get_ranking_info == Some(true);
+    let n = answer.hits.len();
     let hits: Vec<Value> = answer
         .hits
         .into_iter()
-        .map(|hit| match hit {
+        .enumerate()
+        .map(|(rank, hit)| match hit {
             RecommendHit::Item {
                 record,
                 score,
@@ -145,7 +147,8 @@ fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: 
                 let mut out = view.apply(record);
                 out.insert("_score".into(), json!(score));
                 if let Some(p) = personalization.filter(|_| ranking_info) {
-                    out.insert("_rankingInfo".into(), json!({ "personalization": p }));
+                    let info = super::personalization::ranking_info(&p, n - rank);
+                    out.insert("_rankingInfo".into(), info);
                 }
                 Value::Object(out)
             }
