@@ -1,4 +1,4 @@
-//! `penchant bench recommend`: the recommendation half, in three tables.
+//! `penchant bench recommend`: the recommendation half, in four tables.
 //!
 //! 1. **Queue rebuild** (the seed: 3–4 s per user): one user's queue rebuilt from the user's
 //!    vector against `candidates` item vectors of `dimension` floats (cosine), minus the
@@ -15,6 +15,9 @@
 //!    that they lie in the retention window); ALS is trained on them; each user with ratings
 //!    on both sides gets `recommended-for-you` (10 items, never one seen) and the trending
 //!    items they have not seen, both scored against what they rated after the split.
+//! 4. **Blends on MovieLens**, offline: the engine's evaluation (`POST /1/als/evaluate`) of
+//!    popularity, each model a queue blends and a few blends, on each user's latest 20% of the
+//!    same events (precision, recall and NDCG at 10): which queue definition to pick.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -27,7 +30,7 @@ use indicatif::ProgressBar;
 use penchant_engine::catalog::Write;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::recommend::{QueueDefinition, RecommendHit, RecommendRequest, Source};
-use penchant_engine::vectors::training::TrainingConfig;
+use penchant_engine::vectors::training::{EvaluationRequest, Holdout, TrainingConfig};
 use penchant_engine::vectors::{Kind, Metric, SpaceConfig};
 use penchant_engine::{Engine, EngineConfig};
 use penchant_store::Store;
@@ -108,18 +111,20 @@ impl Bench for RecommendBenchArgs {
             .build()?;
         runtime.block_on(rebuild_and_api(&self, &plan, dir.path(), report))?;
         if self.movielens.as_os_str() != "none" {
-            let table = match crate::personalization::load(&self.movielens) {
+            let tables = match crate::personalization::load(&self.movielens) {
                 Ok(data) => runtime.block_on(quality(&self, data))?,
                 Err(e) => match e.downcast_ref::<Missing>() {
                     Some(why) => {
                         let mut table = Table::new(QUALITY, &[]);
                         table.note(format!("skipped: {why}"));
-                        table
+                        vec![table]
                     }
                     None => return Err(e),
                 },
             };
-            report.table(table);
+            for table in tables {
+                report.table(table);
+            }
         }
         Ok(())
     }
@@ -535,11 +540,11 @@ impl Score {
     }
 }
 
-/// Table (3) on MovieLens.
+/// Tables (3) and (4) on MovieLens.
 async fn quality(
     args: &RecommendBenchArgs,
     data: crate::personalization::MovieLens,
-) -> anyhow::Result<Table> {
+) -> anyhow::Result<Vec<Table>> {
     let split_at = data.ratings[data.ratings.len() * SPLIT_PERCENT / 100].3;
     let first = data.ratings[0].3;
     let day_ms = 86_400_000i64;
@@ -588,7 +593,7 @@ async fn quality(
         "index": "movies", "factors": args.factors, "regularization": args.regularization,
         "alpha": args.alpha,
     }))?;
-    engine.train(APP, training).await?;
+    engine.train(APP, training.clone()).await?;
     loop {
         let status = engine.training_status(APP).await?.context("no training")?;
         if status.state != penchant_engine::jobs::JobState::Running {
@@ -639,31 +644,60 @@ async fn quality(
         ],
     };
     engine.define_queue(APP, "blend", &def).await?;
-    let (mut for_you, mut vectors, mut trending) =
-        (Score::default(), Score::default(), Score::default());
+    // Table (4) first, while the app's only queue is `blend`.
+    let blends = blends(&engine, &training, args.trending_weight).await?;
+    // The co-interaction lists (the `related` source), then a queue per blend of table (4).
+    engine.start_build(APP).await?;
+    while engine
+        .build_status(APP)
+        .await?
+        .is_some_and(|b| b.state == penchant_engine::jobs::JobState::Running)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut queues = vec![(
+        "blend".to_owned(),
+        format!(
+            "recommended-for-you, queue: als + trending x{}",
+            args.trending_weight
+        ),
+    )];
+    for (i, (name, sources)) in BLENDS.iter().enumerate() {
+        let def = QueueDefinition {
+            sources: serde_json::from_str(sources)?,
+            ..def.clone()
+        };
+        engine.define_queue(APP, &format!("b{i}"), &def).await?;
+        queues.push((
+            format!("b{i}"),
+            format!("recommended-for-you, queue: {name}"),
+        ));
+    }
+    let mut for_you: Vec<Score> = queues.iter().map(|_| Score::default()).collect();
+    let (mut vectors, mut trending) = (Score::default(), Score::default());
     let mut users: Vec<&&str> = truth.keys().collect();
     users.sort();
     let progress = bar("recommend: MovieLens test users", users.len() as u64);
     for user in users {
         let user: &str = user;
         let truth = &truth[user];
-        engine.rebuild_queue(APP, "blend", user, None).await?;
-        let mut from_queue = request("recommended-for-you", user, 10)?;
-        from_queue.queue = Some("blend".into());
-        let answers = engine
-            .recommendations(
-                APP,
-                &[
-                    from_queue,
-                    request("recommended-for-you", user, 10)?,
-                    request("trending-items", user, 30)?,
-                ],
-            )
-            .await?;
-        anyhow::ensure!(answers[0].source == "queue", "{:?}", answers[0].source);
-        for_you.add(&ids(&answers[0].hits), truth);
-        vectors.add(&ids(&answers[1].hits), truth);
-        let popular = ids(&answers[2].hits);
+        let mut asked = Vec::new();
+        for (queue, _) in &queues {
+            engine.rebuild_queue(APP, queue, user, None).await?;
+            let mut from_queue = request("recommended-for-you", user, 10)?;
+            from_queue.queue = Some(queue.clone());
+            asked.push(from_queue);
+        }
+        asked.push(request("recommended-for-you", user, 10)?);
+        asked.push(request("trending-items", user, 30)?);
+        let answers = engine.recommendations(APP, &asked).await?;
+        for (answer, score) in answers.iter().zip(&mut for_you) {
+            anyhow::ensure!(answer.source == "queue", "{:?}", answer.source);
+            score.add(&ids(&answer.hits), truth);
+        }
+        let n = queues.len();
+        vectors.add(&ids(&answers[n].hits), truth);
+        let popular = ids(&answers[n + 1].hits);
         let unseen = engine
             .unseen(APP, user, &popular, penchant_engine::Consistency::Eventual)
             .await?;
@@ -676,23 +710,98 @@ async fn quality(
         format!(
             "{QUALITY}: train before the {SPLIT_PERCENT}% time quantile, test after; {} users on \
              both sides; 10 items each, never one the user rated before the split",
-            rate(for_you.users as f64)
+            rate(vectors.users as f64)
         ),
         &["model", "hit rate@10", "recall@10"],
     );
-    let blend = format!(
-        "recommended-for-you, queue: ALS ×1 + trending ×{}",
-        args.trending_weight
-    );
-    for (name, score) in [
-        (blend.as_str(), &for_you),
-        ("recommended-for-you, no queue (ALS vectors)", &vectors),
-        ("trending-items, unseen (the zero-day model)", &trending),
-    ] {
+    let rows = queues
+        .iter()
+        .map(|(_, name)| name.as_str())
+        .zip(&for_you)
+        .chain([
+            ("recommended-for-you, no queue (ALS vectors)", &vectors),
+            ("trending-items, unseen (the zero-day model)", &trending),
+        ]);
+    for (name, score) in rows {
         table.row(vec![
             name.into(),
             Cell::fixed(score.hit as f64 / score.users.max(1) as f64, 4),
             Cell::fixed(score.recall / score.users.max(1) as f64, 4),
+        ]);
+    }
+    Ok(vec![table, blends])
+}
+
+/// Blends a queue can be defined with, each scored offline (`POST /1/als/evaluate`).
+const BLENDS: &[(&str, &str)] = &[
+    (
+        "als + trending x0.5",
+        r#"[{"source":"als"},{"source":"trending","weight":0.5}]"#,
+    ),
+    (
+        "als + similar-to-liked 5",
+        r#"[{"source":"als"},{"source":"similar-to-liked","last":5}]"#,
+    ),
+    (
+        "als + similar-to-liked 5 + trending x0.5",
+        r#"[{"source":"als"},{"source":"similar-to-liked","last":5},{"source":"trending","weight":0.5}]"#,
+    ),
+    (
+        "als + related 10",
+        r#"[{"source":"als"},{"source":"related","last":10}]"#,
+    ),
+    (
+        "als + similar-to-liked 5 + related 10",
+        r#"[{"source":"als"},{"source":"similar-to-liked","last":5},{"source":"related","last":10}]"#,
+    ),
+    (
+        "als + similar-to-liked 5 + related 10 + trending x1",
+        r#"[{"source":"als"},{"source":"similar-to-liked","last":5},{"source":"related","last":10},{"source":"trending"}]"#,
+    ),
+    (
+        "als + similar-to-liked 5 + related 10 + trending x2",
+        r#"[{"source":"als"},{"source":"similar-to-liked","last":5},{"source":"related","last":10},{"source":"trending","weight":2}]"#,
+    ),
+];
+
+/// Table (4): popularity, each model and each of [`BLENDS`] on each user's latest 20% of the
+/// training events (the engine's offline evaluation).
+async fn blends(
+    engine: &Engine,
+    training: &TrainingConfig,
+    trending_weight: f32,
+) -> anyhow::Result<Table> {
+    let mut queues = Vec::new();
+    for (name, sources) in BLENDS {
+        queues.push(((*name).to_owned(), serde_json::from_str(sources)?));
+    }
+    let request = EvaluationRequest {
+        holdout: Holdout::Fraction(0.2),
+        k: 10,
+        queues,
+    };
+    let progress = spinner("recommend: MovieLens, blends evaluated offline");
+    let eval = engine.evaluate_als(APP, training, request).await?;
+    drop(progress);
+    let mut table = Table::new(
+        format!(
+            "{QUALITY}: blends, each user's latest 20% of events held out ({} test users), 10 \
+             items each, none the user had",
+            eval.test_users
+        ),
+        &["model or blend", "precision@10", "recall@10", "ndcg@10"],
+    );
+    for row in &eval.rows {
+        // The app's own queue, evaluated as defined.
+        let name = match row.name.as_str() {
+            "queue blend" => format!("als + trending x{trending_weight} (the app's queue)"),
+            name => name.to_owned(),
+        };
+        table.row(vec![
+            name.into(),
+            Cell::fixed(row.metrics.precision, 4),
+            Cell::fixed(row.metrics.recall, 4),
+            Cell::fixed(row.metrics.ndcg, 4),
         ]);
     }
     Ok(table)

@@ -14,7 +14,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::als::{Factors, Interactions};
 use crate::matrix::Metric;
@@ -24,13 +24,45 @@ use crate::matrix::Metric;
 pub struct Split {
     /// `(user row, item row, weight)` triples to train on.
     pub train: Vec<(u32, u32, f32)>,
+    /// When each training triple happened ([`time_holdout`]: in the order given, which is
+    /// time order when the events were sorted; empty for [`random_split`]).
+    pub train_at: Vec<i64>,
     /// Per user row: the held-out item rows, sorted, distinct, none of them in the user's
     /// training triples; empty for users not tested.
     pub test: Vec<Vec<u32>>,
 }
 
-/// A time-ordered holdout: for each user with at least `min_train + holdout` events, the last
-/// `holdout` events (by time; ties keep the order given) go to test, the rest to train.
+/// How much of each user's history a time-ordered split holds out (in JSON, a count is an
+/// integer and a share a number with a fraction).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Holdout {
+    /// The last `n` events.
+    Count(usize),
+    /// The latest share of the events (in `(0, 1)`), rounded up: a user with 7 events and a
+    /// share of 0.2 has 2 held out.
+    Fraction(f64),
+}
+
+impl Holdout {
+    /// Events held out of a history of `n`.
+    pub fn of(self, n: usize) -> usize {
+        match self {
+            Holdout::Count(c) => c,
+            Holdout::Fraction(f) => (f * n as f64).ceil() as usize,
+        }
+    }
+}
+
+impl From<usize> for Holdout {
+    fn from(n: usize) -> Self {
+        Holdout::Count(n)
+    }
+}
+
+/// A time-ordered holdout: for each user, the latest events ([`Holdout`]: a count or a share
+/// of the user's events; by time, ties keeping the order given) go to test, the rest to train,
+/// when at least `min_train` events stay in training.
 ///
 /// Held-out events with weight `<= 0` and items the user also has in training are not test
 /// items (they cannot be hit).
@@ -40,9 +72,10 @@ pub struct Split {
 pub fn time_holdout(
     events: &[(u32, u32, f32, i64)],
     users: usize,
-    holdout: usize,
+    holdout: impl Into<Holdout>,
     min_train: usize,
 ) -> Split {
+    let holdout = holdout.into();
     let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); users];
     for (e, &(u, ..)) in events.iter().enumerate() {
         assert!(
@@ -53,26 +86,33 @@ pub fn time_holdout(
     }
     let mut held_out = vec![false; events.len()];
     for list in &mut by_user {
-        if holdout == 0 || list.len() < min_train + holdout {
+        let n = holdout.of(list.len());
+        if n == 0 || list.len() < min_train + n {
             continue;
         }
         // Stable: ties stay in the order given.
         list.sort_by_key(|&e| events[e].3);
-        for &e in &list[list.len() - holdout..] {
+        for &e in &list[list.len() - n..] {
             held_out[e] = true;
         }
     }
     let mut train = Vec::with_capacity(events.len());
+    let mut train_at = Vec::with_capacity(events.len());
     let mut test_events = Vec::new();
-    for (e, &(u, i, w, _)) in events.iter().enumerate() {
+    for (e, &(u, i, w, at)) in events.iter().enumerate() {
         if held_out[e] {
             test_events.push((u, i, w));
         } else {
             train.push((u, i, w));
+            train_at.push(at);
         }
     }
     let test = test_sets(users, &train, &test_events);
-    Split { train, test }
+    Split {
+        train,
+        train_at,
+        test,
+    }
 }
 
 /// A random split like `implicit`'s `train_test_split`: each triple goes to test with
@@ -101,7 +141,11 @@ pub fn random_split(
         }
     }
     let test = test_sets(users, &train, &test_triples);
-    Split { train, test }
+    Split {
+        train,
+        train_at: Vec::new(),
+        test,
+    }
 }
 
 /// Per-user test items: positive, distinct, sorted, not among the user's training items.
@@ -268,6 +312,17 @@ mod tests {
 
         let split = time_holdout(&events, 2, 1, 1);
         assert_eq!(split.test, vec![vec![13], vec![21]]);
+        assert_eq!(split.train_at, vec![300, 100, 200, 5], "in the order given");
+
+        // A share, rounded up: half of user 0's four events, half of user 1's two.
+        let split = time_holdout(&events, 2, Holdout::Fraction(0.5), 1);
+        assert_eq!(split.test, vec![vec![10, 13], vec![21]]);
+        let split = time_holdout(&events, 2, Holdout::Fraction(0.3), 1);
+        assert_eq!(
+            split.test,
+            vec![vec![13], vec![21]],
+            "0.3 of 2 rounds up to 1"
+        );
     }
 
     #[test]

@@ -184,19 +184,40 @@ pub enum AlsCommand {
         #[arg(long)]
         app: String,
     },
-    /// Hold out each user's last interactions, train on the rest, and print precision,
-    /// recall and NDCG at k of ALS beside the popularity baseline.
+    /// Hold out each user's latest interactions, train on the rest, and print precision,
+    /// recall and NDCG at k of popularity, each model a queue blends, each blend given and
+    /// each queue the app defines.
     Evaluate {
         #[arg(long)]
         app: String,
         #[command(flatten)]
         params: AlsParams,
-        /// Interactions held out per user.
-        #[arg(long, default_value_t = 1)]
-        holdout: usize,
+        /// Interactions held out per user (the default: 1).
+        #[arg(long, conflicts_with = "holdout_fraction")]
+        holdout: Option<usize>,
+        /// The share of each user's interactions held out, latest first (e.g. 0.2).
+        #[arg(long)]
+        holdout_fraction: Option<f64>,
         #[arg(long, default_value_t = 10)]
         k: usize,
+        /// A blend to score: NAME=SOURCES, SOURCES a queue's JSON list of sources, e.g.
+        /// 'mix=[{"source":"als"},{"source":"trending","weight":2}]' (repeatable).
+        #[arg(long = "blend", value_parser = parse_blend)]
+        blends: Vec<(String, Value)>,
     },
+}
+
+/// `NAME=[sources…]` of `als evaluate --blend`.
+fn parse_blend(arg: &str) -> Result<(String, Value), String> {
+    let (name, sources) = arg
+        .split_once('=')
+        .ok_or("expected NAME=SOURCES, SOURCES a JSON list")?;
+    let sources: Value =
+        serde_json::from_str(sources).map_err(|e| format!("SOURCES is not JSON: {e}"))?;
+    if !sources.is_array() {
+        return Err("SOURCES must be a JSON list of sources".into());
+    }
+    Ok((name.to_owned(), sources))
 }
 
 #[derive(Debug, Subcommand)]
@@ -534,23 +555,46 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
                 app,
                 params,
                 holdout,
+                holdout_fraction,
                 k,
+                blends,
             } => {
                 let mut body = params.body();
-                body["holdout"] = json!(holdout);
+                if let Some(n) = holdout {
+                    body["holdout"] = json!(n);
+                }
+                if let Some(f) = holdout_fraction {
+                    body["holdoutFraction"] = json!(f);
+                }
                 body["k"] = json!(k);
+                if !blends.is_empty() {
+                    body["queues"] = Value::Object(blends.into_iter().collect());
+                }
                 let out = client
                     .call(Method::POST, "/1/als/evaluate", &app, Some(body))
                     .await?;
                 // The table for people on stderr; the JSON on stdout, as every command.
-                eprintln!("model        precision@{k}  recall@{k}  ndcg@{k}");
-                for model in ["als", "popularity"] {
-                    let m = &out[model];
+                let rows = out["rows"].as_array().cloned().unwrap_or_default();
+                let width = rows
+                    .iter()
+                    .filter_map(|r| r["name"].as_str())
+                    .map(str::len)
+                    .max()
+                    .unwrap_or(5)
+                    .max(5);
+                eprintln!(
+                    "{} test users; held out: {}",
+                    out["testUsers"], out["holdout"]
+                );
+                eprintln!("{:<width$}  precision@{k}  recall@{k}  ndcg@{k}", "model");
+                for row in &rows {
+                    let m = |f: &str| row[f].as_f64().unwrap_or(f64::NAN);
                     eprintln!(
-                        "{model:<12} {:>12.4} {:>9.4} {:>7.4}",
-                        m["precision"].as_f64().unwrap_or(f64::NAN),
-                        m["recall"].as_f64().unwrap_or(f64::NAN),
-                        m["ndcg"].as_f64().unwrap_or(f64::NAN)
+                        "{:<width$}  {:>12.4} {:>9.4} {:>7.4}",
+                        row["name"].as_str().unwrap_or("?"),
+                        m("precision"),
+                        m("recall"),
+                        m("ndcg")
                     );
                 }
                 return print(&out);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use penchant_vectors::Aggregate;
 
-use crate::vectors::training::{Evaluation, TrainingConfig, TrainingStatus};
+use crate::vectors::training::{Evaluation, EvaluationRequest, TrainingConfig, TrainingStatus};
 use crate::vectors::{Hit, Kind, Query, SearchOptions, Serving, Space, SpaceConfig};
 use crate::{Engine, EngineError, Result};
 
@@ -118,14 +118,21 @@ impl Engine {
         self.trainings.status(app).await
     }
 
-    /// Evaluate ALS against popularity on a time-ordered holdout of the app's events.
+    /// Evaluate popularity, each model a queue blends, each blend asked and each queue the
+    /// app defines (named `queue NAME`) on a time-ordered holdout of the app's events.
     pub async fn evaluate_als(
         &self,
         app: &str,
         config: &TrainingConfig,
-        holdout: usize,
-        k: usize,
+        mut request: EvaluationRequest,
     ) -> Result<Evaluation> {
-        self.trainings.evaluate(app, config, holdout, k).await
+        for (name, definition) in self.recommend.queues.definitions(app).await? {
+            if !definition.sources.is_empty() {
+                request
+                    .queues
+                    .push((format!("queue {name}"), definition.sources));
+            }
+        }
+        self.trainings.evaluate(app, config, &request).await
     }
 }

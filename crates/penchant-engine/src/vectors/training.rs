@@ -29,6 +29,7 @@ use std::time::Instant;
 use futures::TryStreamExt;
 use penchant_store::{ReadRows, RowFilter, RowSet, Store, TimeRange, Workload};
 use penchant_vectors::als::{self, AlsConfig, Interactions};
+pub use penchant_vectors::eval::Holdout;
 use penchant_vectors::{Metric, eval};
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +37,8 @@ use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
 use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime};
+use crate::recommend::offline::Offline;
+use crate::recommend::queues::Source;
 use crate::strategy::Strategies;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, internal, keys};
@@ -195,12 +198,21 @@ impl TrainingStatus {
     }
 }
 
-/// How a model ranks held-out interactions.
+/// What an evaluation scores: on each user's latest events (`holdout`), the best `k` of
+/// popularity, each model a queue can blend, and each blend in `queues` (name, sources).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvaluationRequest {
+    pub holdout: eval::Holdout,
+    pub k: usize,
+    pub queues: Vec<(String, Vec<Source>)>,
+}
+
+/// How models and blends rank held-out interactions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Evaluation {
     pub k: usize,
-    pub holdout: usize,
+    pub holdout: eval::Holdout,
     pub users: usize,
     pub items: usize,
     pub train_interactions: usize,
@@ -208,6 +220,50 @@ pub struct Evaluation {
     pub train_seconds: f64,
     pub als: eval::Metrics,
     pub popularity: eval::Metrics,
+    /// One row per baseline, model and blend, in the order asked: `popularity`, then each
+    /// model alone (`trending`, `als`, `similar-to-liked`, `related`), then the blends.
+    pub rows: Vec<EvaluatedRow>,
+}
+
+/// One row of an evaluation's table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluatedRow {
+    pub name: String,
+    /// What it blends (empty for popularity).
+    pub sources: Vec<Source>,
+    #[serde(flatten)]
+    pub metrics: eval::Metrics,
+}
+
+/// The models a queue can blend, each alone (with their defaults).
+fn single_models(space: &str) -> Vec<(String, Vec<Source>)> {
+    let space = space.to_owned();
+    vec![
+        ("trending".into(), vec![Source::Trending { weight: 1.0 }]),
+        (
+            "als".into(),
+            vec![Source::Als {
+                space: space.clone(),
+                weight: 1.0,
+            }],
+        ),
+        (
+            "similar-to-liked".into(),
+            vec![Source::SimilarToLiked {
+                space,
+                last: 10,
+                weight: 1.0,
+            }],
+        ),
+        (
+            "related".into(),
+            vec![Source::Related {
+                last: 10,
+                weight: 1.0,
+            }],
+        ),
+    ]
 }
 
 impl Job for Trainings {
@@ -702,20 +758,44 @@ impl Trainings {
         Ok(Some(vector))
     }
 
-    /// Train on all but each user's last `holdout` interactions and rank the held-out ones:
-    /// ALS and the popularity baseline, at `k`.
+    /// Train on all but each user's latest interactions and rank the held-out ones with
+    /// popularity, each model a queue blends and each blend asked
+    /// ([`crate::recommend::offline`]).
     pub async fn evaluate(
         &self,
         app: &str,
         config: &TrainingConfig,
-        holdout: usize,
-        k: usize,
+        request: &EvaluationRequest,
     ) -> Result<Evaluation> {
         config.check()?;
-        if !(1..=100).contains(&holdout) || !(1..=1000).contains(&k) {
+        let EvaluationRequest { holdout, k, .. } = *request;
+        let holdout_ok = match holdout {
+            eval::Holdout::Count(n) => (1..=100).contains(&n),
+            eval::Holdout::Fraction(f) => f > 0.0 && f < 1.0,
+        };
+        if !holdout_ok || !(1..=1000).contains(&k) {
             return Err(EngineError::Invalid(
-                "holdout must be between 1 and 100, and k between 1 and 1000".into(),
+                "holdout must be a count between 1 and 100 or a fraction between 0 and 1 \
+                 (exclusive), and k between 1 and 1000"
+                    .into(),
             ));
+        }
+        let mut rows = single_models(&config.space);
+        for (name, sources) in &request.queues {
+            for source in sources {
+                let space = match source {
+                    Source::Als { space, .. } | Source::SimilarToLiked { space, .. } => space,
+                    Source::Related { .. } | Source::Trending { .. } => continue,
+                };
+                if *space != config.space {
+                    return Err(EngineError::Invalid(format!(
+                        "queue '{name}': space '{space}' cannot be evaluated offline, only the \
+                         trained space '{}'",
+                        config.space
+                    )));
+                }
+            }
+            rows.push((name.clone(), sources.clone()));
         }
         let weights = self.weights(app, config).await?;
         let data = self.read(app, config.index.as_deref(), &weights).await?;
@@ -730,10 +810,9 @@ impl Trainings {
             let factors = als::train(&train, &als, |_| true)
                 .ok_or_else(|| internal("training", "stopped"))?;
             let train_seconds = started.elapsed().as_secs_f64();
-            let popular = eval::popularity(&train);
-            let metrics_als =
-                eval::ranking_metrics(&split.test, k, |u| eval::recommend(&factors, &train, u, k));
-            let metrics_pop = eval::ranking_metrics(&split.test, k, |u| {
+            let offline = Offline::new(&train, &factors, &split.train, &split.train_at);
+            let popular = offline.popular();
+            let popularity = eval::ranking_metrics(&split.test, k, |u| {
                 let (seen, _) = train.user_items(u);
                 popular
                     .iter()
@@ -742,6 +821,22 @@ impl Trainings {
                     .take(k)
                     .collect()
             });
+            let als_metrics =
+                eval::ranking_metrics(&split.test, k, |u| eval::recommend(&factors, &train, u, k));
+            let mut table = vec![EvaluatedRow {
+                name: "popularity".into(),
+                sources: Vec::new(),
+                metrics: popularity,
+            }];
+            for (name, sources) in rows {
+                let metrics =
+                    eval::ranking_metrics(&split.test, k, |u| offline.blend(&sources, u, k));
+                table.push(EvaluatedRow {
+                    name,
+                    sources,
+                    metrics,
+                });
+            }
             Ok(Evaluation {
                 k,
                 holdout,
@@ -750,8 +845,9 @@ impl Trainings {
                 train_interactions: train.nnz(),
                 test_users: split.test.iter().filter(|t| !t.is_empty()).count(),
                 train_seconds,
-                als: metrics_als,
-                popularity: metrics_pop,
+                als: als_metrics,
+                popularity,
+                rows: table,
             })
         })
         .await

@@ -23,7 +23,9 @@
 //! - `POST /1/als/train` `{space?, factors?, regularization?, alpha?, iterations?, cgSteps?,
 //!   seed?, threads?, weights?, index?}` → 202 the training's status; `GET /1/als/train`
 //!   (`search`): the latest training's status;
-//! - `POST /1/als/evaluate` (the same body, plus `holdout?`, `k?`) → ALS and popularity metrics.
+//! - `POST /1/als/evaluate` (the same body, plus `holdout?` (a count) or `holdoutFraction?`,
+//!   `k?`, `queues?: {name: [source…]}`) → a table of popularity, each model a queue blends,
+//!   each blend given and each queue defined, scored on each user's latest events.
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -31,7 +33,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use penchant_engine::tenancy::Acl;
-use penchant_engine::vectors::training::TrainingConfig;
+use std::collections::BTreeMap;
+
+use penchant_engine::recommend::Source;
+use penchant_engine::vectors::training::{EvaluationRequest, Holdout, TrainingConfig};
 use penchant_engine::vectors::{self, Aggregate, Kind, Metric, Query, SearchOptions, SpaceConfig};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -344,15 +349,43 @@ async fn evaluate(
     JsonBody(mut body): JsonBody<Value>,
 ) -> Result<Json<Value>, ApiError> {
     let app = &auth.require(Acl::EditSettings)?.app_id;
-    let mut take = |field: &str, default: usize| -> Result<usize, ApiError> {
-        match body.as_object_mut().and_then(|m| m.remove(field)) {
-            None => Ok(default),
-            Some(v) => v.as_u64().map(|n| n as usize).ok_or_else(|| {
-                ApiError::bad_request(format!("{field} must be a positive integer"))
-            }),
-        }
+    let mut take = |field: &str| body.as_object_mut().and_then(|m| m.remove(field));
+    let count = |field: &str, v: Option<Value>| -> Result<Option<usize>, ApiError> {
+        v.map(|v| {
+            v.as_u64()
+                .map(|n| n as usize)
+                .ok_or_else(|| ApiError::bad_request(format!("{field} must be a positive integer")))
+        })
+        .transpose()
     };
-    let (holdout, k) = (take("holdout", 1)?, take("k", 10)?);
+    let holdout = count("holdout", take("holdout"))?;
+    let fraction = take("holdoutFraction")
+        .map(|v| {
+            v.as_f64()
+                .ok_or_else(|| ApiError::bad_request("holdoutFraction must be a number"))
+        })
+        .transpose()?;
+    let holdout = match (holdout, fraction) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give holdout (a count) or holdoutFraction, not both",
+            ));
+        }
+        (_, Some(f)) => Holdout::Fraction(f),
+        (n, None) => Holdout::Count(n.unwrap_or(1)),
+    };
+    let k = count("k", take("k"))?.unwrap_or(10);
+    let queues: BTreeMap<String, Vec<Source>> = match take("queues") {
+        Some(q) => serde_json::from_value(q).map_err(|e| {
+            ApiError::bad_request(format!("queues must map names to lists of sources ({e})"))
+        })?,
+        None => BTreeMap::new(),
+    };
     let config: TrainingConfig = parse("training", body)?;
-    to_json(&state.engine.evaluate_als(app, &config, holdout, k).await?)
+    let request = EvaluationRequest {
+        holdout,
+        k,
+        queues: queues.into_iter().collect(),
+    };
+    to_json(&state.engine.evaluate_als(app, &config, request).await?)
 }

@@ -504,14 +504,31 @@ async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
             "4",
             "--k",
             "3",
+            "--holdout-fraction",
+            "0.25",
+            "--blend",
+            r#"mix=[{"source":"als"},{"source":"trending","weight":2}]"#,
         ],
     );
     assert!(ok, "{err}");
     assert!(err.contains("precision@3"), "the table is printed: {err}");
-    for model in ["als", "popularity"] {
-        let precision = evaluation[model]["precision"].as_f64().unwrap();
+    for model in [
+        "popularity",
+        "trending",
+        "als",
+        "similar-to-liked",
+        "related",
+        "mix",
+    ] {
+        assert!(err.lines().any(|l| l.starts_with(model)), "{model}: {err}");
+    }
+    assert_eq!(evaluation["holdout"], 0.25);
+    for row in evaluation["rows"].as_array().unwrap() {
+        let precision = row["precision"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&precision), "{evaluation}");
     }
+    let (ok, _, err) = admin_command(&url, &["als", "evaluate", "--app", "ALS", "--blend", "mix"]);
+    assert!(!ok && err.contains("expected NAME=SOURCES"), "{err}");
     let (ok, _, err) = admin_command(&url, &["als", "train", "--app", "ALS", "--factors", "0"]);
     assert!(
         !ok && err.contains("factors must be between 1 and 1024"),

@@ -1281,8 +1281,71 @@ async fn als_trains_from_events_and_folds_in_new_users() {
             assert!((0.0..=1.0).contains(&x), "{model}.{metric}: {eval}");
         }
     }
+    // Every model a queue blends, a blend given and the app's queue, on a share of each
+    // user's latest events.
+    s.ok(
+        Method::PUT,
+        "/1/queues/mix",
+        a,
+        Some(json!({"indexName": "products", "sources": [{"source": "als"}, {"source": "trending", "weight": 2}]})),
+    )
+    .await;
+    let eval = s
+        .ok(
+            Method::POST,
+            "/1/als/evaluate",
+            a,
+            Some(json!({"factors": 8, "iterations": 10, "holdoutFraction": 0.2, "k": 5,
+                "queues": {"liked": [{"source": "similar-to-liked", "last": 3}, {"source": "related"}]}})),
+        )
+        .await;
+    assert_eq!(eval["holdout"], 0.2);
+    let names: Vec<&str> = eval["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "popularity",
+            "trending",
+            "als",
+            "similar-to-liked",
+            "related",
+            "liked",
+            "queue mix"
+        ],
+        "{eval}"
+    );
+    for row in eval["rows"].as_array().unwrap() {
+        assert_eq!(row["users"], eval["testUsers"], "{row}");
+        let x = row["ndcg"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&x), "{row}");
+    }
+    assert_eq!(eval["rows"][6]["sources"][1]["weight"], 2.0);
+    // Ten events a user: a share of 0.2 holds out two of each.
+    assert_eq!(eval["trainInteractions"], 480);
+    s.ok(Method::DELETE, "/1/queues/mix", a, None).await;
     for (body, needle) in [
-        (json!({"holdout": 0}), "holdout must be between 1 and 100"),
+        (
+            json!({"holdout": 0}),
+            "holdout must be a count between 1 and 100",
+        ),
+        (
+            json!({"holdoutFraction": 1.0}),
+            "or a fraction between 0 and 1",
+        ),
+        (json!({"holdout": 2, "holdoutFraction": 0.5}), "not both"),
+        (
+            json!({"queues": {"x": [{"source": "als", "space": "images"}]}}),
+            "queue 'x': space 'images' cannot be evaluated offline",
+        ),
+        (
+            json!({"queues": {"x": [{"source": "nope"}]}}),
+            "queues must map names to lists of sources",
+        ),
         (json!({"k": 0}), "k between 1 and 1000"),
         (
             json!({"holdout": "one"}),
