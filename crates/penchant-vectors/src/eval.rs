@@ -317,11 +317,11 @@ mod tests {
         // A share, rounded up: half of user 0's four events, half of user 1's two.
         let split = time_holdout(&events, 2, Holdout::Fraction(0.5), 1);
         assert_eq!(split.test, vec![vec![10, 13], vec![21]]);
-        let split = time_holdout(&events, 2, Holdout::Fraction(0.3), 1);
+        let split = time_holdout(&events, 2, Holdout::Fraction(0.25), 1);
         assert_eq!(
             split.test,
             vec![vec![13], vec![21]],
-            "0.3 of 2 rounds up to 1"
+            "0.25 of 4 and of 2 round up to 1"
         );
     }
 
