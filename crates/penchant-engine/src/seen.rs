@@ -18,6 +18,13 @@
 //! [`SPARSE_SHARE`] of the bitmap's size (or [`COMPACT_AT`] deltas), when an add writes the base.
 //! The answers are the filter's either way (the hashes replay into the same bits), so the
 //! false-positive guarantee is unchanged; a light user costs tens of bytes, not `filterBits / 8`.
+//!
+//! **Not for me.** A user can hide items for a while (negative feedback): an event whose name
+//! is one of the app's `negativeEventNames` (it is not stored as an interaction: it counts in no
+//! profile, list, training or trend), or `POST /1/seen/users/{userToken}/hide`. Each hidden item
+//! is a cell of family `n` of the same row (qualifier the objectID, value until when, ms,
+//! big-endian), kept [`MAX_HIDE_DAYS`] days and a day; [`Seen::unseen`] leaves hidden items out
+//! until then, as it leaves out seen ones, with the same row read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -39,6 +46,11 @@ use crate::{EngineError, Result};
 
 pub const SEEN_TABLE: &str = "seen";
 const FAMILY: &str = "s";
+/// Items the user hid ("not for me"), until when.
+const HIDDEN: &str = "n";
+/// The longest an item stays hidden.
+pub const MAX_HIDE_DAYS: u32 = 365;
+const DAY_MS: i64 = 86_400_000;
 const SETTINGS: &[u8] = b"settings";
 const CURRENT: &[u8] = b"cur";
 const PREVIOUS: &[u8] = b"prev";
@@ -59,7 +71,16 @@ const ATTEMPTS: usize = 32;
 /// Users' seen filters, and the apps' settings.
 pub const SEEN: Table = Table {
     name: SEEN_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
+    families: &[
+        (FAMILY, Gc::Versions(1)),
+        (
+            HIDDEN,
+            Gc::VersionsAndAge(
+                1,
+                Duration::from_millis((MAX_HIDE_DAYS as u64 + 1) * DAY_MS as u64),
+            ),
+        ),
+    ],
     rows: Rows::User,
 };
 
@@ -79,6 +100,18 @@ pub struct SeenSettings {
     /// consumables that should come back narrows it).
     #[serde(default = "default_event_types")]
     pub event_types: Vec<EventType>,
+    /// Event names that say "not for me" (e.g. `Not Interested`): such an event is not stored
+    /// as an interaction; it hides its objectIDs from the user's recommendations for
+    /// `hideDays` days.
+    #[serde(default)]
+    pub negative_event_names: Vec<String>,
+    /// How long a "not for me" hides an item, in days (1 to [`MAX_HIDE_DAYS`], default 30).
+    #[serde(default = "default_hide_days")]
+    pub hide_days: u32,
+}
+
+fn default_hide_days() -> u32 {
+    30
 }
 
 fn default_bits() -> u64 {
@@ -99,6 +132,8 @@ impl Default for SeenSettings {
             filter_bits: default_bits(),
             error_rate: default_error_rate(),
             event_types: default_event_types(),
+            negative_event_names: Vec::new(),
+            hide_days: default_hide_days(),
         }
     }
 }
@@ -115,7 +150,28 @@ impl SeenSettings {
         if !(self.error_rate > 0.0 && self.error_rate < 1.0) {
             return bad("errorRate must be between 0 and 1 (exclusive)");
         }
+        if !(1..=MAX_HIDE_DAYS).contains(&self.hide_days) {
+            return bad("hideDays must be between 1 and 365");
+        }
+        if self.negative_event_names.len() > 100
+            || self
+                .negative_event_names
+                .iter()
+                .any(|n| n.is_empty() || n.len() > 64)
+        {
+            return bad("negativeEventNames: at most 100 names of 1 to 64 bytes");
+        }
         self.capacity().map(|_| ())
+    }
+
+    /// Whether an event of this name says "not for me".
+    pub fn is_negative(&self, event_name: &str) -> bool {
+        self.negative_event_names.iter().any(|n| n == event_name)
+    }
+
+    /// Until when (ms) a "not for me" at `at` (ms) hides its items.
+    pub fn hidden_until(&self, at: i64) -> i64 {
+        at + i64::from(self.hide_days) * DAY_MS
     }
 
     /// Keys per generation.
@@ -166,6 +222,8 @@ pub struct Seen {
     settings: TtlCache<String, Arc<SeenSettings>>,
     /// Empty filters by (bits, error rate): sizing one takes a search over the model.
     empty: Mutex<HashMap<(u64, u64), RotatingFilter>>,
+    /// What hidden items are compared with.
+    clock: Clock,
 }
 
 impl Seen {
@@ -178,8 +236,9 @@ impl Seen {
     pub fn new(store: Arc<dyn Store>, ttl: Duration, clock: Clock) -> Self {
         Self {
             store,
-            settings: TtlCache::new(cache::DEFAULT_CAPACITY, ttl, clock),
+            settings: TtlCache::new(cache::DEFAULT_CAPACITY, ttl, clock.clone()),
             empty: Mutex::new(HashMap::new()),
+            clock,
         }
     }
 
@@ -246,17 +305,100 @@ impl Seen {
         user: &str,
         consistency: Consistency,
     ) -> Result<Option<Loaded>> {
-        let row = penchant_store::with_consistency(&self.store, consistency)
+        match self.read(app, user, consistency).await? {
+            Some(row) => self.decode(app, &row).await,
+            None => Ok(None),
+        }
+    }
+
+    /// A user's row (its filter and hidden items), as consistent as asked.
+    async fn read(&self, app: &str, user: &str, consistency: Consistency) -> Result<Option<Row>> {
+        Ok(penchant_store::with_consistency(&self.store, consistency)
             .read_row(SEEN_TABLE, Self::row(app, user)?, None)
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
+            .await?)
+    }
+
+    /// The filter of a user's row (`None`: the row holds none).
+    async fn decode(&self, app: &str, row: &Row) -> Result<Option<Loaded>> {
         let empty = match row.latest(FAMILY, CURRENT) {
             Some(_) => None,
             None => Some(self.new_filter(app).await?),
         };
-        decode(&row, empty)
+        decode(row, empty)
+    }
+
+    /// The items a row hides now, with until when.
+    fn hidden_in(&self, row: &Row) -> HashMap<Bytes, i64> {
+        let now = self.clock.now_ms();
+        row.family(HIDDEN)
+            .filter_map(|c| {
+                let until = i64::from_be_bytes(<[u8; 8]>::try_from(&c.value[..]).ok()?);
+                (until > now).then(|| (c.qualifier.clone(), until))
+            })
+            .collect()
+    }
+
+    /// Hide items from users until the given times (ms): "not for me". One write for all.
+    pub async fn hide_many(
+        &self,
+        app: &str,
+        items: &BTreeMap<&str, Vec<(&str, i64)>>,
+    ) -> Result<()> {
+        let mut rows = Vec::new();
+        for (user, ids) in items {
+            check_count(ids.len())?;
+            let cells = ids
+                .iter()
+                .map(|(id, until)| {
+                    crate::catalog::check_object_id(id)?;
+                    Ok(Mutation::set_now(
+                        HIDDEN,
+                        Bytes::copy_from_slice(id.as_bytes()),
+                        until.to_be_bytes().to_vec(),
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            rows.push(RowMutation::new(Self::row(app, user)?, cells));
+        }
+        self.store.mutate_all(SEEN_TABLE, rows).await?;
+        Ok(())
+    }
+
+    /// Show hidden items again.
+    pub async fn unhide<K: AsRef<[u8]>>(&self, app: &str, user: &str, ids: &[K]) -> Result<()> {
+        check_count(ids.len())?;
+        let cells = ids
+            .iter()
+            .map(|id| Mutation::delete_column(HIDDEN, Bytes::copy_from_slice(id.as_ref())))
+            .collect();
+        self.store
+            .mutate_row(SEEN_TABLE, Self::row(app, user)?, cells)
+            .await?;
+        Ok(())
+    }
+
+    /// The items a user hides now, with until when (ms), by objectID.
+    pub async fn hidden(
+        &self,
+        app: &str,
+        user: &str,
+        consistency: Consistency,
+    ) -> Result<BTreeMap<String, i64>> {
+        let Some(row) = penchant_store::with_consistency(&self.store, consistency)
+            .read_row(
+                SEEN_TABLE,
+                Self::row(app, user)?,
+                Some(RowFilter::FamilyRegex(HIDDEN.into())),
+            )
+            .await?
+        else {
+            return Ok(BTreeMap::new());
+        };
+        Ok(self
+            .hidden_in(&row)
+            .into_iter()
+            .map(|(id, until)| (String::from_utf8_lossy(&id).into_owned(), until))
+            .collect())
     }
 
     /// Mark items seen; each answer tells whether the item was new to the filter.
@@ -358,8 +500,8 @@ impl Seen {
         })
     }
 
-    /// The items not seen, in their order: the bulk check before recommending (the filter
-    /// read as consistent as asked).
+    /// The items neither seen nor hidden, in their order: the bulk check before recommending
+    /// (the user's row read once, as consistent as asked).
     pub async fn unseen<'k, K: AsRef<[u8]>>(
         &self,
         app: &str,
@@ -368,9 +510,14 @@ impl Seen {
         consistency: Consistency,
     ) -> Result<Vec<&'k K>> {
         check_count(ids.len())?;
-        Ok(match self.load(app, user, consistency).await? {
-            Some(l) => l.filter.unseen(ids),
-            None => ids.iter().collect(),
+        let Some(row) = self.read(app, user, consistency).await? else {
+            return Ok(ids.iter().collect());
+        };
+        let hidden = self.hidden_in(&row);
+        let shown = |id: &&K| !hidden.contains_key(id.as_ref());
+        Ok(match self.decode(app, &row).await? {
+            Some(l) => l.filter.unseen(ids).into_iter().filter(shown).collect(),
+            None => ids.iter().filter(shown).collect(),
         })
     }
 

@@ -26,6 +26,27 @@ impl Engine {
         if events.is_empty() {
             return Ok(());
         }
+        // "Not for me" events hide their items; they are not interactions.
+        let settings = self.seen.settings(app).await?;
+        if events.iter().any(|e| is_hiding(&settings, e)) {
+            let mut hidden: std::collections::BTreeMap<&str, Vec<(&str, i64)>> = Default::default();
+            for event in events.iter().filter(|e| is_hiding(&settings, e)) {
+                if let events::Target::ObjectIds(ids) = &event.target {
+                    let until = settings.hidden_until(event.timestamp);
+                    hidden
+                        .entry(event.user())
+                        .or_default()
+                        .extend(ids.iter().map(|id| (id.as_str(), until)));
+                }
+            }
+            self.seen.hide_many(app, &hidden).await?;
+            let rest: Vec<events::Event> = events
+                .iter()
+                .filter(|e| !is_hiding(&settings, e))
+                .cloned()
+                .collect();
+            return Box::pin(self.push_events(app, &rest)).await;
+        }
         let layouts = self.tenancy.events_of(app).await?.written();
         let batch = self.pending.record(app, events).await?;
         // From the raw write until the deltas are written, no rebuild of these users runs here.
@@ -322,4 +343,9 @@ impl Engine {
         keys::check_user_token(user)?;
         self.profiles.recent_events(app, user, limit).await
     }
+}
+
+/// Whether an event says "not for me" about items (a negative event name with objectIDs).
+fn is_hiding(settings: &crate::seen::SeenSettings, event: &events::Event) -> bool {
+    settings.is_negative(&event.event_name) && matches!(event.target, events::Target::ObjectIds(_))
 }

@@ -116,4 +116,44 @@ impl Engine {
     ) -> Result<Vec<&'k K>> {
         self.seen.unseen(app, user, ids, consistency).await
     }
+
+    /// Hide items from a user's recommendations ("not for me") for `days` (the app's
+    /// `hideDays` by default); returns until when (ms).
+    pub async fn hide(
+        &self,
+        app: &str,
+        user: &str,
+        ids: &[String],
+        days: Option<u32>,
+    ) -> Result<i64> {
+        let mut settings = (*self.seen.settings(app).await?).clone();
+        if let Some(days) = days {
+            if !(1..=crate::seen::MAX_HIDE_DAYS).contains(&days) {
+                return Err(crate::EngineError::Invalid(
+                    "days must be between 1 and 365".into(),
+                ));
+            }
+            settings.hide_days = days;
+        }
+        let until = settings.hidden_until(self.now_ms());
+        let items =
+            std::iter::once((user, ids.iter().map(|id| (id.as_str(), until)).collect())).collect();
+        self.seen.hide_many(app, &items).await?;
+        Ok(until)
+    }
+
+    /// Show hidden items again.
+    pub async fn unhide(&self, app: &str, user: &str, ids: &[String]) -> Result<()> {
+        self.seen.unhide(app, user, ids).await
+    }
+
+    /// The items a user hides now, with until when (ms).
+    pub async fn hidden(
+        &self,
+        app: &str,
+        user: &str,
+        consistency: Consistency,
+    ) -> Result<std::collections::BTreeMap<String, i64>> {
+        self.seen.hidden(app, user, consistency).await
+    }
 }

@@ -203,6 +203,8 @@ pub struct RecommendRequest {
 
 /// Most hits a request returns.
 pub const MAX_RECOMMENDATIONS: usize = 30;
+/// Hidden items a request draws extra candidates for (their places in the model's answer).
+const MAX_HIDDEN_SKIPPED: usize = 100;
 /// Most requests in one Recommend call (Algolia documents none): each is answered in turn, so
 /// 10,000 took seconds and megabytes; a page of recommendation carousels needs a handful.
 pub const MAX_REQUESTS: usize = 100;
@@ -747,7 +749,24 @@ impl Engine {
             }
         };
         let personal = self.personal(app, req).await?;
-        let mut answer = self.recommend_pool(app, req, personal.pool(wanted)).await?;
+        // Items the user said "not for me" about stay out of every model's answer.
+        let hidden = match params.user_token.as_deref() {
+            Some(user) if keys::user_token_ok(user) => {
+                self.seen.hidden(app, user, Consistency::Eventual).await?
+            }
+            _ => Default::default(),
+        };
+        let pool = personal.pool(wanted) + hidden.len().min(MAX_HIDDEN_SKIPPED);
+        let mut answer = self.recommend_pool(app, req, pool).await?;
+        if !hidden.is_empty() {
+            answer.hits.retain(|hit| match hit {
+                RecommendHit::Item { record, .. } => !record
+                    .get("objectID")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| hidden.contains_key(id)),
+                RecommendHit::Facet { .. } => true,
+            });
+        }
         answer.hits = personal.apply(answer.hits, wanted);
         Ok(answer)
     }

@@ -224,6 +224,7 @@ async fn seen_filters_remember_recent_items_across_rotations_and_compactions() {
         filter_bits: 4096,
         error_rate: 0.01,
         event_types: vec![],
+        ..SeenSettings::default()
     };
     engine.seen().set_settings(APP, settings).await.unwrap();
     // Adds larger than a generation, so that the order of replayed deltas shows.
@@ -314,4 +315,110 @@ async fn a_light_users_seen_filter_holds_their_hashes_until_a_bitmap_pays() {
         seen.exists(APP, "u", &["a", "b"], Eventual).await.unwrap(),
         [true, true]
     );
+}
+
+/// "Not for me": a negative event hides its items from the user's unseen checks (and so from
+/// queues and recommendations) until its time is up; it is no interaction; the route's
+/// hide and unhide work alike.
+#[tokio::test]
+async fn not_for_me_hides_items_for_a_while_and_is_no_interaction() {
+    use penchant_engine::clock::Clock;
+    use penchant_engine::events::{Event, EventType, Target};
+    use penchant_engine::seen::SeenSettings;
+    let now = 1_800_000_000_000i64;
+    let clock = Clock::manual(now * 1000);
+    let store = Arc::new(penchant_store::MemStore::new());
+    let config = EngineConfig {
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(store, config).await.unwrap();
+    engine
+        .tenancy()
+        .create_app(Some(APP), "shop")
+        .await
+        .unwrap();
+    let settings = SeenSettings {
+        negative_event_names: vec!["Not Interested".into()],
+        hide_days: 7,
+        ..SeenSettings::default()
+    };
+    engine.seen().set_settings(APP, settings).await.unwrap();
+    let event = |name: &str, ids: &[&str], at: i64| Event {
+        event_type: EventType::Click,
+        event_subtype: None,
+        event_name: name.into(),
+        index: "products".into(),
+        user_token: "u".into(),
+        authenticated_user_token: None,
+        timestamp: at,
+        target: Target::ObjectIds(ids.iter().map(|s| (*s).to_owned()).collect()),
+        query_id: None,
+        positions: None,
+        object_data: None,
+        value: None,
+        currency: None,
+    };
+    let day = 86_400_000;
+    engine
+        .push_events(
+            APP,
+            &[
+                event("Clicked", &["a"], now - 1000),
+                event("Not Interested", &["b", "c"], now - day),
+            ],
+        )
+        .await
+        .unwrap();
+    let items = ["a", "b", "c", "d"];
+    let unseen = |engine: &Engine| {
+        let engine = engine.clone();
+        async move {
+            let got = engine
+                .seen()
+                .unseen(APP, "u", &items, Eventual)
+                .await
+                .unwrap();
+            got.into_iter().copied().collect::<Vec<&str>>()
+        }
+    };
+    assert_eq!(unseen(&engine).await, ["d"], "a seen; b and c hidden");
+    let hidden = engine.hidden(APP, "u", Eventual).await.unwrap();
+    assert_eq!(hidden.get("b"), Some(&(now - day + 7 * day)));
+    // The negative event is not an interaction: only the click is stored.
+    let stored = engine
+        .store()
+        .read_all(
+            "events",
+            penchant_store::ReadRows::new(penchant_store::RowSet::all()),
+        )
+        .await
+        .unwrap();
+    let events: Vec<_> = stored
+        .iter()
+        .filter_map(|r| r.latest("e", b"event"))
+        .collect();
+    assert_eq!(events.len(), 1, "{stored:?}");
+    assert!(String::from_utf8_lossy(&events[0].value).contains("Clicked"));
+    // Shown again; hidden by the route for 1 day.
+    engine.unhide(APP, "u", &["c".to_owned()]).await.unwrap();
+    assert_eq!(unseen(&engine).await, ["c", "d"]);
+    let until = engine
+        .hide(APP, "u", &["d".to_owned()], Some(1))
+        .await
+        .unwrap();
+    assert_eq!(until, now + day);
+    assert!(
+        engine
+            .hide(APP, "u", &["d".to_owned()], Some(0))
+            .await
+            .is_err()
+    );
+    assert_eq!(unseen(&engine).await, ["c"]);
+    // A day and a bit later, d is back; six days later, b too.
+    clock.advance(Duration::from_millis(day as u64 + 1));
+    assert_eq!(unseen(&engine).await, ["c", "d"]);
+    clock.advance(Duration::from_millis(5 * day as u64));
+    assert_eq!(unseen(&engine).await, ["b", "c", "d"]);
+    assert!(engine.hidden(APP, "u", Eventual).await.unwrap().is_empty());
 }

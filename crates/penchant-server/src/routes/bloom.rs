@@ -19,7 +19,11 @@
 //! - `GET /1/seen/users/{userToken}` (`search`): info; `DELETE` (`deleteObject`): forget;
 //! - `POST /1/seen/users/{userToken}/add` `{objectID}` / `/madd` `{objectIDs}` (`search`, as
 //!   events are pushed), `/exists` `{objectID}` / `/mexists` `{objectIDs}` and `/unseen`
-//!   `{objectIDs}` → `{objectIDs: [the unseen ones, in order]}` (`search`).
+//!   `{objectIDs}` → `{objectIDs: [the unseen ones, in order]}` (`search`), neither seen nor
+//!   hidden;
+//! - "not for me": `POST /1/seen/users/{userToken}/hide` `{objectIDs, days?}` → `{hidden,
+//!   until}` and `/unhide` `{objectIDs}` → `{unhidden}` (`search`), `GET
+//!   /1/seen/users/{userToken}/hidden` → `{hidden: [{objectID, until}]}` (`search`).
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -56,6 +60,7 @@ pub fn routes() -> Router<AppState> {
             "/1/seen/users/{user_token}",
             get(seen_info).delete(seen_clear),
         )
+        .route("/1/seen/users/{user_token}/hidden", get(hidden))
         .route("/1/seen/users/{user_token}/{command}", post(seen_command))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
@@ -280,6 +285,23 @@ async fn seen_info(
     to_json(&state.engine.seen_info(app, &user, consistency).await?)
 }
 
+async fn hidden(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    ReadConsistency(consistency): ReadConsistency,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let hidden: Vec<Value> = state
+        .engine
+        .hidden(app, &user, consistency)
+        .await?
+        .into_iter()
+        .map(|(id, until)| json!({"objectID": id, "until": crate::iso(until)}))
+        .collect();
+    Ok(Json(json!({ "hidden": hidden })))
+}
+
 async fn seen_clear(
     auth: Auth,
     State(state): State<AppState>,
@@ -301,14 +323,36 @@ async fn seen_command(
     let many = !matches!(command.as_str(), "add" | "exists");
     if !matches!(
         command.as_str(),
-        "add" | "madd" | "exists" | "mexists" | "unseen"
+        "add" | "madd" | "exists" | "mexists" | "unseen" | "hide" | "unhide"
     ) {
         return Err(unknown_command(&command));
     }
     let app = &auth.require(Acl::Search)?.app_id;
+    let mut body = body;
+    let days = match body.as_object_mut().and_then(|m| m.remove("days")) {
+        Some(_) if command != "hide" => {
+            return Err(ApiError::bad_request(
+                "unknown field `days`, expected `objectIDs`",
+            ));
+        }
+        Some(v) => Some(
+            v.as_u64()
+                .and_then(|d| u32::try_from(d).ok())
+                .ok_or_else(|| ApiError::bad_request("days must be between 1 and 365"))?,
+        ),
+        None => None,
+    };
     let ids = keys_of(body, if many { "objectIDs" } else { "objectID" }, many)?;
     let engine = &state.engine;
     Ok(match command.as_str() {
+        "hide" => {
+            let until = engine.hide(app, &user, &ids, days).await?;
+            Json(json!({"hidden": ids.len(), "until": crate::iso(until)}))
+        }
+        "unhide" => {
+            engine.unhide(app, &user, &ids).await?;
+            Json(json!({"unhidden": ids.len()}))
+        }
         "add" | "madd" => answer("added", engine.mark_seen(app, &user, &ids).await?, many),
         "exists" | "mexists" => {
             let seen = engine.has_seen(app, &user, &ids, consistency).await?;

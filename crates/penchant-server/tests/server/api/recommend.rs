@@ -704,3 +704,125 @@ async fn schedules_are_read_and_set_over_http() {
         );
     }
 }
+
+/// "Not for me": an event named as negative, or the hide route, keeps items out of the user's
+/// queue and every model's answer for them (not for others) until unhidden or expired.
+#[tokio::test]
+async fn not_for_me_keeps_items_out_of_the_users_recommendations() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    shop(&s, a).await;
+    ok(
+        &s,
+        a,
+        Method::PUT,
+        "/1/seen/settings",
+        Some(json!({"negativeEventNames": ["Not Interested"], "hideDays": 14})),
+    )
+    .await;
+    ok(
+        &s,
+        a,
+        Method::PUT,
+        "/1/queues/for-you",
+        Some(json!({"indexName": "products", "sources": [{"source": "trending"}]})),
+    )
+    .await;
+    let not_interested = json!({"eventType": "click", "eventName": "Not Interested",
+        "index": "products", "userToken": "u5", "objectIDs": ["p0"]});
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/events",
+        Some(json!({"events": [not_interested]})),
+    )
+    .await;
+    build(&s, a).await;
+    let for_you = json!({"indexName": "products", "model": "recommended-for-you",
+        "threshold": 0, "maxRecommendations": 3, "queryParameters": {"userToken": "u5"}});
+    let trending = |user: Option<&str>| {
+        let mut r = json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+            "maxRecommendations": 3});
+        if let Some(user) = user {
+            r["queryParameters"] = json!({"userToken": user});
+        }
+        r
+    };
+    // u5 viewed p7 (seen) and is not interested in p0: neither is recommended to u5.
+    let r = recommend(&s, a, for_you.clone()).await;
+    assert_eq!(r["source"], "queue", "{r}");
+    assert_eq!(ids(&r), ["p1", "p2", "p3"], "{r}");
+    let r = recommend(&s, a, trending(Some("u5"))).await;
+    assert_eq!(ids(&r), ["p1", "p2", "p3"], "{r}");
+    // Others still get p0; the negative event was not counted as a click anywhere.
+    let r = recommend(&s, a, trending(None)).await;
+    assert_eq!(ids(&r), ["p0", "p1", "p2"], "{r}");
+    let hidden = ok(&s, a, Method::GET, "/1/seen/users/u5/hidden", None).await;
+    assert_eq!(hidden["hidden"][0]["objectID"], "p0", "{hidden}");
+    assert!(hidden["hidden"][0]["until"].is_string(), "{hidden}");
+
+    // The route: p1 hidden for a day; p0 shown again.
+    let answer = ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/seen/users/u5/hide",
+        Some(json!({"objectIDs": ["p1"], "days": 1})),
+    )
+    .await;
+    assert_eq!(answer["hidden"], 1, "{answer}");
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/seen/users/u5/unhide",
+        Some(json!({"objectIDs": ["p0"]})),
+    )
+    .await;
+    // The queue's rebuild while p0 was hidden left it out; it is back from the next one.
+    let r = recommend(&s, a, for_you.clone()).await;
+    assert_eq!(ids(&r), ["p2", "p3", "p4"], "{r}");
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/queues/for-you/users/u5/rebuild",
+        Some(json!({})),
+    )
+    .await;
+    let r = recommend(&s, a, for_you).await;
+    assert_eq!(ids(&r), ["p0", "p2", "p3"], "{r}");
+    let r = recommend(&s, a, trending(Some("u5"))).await;
+    assert_eq!(ids(&r), ["p0", "p2", "p3"], "{r}");
+
+    for (path, body, needle) in [
+        (
+            "/1/seen/users/u5/hide",
+            json!({"objectIDs": ["p1"], "days": 0}),
+            "days must be between 1 and 365",
+        ),
+        (
+            "/1/seen/users/u5/unhide",
+            json!({"objectIDs": ["p1"], "days": 2}),
+            "unknown field `days`",
+        ),
+    ] {
+        let got = s.call(Method::POST, path, a, Some(body)).await;
+        assert_error(got, StatusCode::BAD_REQUEST, needle);
+    }
+    let got = s
+        .call(
+            Method::PUT,
+            "/1/seen/settings",
+            a,
+            Some(json!({"hideDays": 0})),
+        )
+        .await;
+    assert_error(
+        got,
+        StatusCode::BAD_REQUEST,
+        "hideDays must be between 1 and 365",
+    );
+}
