@@ -280,8 +280,15 @@ fn recommend_suite_prints_rebuilds_every_model_and_the_quality_table() {
         "related-products",
         "looking-similar",
         "Redis ZRANGE",
-        "recommended-for-you, queue: ALS",
+        "recommended-for-you, queue: als + trending x2",
+        "recommended-for-you, queue: als + similar-to-liked 5 + related 10",
         "trending-items, unseen",
+        // Table (4): the offline evaluation of each source and blend.
+        "blends, each user's latest 20% of events held out",
+        "popularity",
+        "similar-to-liked",
+        "als + similar-to-liked 5 + related 10 + trending x1",
+        "als + trending x2 (the app's queue)",
     ] {
         assert!(table.contains(row), "no «{row}» in:\n{table}");
     }

@@ -16,6 +16,8 @@ pub struct Server {
     pub http: Client,
     /// The store behind the server, to check what it wrote.
     pub store: Arc<dyn penchant_store::Store>,
+    /// The engine behind it, to run what a node runs in the background (schedules' rounds).
+    pub engine: Engine,
 }
 
 impl Server {
@@ -25,6 +27,18 @@ impl Server {
 
     /// A server on this store.
     pub async fn start_on(store: Arc<dyn penchant_store::Store>) -> Self {
+        Self::start_with(store, penchant_engine::clock::Clock::system()).await
+    }
+
+    /// A server whose engine reads this clock (a manual one: moved by the test).
+    pub async fn start_with_clock(clock: penchant_engine::clock::Clock) -> Self {
+        Self::start_with(Arc::new(penchant_store::MemStore::new()), clock).await
+    }
+
+    async fn start_with(
+        store: Arc<dyn penchant_store::Store>,
+        clock: penchant_engine::clock::Clock,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let config = EngineConfig {
@@ -36,15 +50,17 @@ impl Server {
             recompute_parallelism: 2,
             set_cache_bytes: 1 << 20,
             bloom_cache_ttl: Duration::from_secs(60),
+            clock,
             ..EngineConfig::default()
         };
         let engine = Engine::open(store.clone(), config).await.unwrap();
-        let app = router(AppState::new(engine, "memory"));
+        let app = router(AppState::new(engine.clone(), "memory"));
         tokio::spawn(serve(listener, app, std::future::pending()));
         Self {
             base,
             http: Client::new(),
             store,
+            engine,
         }
     }
 

@@ -11,6 +11,7 @@ mod http;
 mod indexes;
 mod layouts;
 mod metrics;
+mod newcomer;
 mod personalization;
 mod placement;
 mod recommend;

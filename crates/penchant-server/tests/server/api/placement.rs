@@ -37,13 +37,14 @@ async fn placed_server() -> (Server, Arc<MemStore>, Arc<MemStore>) {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(serve(
         listener,
-        router(AppState::new(engine, "memory")),
+        router(AppState::new(engine.clone(), "memory")),
         std::future::pending(),
     ));
     let server = Server {
         base,
         http: reqwest::Client::new(),
         store,
+        engine,
     };
     (server, us, eu)
 }
