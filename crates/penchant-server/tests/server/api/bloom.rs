@@ -322,7 +322,8 @@ async fn seen_filters_from_events_api_rotation_and_deletion() {
     let (_, settings) = s.call(Method::GET, "/1/seen/settings", k, None).await;
     assert_eq!(
         settings,
-        json!({"filterBits": 131072, "errorRate": 0.01, "eventTypes": ["click", "conversion", "view"]})
+        json!({"filterBits": 131072, "errorRate": 0.01, "eventTypes": ["click", "conversion", "view"],
+               "negativeEventNames": [], "hideDays": 30})
     );
     for (body, needle) in [
         (
