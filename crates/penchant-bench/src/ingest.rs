@@ -638,7 +638,7 @@ async fn penchant_rows(
     };
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir, options)?);
     let client = Arc::new(InProcess::start(store.clone(), APP).await?);
-    setup(&client, work, "ingest").await?;
+    setup(&client, work, "ingest", true).await?;
 
     let (ingest, under_load) = ingest(&client, work, plan.clients).await?;
     // Reads right after the load, while RocksDB still flushes and compacts: what a client sees
@@ -713,14 +713,20 @@ async fn penchant_rows(
     })
 }
 
-/// The catalog (every item with its facets, in batches) and the strategy, through the API;
-/// `suite` labels the spinner.
-pub(crate) async fn setup(client: &InProcess, work: &Workload, suite: &str) -> anyhow::Result<()> {
+/// The catalog (every item with its facets, in batches; unless `catalog` is false) and the
+/// strategy, through the API; `suite` labels the spinner.
+pub(crate) async fn setup(
+    client: &InProcess,
+    work: &Workload,
+    suite: &str,
+    catalog: bool,
+) -> anyhow::Result<()> {
     let progress = spinner(format!(
         "{suite}: indexing {} items",
         rate(work.items.len() as f64)
     ));
-    for chunk in work.items.chunks(BATCH) {
+    let items = if catalog { &work.items[..] } else { &[] };
+    for chunk in items.chunks(BATCH) {
         let requests: Vec<_> = chunk
             .iter()
             .map(|item| {

@@ -98,6 +98,10 @@ pub struct MixedBenchArgs {
     /// aggregates read again after each refresh): the store operations a shared store sees.
     #[arg(long)]
     shared_store: bool,
+    /// Send the events to a shop without a catalog (one whose catalog sync comes later): every
+    /// event's items wait for their records (the late-catalog marks, one catalog read a batch).
+    #[arg(long)]
+    no_catalog: bool,
     /// The store's block cache, in MiB (`store.block_cache_mib`; default: the store's).
     #[arg(long, value_name = "MIB")]
     block_cache_mib: Option<usize>,
@@ -133,6 +137,7 @@ struct Plan {
     read_for: Duration,
     no_sync: bool,
     shared_store: bool,
+    no_catalog: bool,
     block_cache_mib: Option<usize>,
     dir: Option<PathBuf>,
 }
@@ -148,6 +153,7 @@ impl Plan {
             read_for: Duration::from_secs(args.read_for.unwrap_or(scale.pick(1, 5, 5))),
             no_sync: args.no_sync,
             shared_store: args.shared_store,
+            no_catalog: args.no_catalog,
             block_cache_mib: args.block_cache_mib,
             dir: args.dir.clone(),
         }
@@ -612,7 +618,7 @@ fn penchant_rows(
         .build()?;
     let client = runtime.block_on(async {
         let client = InProcess::start_node(store.clone(), APP, !plan.shared_store).await?;
-        ingest::setup(&client, work, "mixed").await?;
+        ingest::setup(&client, work, "mixed", !plan.no_catalog).await?;
         anyhow::Ok(client)
     })?;
     let rows = phases(plan, work, first_half, &client, &store, &runtime, dir);
@@ -1122,7 +1128,7 @@ fn table(
             format!(
                 "mixed: ingestion and profile reads at once over HTTP, scale {}: {} users x 2 \
                  events = {} events in batches of {BATCH}, {} writers, {} readers, fsync {}, \
-                 block cache {} MiB{}",
+                 block cache {} MiB{}{}",
                 plan.scale.name(),
                 rate(work.users as f64),
                 rate(work.events.len() as f64),
@@ -1133,6 +1139,11 @@ fn table(
                     .unwrap_or(RocksOptions::default().block_cache_bytes >> 20),
                 if plan.shared_store {
                     ", the server as one node of several on its store"
+                } else {
+                    ""
+                },
+                if plan.no_catalog {
+                    ", no catalog (every event waits for its records)"
                 } else {
                     ""
                 },
