@@ -259,6 +259,7 @@ impl Engine {
             vectors.clone(),
             strategies.clone(),
             tenancy.clone(),
+            seen.clone(),
             clock.clone(),
         ));
         let recommend = Arc::new(recommend::Recommend::new(

@@ -344,6 +344,9 @@ impl Seen {
         app: &str,
         items: &BTreeMap<&str, Vec<(&str, i64)>>,
     ) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
         let mut rows = Vec::new();
         for (user, ids) in items {
             check_count(ids.len())?;

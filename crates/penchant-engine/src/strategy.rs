@@ -34,7 +34,9 @@ pub const STRATEGIES: Table = Table {
 pub struct EventScoring {
     pub event_name: String,
     pub event_type: EventType,
-    pub score: u32,
+    /// 1 to 100; or -100 to -1 for an event that says "not for me": its facets' values lose
+    /// weight (a value whose sum falls to 0 or below leaves the profile).
+    pub score: i32,
 }
 
 /// How much one facet counts.
@@ -72,9 +74,10 @@ impl Strategy {
             if e.event_name.is_empty() || e.event_name.len() > 64 {
                 return invalid("eventsScoring.eventName must be 1 to 64 characters".into());
             }
-            if !(1..=100).contains(&e.score) {
+            if !(1..=100).contains(&e.score.abs()) {
                 return invalid(format!(
-                    "eventsScoring.score of `{}` must be between 1 and 100",
+                    "eventsScoring.score of `{}` must be between 1 and 100 (or -100 and -1, \
+                     for an event that lowers its facets' weight)",
                     e.event_name
                 ));
             }
@@ -113,7 +116,7 @@ impl Strategy {
     }
 
     /// The weight of an event, if the strategy counts it.
-    pub fn event_score(&self, event_type: EventType, event_name: &str) -> Option<u32> {
+    pub fn event_score(&self, event_type: EventType, event_name: &str) -> Option<i32> {
         self.events_scoring
             .iter()
             .find(|e| e.event_type == event_type && e.event_name == event_name)

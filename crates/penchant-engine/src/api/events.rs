@@ -26,27 +26,7 @@ impl Engine {
         if events.is_empty() {
             return Ok(());
         }
-        // "Not for me" events hide their items; they are not interactions.
-        let settings = self.seen.settings(app).await?;
-        if events.iter().any(|e| is_hiding(&settings, e)) {
-            let mut hidden: std::collections::BTreeMap<&str, Vec<(&str, i64)>> = Default::default();
-            for event in events.iter().filter(|e| is_hiding(&settings, e)) {
-                if let events::Target::ObjectIds(ids) = &event.target {
-                    let until = settings.hidden_until(event.timestamp);
-                    hidden
-                        .entry(event.user())
-                        .or_default()
-                        .extend(ids.iter().map(|id| (id.as_str(), until)));
-                }
-            }
-            self.seen.hide_many(app, &hidden).await?;
-            let rest: Vec<events::Event> = events
-                .iter()
-                .filter(|e| !is_hiding(&settings, e))
-                .cloned()
-                .collect();
-            return Box::pin(self.push_events(app, &rest)).await;
-        }
+        let negative = self.seen.settings(app).await?;
         let layouts = self.tenancy.events_of(app).await?.written();
         let batch = self.pending.record(app, events).await?;
         // From the raw write until the deltas are written, no rebuild of these users runs here.
@@ -56,6 +36,12 @@ impl Engine {
             .await;
         let ingested = self.events.ingest(app, events, &layouts).await?;
         let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
+        // "Not for me" events are no interaction: they count in no trend.
+        let trending: Vec<&events::Event> = counted
+            .iter()
+            .copied()
+            .filter(|e| !negative.is_negative(&e.event_name))
+            .collect();
         let waiting: HashMap<Bytes, usize> = ingested
             .stored
             .iter()
@@ -73,7 +59,7 @@ impl Engine {
                 let keys: Vec<Bytes> = waiting.keys().cloned().collect();
                 self.settle_waiting(app, &keys, &[], &waiting).await?;
             }
-            recommend::trending::count(&self.store, app, &counted).await?;
+            recommend::trending::count(&self.store, app, &trending).await?;
             let started = std::time::Instant::now();
             self.refresh_users(app, events).await?;
             self.refresh_latency.observe(started.elapsed());
@@ -265,21 +251,34 @@ impl Engine {
         Ok(())
     }
 
-    /// Mark the objectIDs of the app's seen-marking events as seen by their users.
+    /// Mark the objectIDs of the app's seen-marking events as seen by their users, and hide
+    /// those of its "not for me" events from them ([`crate::seen`]).
     async fn mark_events_seen(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let settings = self.seen.settings(app).await?;
         let mut by_user: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        let mut hidden: std::collections::BTreeMap<&str, Vec<(&str, i64)>> = Default::default();
         for event in events {
-            if let events::Target::ObjectIds(ids) = &event.target
-                && settings.event_types.contains(&event.event_type)
-            {
+            let events::Target::ObjectIds(ids) = &event.target else {
+                continue;
+            };
+            if settings.is_negative(&event.event_name) {
+                let until = settings.hidden_until(event.timestamp);
+                hidden
+                    .entry(event.user())
+                    .or_default()
+                    .extend(ids.iter().map(|id| (id.as_str(), until)));
+            } else if settings.event_types.contains(&event.event_type) {
                 by_user
                     .entry(event.user())
                     .or_default()
                     .extend(ids.iter().map(String::as_str));
             }
         }
-        self.seen.add_many(app, &by_user).await
+        futures::try_join!(
+            self.seen.add_many(app, &by_user),
+            self.seen.hide_many(app, &hidden)
+        )?;
+        Ok(())
     }
 
     /// Delete the events (and per-day aggregates) of every app that are older than the app's
@@ -343,9 +342,4 @@ impl Engine {
         keys::check_user_token(user)?;
         self.profiles.recent_events(app, user, limit).await
     }
-}
-
-/// Whether an event says "not for me" about items (a negative event name with objectIDs).
-fn is_hiding(settings: &crate::seen::SeenSettings, event: &events::Event) -> bool {
-    settings.is_negative(&event.event_name) && matches!(event.target, events::Target::ObjectIds(_))
 }

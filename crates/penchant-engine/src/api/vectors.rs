@@ -103,8 +103,10 @@ impl Engine {
     ) -> Result<(Vec<String>, Vec<Hit>)> {
         let window = self.tenancy.retention(app).await?;
         let since = self.now_ms() - window.as_millis() as i64;
+        // "Not for me" events are not liked.
+        let negative = &self.seen.settings(app).await?.negative_event_names;
         self.vectors
-            .similar_to_liked(app, space, user, last, aggregate, options, since)
+            .similar_to_liked(app, space, user, last, aggregate, options, since, negative)
             .await
     }
 

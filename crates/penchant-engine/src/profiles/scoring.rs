@@ -20,15 +20,15 @@ pub const MAX_VALUES_PER_FACET: usize = 100;
 pub const MAX_SCORE: u64 = 20;
 
 /// The wide-schema qualifiers a strategy reads, with the weight of each: event score × facet
-/// score, and the facet.
-fn weights(strategy: &Strategy) -> HashMap<Bytes, (u64, String)> {
+/// score (negative for a "not for me" event), and the facet.
+fn weights(strategy: &Strategy) -> HashMap<Bytes, (i64, String)> {
     let mut out = HashMap::new();
     for e in &strategy.events_scoring {
         for f in &strategy.facets_scoring {
             out.insert(
                 qualifier(e.event_type, &e.event_name, &f.facet_name),
                 (
-                    u64::from(e.score) * u64::from(f.score),
+                    i64::from(e.score) * i64::from(f.score),
                     f.facet_name.clone(),
                 ),
             );
@@ -60,13 +60,13 @@ pub fn compute(
 /// then facet (raw events in the narrow layout).
 #[derive(Debug)]
 pub struct Scorer {
-    weights: HashMap<Bytes, (u64, String)>,
-    narrow: HashMap<EventType, HashMap<Bytes, HashMap<String, u64>>>,
+    weights: HashMap<Bytes, (i64, String)>,
+    narrow: HashMap<EventType, HashMap<Bytes, HashMap<String, i64>>>,
 }
 
 impl Scorer {
     pub fn new(strategy: &Strategy) -> Self {
-        let mut narrow: HashMap<EventType, HashMap<Bytes, HashMap<String, u64>>> = HashMap::new();
+        let mut narrow: HashMap<EventType, HashMap<Bytes, HashMap<String, i64>>> = HashMap::new();
         for e in &strategy.events_scoring {
             let facets = narrow
                 .entry(e.event_type)
@@ -76,7 +76,7 @@ impl Scorer {
             for f in &strategy.facets_scoring {
                 facets.insert(
                     f.facet_name.clone(),
-                    u64::from(e.score) * u64::from(f.score),
+                    i64::from(e.score) * i64::from(f.score),
                 );
             }
         }
@@ -90,7 +90,7 @@ impl Scorer {
     pub fn compute(&self, user: &str, rows: &[Row], deleted_until: i64, since: i64) -> Profile {
         let weights = &self.weights;
         // Facet values borrow from the rows' JSON where it has no escapes (nearly always).
-        let mut raw: BTreeMap<&str, BTreeMap<Cow<'_, str>, u64>> = BTreeMap::new();
+        let mut raw: BTreeMap<&str, BTreeMap<Cow<'_, str>, i64>> = BTreeMap::new();
         let mut last_event_at = None;
         for row in rows {
             let Some(ts) = row_time(row) else { continue };
@@ -114,7 +114,7 @@ impl Scorer {
                     for (facet, weight, Counts(counts)) in counted {
                         let values = raw.entry(facet).or_default();
                         for (value, n) in counts {
-                            *values.entry(value).or_default() += weight * n;
+                            *values.entry(value).or_default() += weight * n as i64;
                         }
                     }
                     continue;
@@ -130,20 +130,26 @@ impl Scorer {
                 };
                 let values = raw.entry(facet.as_str()).or_default();
                 for (value, n) in counts {
-                    *values.entry(value).or_default() += weight * n;
+                    *values.entry(value).or_default() += weight * n as i64;
                 }
             }
         }
+        // Values that "not for me" events brought to 0 or below leave the profile.
+        for values in raw.values_mut() {
+            values.retain(|_, sum| *sum > 0);
+        }
+        raw.retain(|_, values| !values.is_empty());
         let best = raw
             .values()
             .flat_map(|v| v.values())
-            .copied()
+            .map(|&sum| sum as u64)
             .max()
             .unwrap_or(0);
         let scores = raw
             .into_iter()
             .map(|(facet, values)| {
-                let mut ranked: Vec<(Cow<'_, str>, u64)> = values.into_iter().collect();
+                let mut ranked: Vec<(Cow<'_, str>, u64)> =
+                    values.into_iter().map(|(v, sum)| (v, sum as u64)).collect();
                 ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                 ranked.truncate(MAX_VALUES_PER_FACET);
                 let scaled = ranked
@@ -216,11 +222,11 @@ impl<'de> Deserialize<'de> for Counts<'de> {
 /// A narrow cell, `{"facet": {"value": n, ...}, ...}`, read for the facets the strategy weighs
 /// (with their weights): the others are skipped unparsed.
 struct NarrowCounts<'w> {
-    facets: &'w HashMap<String, u64>,
+    facets: &'w HashMap<String, i64>,
 }
 
 impl<'de, 'w> serde::de::DeserializeSeed<'de> for NarrowCounts<'w> {
-    type Value = Vec<(&'w str, u64, Counts<'de>)>;
+    type Value = Vec<(&'w str, i64, Counts<'de>)>;
     fn deserialize<D: serde::Deserializer<'de>>(
         self,
         d: D,
@@ -230,7 +236,7 @@ impl<'de, 'w> serde::de::DeserializeSeed<'de> for NarrowCounts<'w> {
 }
 
 impl<'de, 'w> serde::de::Visitor<'de> for NarrowCounts<'w> {
-    type Value = Vec<(&'w str, u64, Counts<'de>)>;
+    type Value = Vec<(&'w str, i64, Counts<'de>)>;
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("an object of counts per facet")
     }

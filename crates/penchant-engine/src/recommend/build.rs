@@ -158,8 +158,10 @@ impl Engine {
         if run.lock().phase == Phase::Lists {
             let stamp = self.now_ms() * 1000;
             let skipped = AtomicU64::new(0);
+            let negative = self.seen.settings(app).await?.negative_event_names.clone();
             let lists =
-                super::related::build(&self.store, app, since, stamp, &events, &skipped).await?;
+                super::related::build(&self.store, app, &negative, since, stamp, &events, &skipped)
+                    .await?;
             let skipped = skipped.load(Ordering::Relaxed);
             if skipped > 0 {
                 tracing::warn!(%app, items = skipped,

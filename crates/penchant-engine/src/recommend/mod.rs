@@ -581,13 +581,18 @@ impl Engine {
         let window = self.tenancy.retention(app).await?;
         let since = self.now_ms() - window.as_millis() as i64;
         let liked = [EventType::Click, EventType::Conversion];
+        let negative = &self.seen.settings(app).await?.negative_event_names;
         crate::vectors::recent_items(
             &self.store,
             app,
             user,
             since,
             last,
-            |e| liked.contains(&e.event_type) && e.index == index,
+            |e| {
+                liked.contains(&e.event_type)
+                    && e.index == index
+                    && !negative.contains(&e.event_name)
+            },
             |_| true,
         )
         .await

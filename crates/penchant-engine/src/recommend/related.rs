@@ -159,10 +159,12 @@ fn distinct_latest(items: &[u32]) -> Vec<u32> {
 
 /// Rebuild both models' lists of every index of the app from its events since `since` (ms);
 /// `events_read` counts the events as they are scanned, `skipped` the items left out because
-/// their objectID or index name cannot be part of a row key. Returns how many lists it wrote.
+/// their objectID or index name cannot be part of a row key; events named in `negative` ("not
+/// for me") pair nothing. Returns how many lists it wrote.
 pub(crate) async fn build(
     store: &Arc<dyn Store>,
     app: &str,
+    negative: &[String],
     since: i64,
     stamp: i64,
     events_read: &AtomicU64,
@@ -208,6 +210,9 @@ pub(crate) async fn build(
         else {
             continue;
         };
+        if negative.contains(&event.event_name) {
+            continue;
+        }
         // An item that cannot name a row (an objectID or index name longer than a record's,
         // stored before events were checked so) is skipped, not the build failed.
         if crate::catalog::check_index_name(&event.index).is_err() {

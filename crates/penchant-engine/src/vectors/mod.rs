@@ -984,6 +984,7 @@ impl Vectors {
         aggregate: Aggregate,
         options: &SearchOptions,
         since: i64,
+        negative: &[String],
     ) -> Result<(Vec<String>, Vec<Hit>)> {
         keys::check_user_token(user)?;
         if !(1..=MAX_LIKED).contains(&last) {
@@ -1001,7 +1002,9 @@ impl Vectors {
             user,
             since,
             last,
-            |event| liked_types.contains(&event.event_type),
+            |event| {
+                liked_types.contains(&event.event_type) && !negative.contains(&event.event_name)
+            },
             |id| loaded.row_of(id).is_some(),
         )
         .await?;

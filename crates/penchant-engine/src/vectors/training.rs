@@ -421,6 +421,8 @@ pub struct Trainings {
     vectors: Arc<Vectors>,
     strategies: Arc<Strategies>,
     tenancy: Arc<Tenancy>,
+    /// Whose settings name the "not for me" events, which train nothing.
+    seen: Arc<crate::seen::Seen>,
     runner: Runner<Self>,
     clock: Clock,
 }
@@ -432,6 +434,7 @@ impl Trainings {
         vectors: Arc<Vectors>,
         strategies: Arc<Strategies>,
         tenancy: Arc<Tenancy>,
+        seen: Arc<crate::seen::Seen>,
         clock: Clock,
     ) -> Self {
         Self {
@@ -439,6 +442,7 @@ impl Trainings {
             vectors,
             strategies,
             tenancy,
+            seen,
             runner: runtime.runner(),
             clock,
         }
@@ -508,6 +512,7 @@ impl Trainings {
     /// refused when none counts.
     async fn read(&self, app: &str, index: Option<&str>, weights: &Weights) -> Result<Data> {
         let since = self.since(app).await?;
+        let seen = self.seen.settings(app).await?;
         let store = penchant_store::for_workload(&self.store, Workload::Batch);
         let filter = RowFilter::column(events::FAMILY, events::EVENT_COLUMN).and(
             RowFilter::TimestampRange(TimeRange::new(since.saturating_mul(1000), i64::MAX)),
@@ -533,7 +538,10 @@ impl Trainings {
                 continue;
             };
             let weight = weight_of(weights, &event);
-            if weight <= 0.0 || index.is_some_and(|i| i != event.index) {
+            if weight <= 0.0
+                || index.is_some_and(|i| i != event.index)
+                || seen.is_negative(&event.event_name)
+            {
                 continue;
             }
             // A user or an item that cannot name a vector's row (stored before events were
@@ -716,6 +724,7 @@ impl Trainings {
         };
         let loaded = self.vectors.load(app, space).await?;
         let since = self.since(app).await?;
+        let seen = self.seen.settings(app).await?;
         let request = ReadRows::new(keys::events_between(app, user, since, i64::MAX))
             .filter(RowFilter::column(events::FAMILY, events::EVENT_COLUMN));
         let mut weights: BTreeMap<u32, f32> = BTreeMap::new();
@@ -726,7 +735,10 @@ impl Trainings {
             let event: Event =
                 serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt event", e))?;
             let weight = weight_of(&trained.weights, &event);
-            if weight <= 0.0 || trained.index.as_deref().is_some_and(|i| i != event.index) {
+            if weight <= 0.0
+                || trained.index.as_deref().is_some_and(|i| i != event.index)
+                || seen.is_negative(&event.event_name)
+            {
                 continue;
             }
             if let Target::ObjectIds(ids) = &event.target {

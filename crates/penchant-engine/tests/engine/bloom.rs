@@ -318,10 +318,12 @@ async fn a_light_users_seen_filter_holds_their_hashes_until_a_bitmap_pays() {
 }
 
 /// "Not for me": a negative event hides its items from the user's unseen checks (and so from
-/// queues and recommendations) until its time is up; it is no interaction; the route's
-/// hide and unhide work alike.
+/// queues and recommendations) until its time is up, marks nothing seen, counts in no trend,
+/// and lowers its facets' weight in the profile where the strategy scores it negatively; the
+/// route's hide and unhide work alike.
 #[tokio::test]
-async fn not_for_me_hides_items_for_a_while_and_is_no_interaction() {
+async fn not_for_me_hides_items_for_a_while_and_lowers_their_facets() {
+    use penchant_engine::catalog::Write;
     use penchant_engine::clock::Clock;
     use penchant_engine::events::{Event, EventType, Target};
     use penchant_engine::seen::SeenSettings;
@@ -344,6 +346,29 @@ async fn not_for_me_hides_items_for_a_while_and_is_no_interaction() {
         ..SeenSettings::default()
     };
     engine.seen().set_settings(APP, settings).await.unwrap();
+    let records = [("a", "Xeno"), ("b", "Yarn"), ("c", "Yarn"), ("d", "Zed")]
+        .map(|(id, brand)| {
+            let record = serde_json::json!({"objectID": id, "brand": brand});
+            (
+                "products".to_owned(),
+                Write::Put(record.as_object().unwrap().clone()),
+            )
+        })
+        .to_vec();
+    engine.write_records(APP, records).await.unwrap();
+    engine
+        .set_strategy(
+            APP,
+            crate::support::strategy(
+                &[
+                    ("Clicked", EventType::Click, 10),
+                    ("Not Interested", EventType::Click, -20),
+                ],
+                &[("brand", 100)],
+            ),
+        )
+        .await
+        .unwrap();
     let event = |name: &str, ids: &[&str], at: i64| Event {
         event_type: EventType::Click,
         event_subtype: None,
@@ -364,7 +389,7 @@ async fn not_for_me_hides_items_for_a_while_and_is_no_interaction() {
         .push_events(
             APP,
             &[
-                event("Clicked", &["a"], now - 1000),
+                event("Clicked", &["a", "b"], now - 1000),
                 event("Not Interested", &["b", "c"], now - day),
             ],
         )
@@ -382,24 +407,30 @@ async fn not_for_me_hides_items_for_a_while_and_is_no_interaction() {
             got.into_iter().copied().collect::<Vec<&str>>()
         }
     };
-    assert_eq!(unseen(&engine).await, ["d"], "a seen; b and c hidden");
+    assert_eq!(unseen(&engine).await, ["d"], "a and b seen; b and c hidden");
     let hidden = engine.hidden(APP, "u", Eventual).await.unwrap();
-    assert_eq!(hidden.get("b"), Some(&(now - day + 7 * day)));
-    // The negative event is not an interaction: only the click is stored.
-    let stored = engine
-        .store()
-        .read_all(
-            "events",
-            penchant_store::ReadRows::new(penchant_store::RowSet::all()),
-        )
-        .await
-        .unwrap();
-    let events: Vec<_> = stored
+    assert_eq!(hidden.get("c"), Some(&(now - day + 7 * day)));
+    // Yarn: one click (10) and two "not for me" (-20 each) leave it out; Xeno stays.
+    let profile = engine.profile(APP, "u", Eventual).await.unwrap().unwrap();
+    assert!(profile.scores["brand"].contains_key("Xeno"), "{profile:?}");
+    assert!(!profile.scores["brand"].contains_key("Yarn"), "{profile:?}");
+    // Trending counts the clicks, not the "not for me".
+    let request: penchant_engine::recommend::RecommendRequest = serde_json::from_value(
+        serde_json::json!({"indexName": "products", "model": "trending-items", "threshold": 0}),
+    )
+    .unwrap();
+    let answer = engine.recommendations(APP, &[request]).await.unwrap();
+    let ids: Vec<String> = answer[0]
+        .hits
         .iter()
-        .filter_map(|r| r.latest("e", b"event"))
+        .filter_map(|h| match h {
+            penchant_engine::recommend::RecommendHit::Item { record, .. } => {
+                Some(record["objectID"].as_str()?.to_owned())
+            }
+            penchant_engine::recommend::RecommendHit::Facet { .. } => None,
+        })
         .collect();
-    assert_eq!(events.len(), 1, "{stored:?}");
-    assert!(String::from_utf8_lossy(&events[0].value).contains("Clicked"));
+    assert_eq!(ids, ["a", "b"], "c was only not for me");
     // Shown again; hidden by the route for 1 day.
     engine.unhide(APP, "u", &["c".to_owned()]).await.unwrap();
     assert_eq!(unseen(&engine).await, ["c", "d"]);
@@ -415,10 +446,10 @@ async fn not_for_me_hides_items_for_a_while_and_is_no_interaction() {
             .is_err()
     );
     assert_eq!(unseen(&engine).await, ["c"]);
-    // A day and a bit later, d is back; six days later, b too.
+    // A day and a bit later, d is back; six days later, c was never seen: still back.
     clock.advance(Duration::from_millis(day as u64 + 1));
     assert_eq!(unseen(&engine).await, ["c", "d"]);
     clock.advance(Duration::from_millis(5 * day as u64));
-    assert_eq!(unseen(&engine).await, ["b", "c", "d"]);
+    assert_eq!(unseen(&engine).await, ["c", "d"]);
     assert!(engine.hidden(APP, "u", Eventual).await.unwrap().is_empty());
 }

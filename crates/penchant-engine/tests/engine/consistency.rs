@@ -31,7 +31,7 @@ fn view(brand: &str, timestamp: i64) -> Event {
     support::view("u1", brand, timestamp)
 }
 
-fn strategy(score: u32) -> Strategy {
+fn strategy(score: i32) -> Strategy {
     support::views(score, 10)
 }
 

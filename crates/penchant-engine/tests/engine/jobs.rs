@@ -16,7 +16,7 @@ use crate::support;
 
 const APP: &str = "APP";
 
-fn strategy(score: u32) -> Strategy {
+fn strategy(score: i32) -> Strategy {
     support::views(score, 10)
 }
 

@@ -70,9 +70,16 @@ enum Op {
 }
 
 fn personalization(seed: u8) -> Personalization {
-    let events: Vec<(&str, EventType, u32)> = (0..2)
+    // One strategy in four weighs its second event negatively ("not for me"): values can
+    // lose weight and leave profiles, in streaming as in batch.
+    let events: Vec<(&str, EventType, i32)> = (0..2)
         .map(|i| {
-            let score = 1 + u32::from(seed) * 7 % 90 + i as u32 * 10;
+            let score = 1 + i32::from(seed) * 7 % 90 + i as i32 * 10;
+            let score = if i == 1 && seed % 4 == 3 {
+                -score
+            } else {
+                score
+            };
             (NAMES[i], KINDS[(seed as usize + i) % 3], score)
         })
         .collect();

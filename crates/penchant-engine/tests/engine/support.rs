@@ -96,7 +96,7 @@ impl Hook for Stall {
 
 /// A strategy weighing `events` (name, type, score) and `facets` (name, score), with an impact
 /// of 50.
-pub fn strategy(events: &[(&str, EventType, u32)], facets: &[(&str, u32)]) -> Strategy {
+pub fn strategy(events: &[(&str, EventType, i32)], facets: &[(&str, u32)]) -> Strategy {
     Strategy {
         events_scoring: events
             .iter()
@@ -118,7 +118,7 @@ pub fn strategy(events: &[(&str, EventType, u32)], facets: &[(&str, u32)]) -> St
 }
 
 /// Views (`Viewed`) weigh `view`, brands `brand`.
-pub fn views(view: u32, brand: u32) -> Strategy {
+pub fn views(view: i32, brand: u32) -> Strategy {
     strategy(&[("Viewed", EventType::View, view)], &[("brand", brand)])
 }
 
