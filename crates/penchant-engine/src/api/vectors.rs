@@ -128,13 +128,19 @@ impl Engine {
         config: &TrainingConfig,
         mut request: EvaluationRequest,
     ) -> Result<Evaluation> {
+        // The app's queues too, but for those no training of this space can stand for.
+        let mut skipped = Vec::new();
         for (name, definition) in self.recommend.queues.definitions(app).await? {
-            if !definition.sources.is_empty() {
-                request
-                    .queues
-                    .push((format!("queue {name}"), definition.sources));
+            let name = format!("queue {name}");
+            let sources = definition.sources;
+            match crate::vectors::training::unevaluable(&name, &sources, &config.space) {
+                _ if sources.is_empty() => {}
+                Some(why) => skipped.push(why),
+                None => request.queues.push((name, sources)),
             }
         }
-        self.trainings.evaluate(app, config, &request).await
+        let mut evaluation = self.trainings.evaluate(app, config, &request).await?;
+        evaluation.skipped = skipped;
+        Ok(evaluation)
     }
 }

@@ -223,6 +223,9 @@ pub struct Evaluation {
     /// One row per baseline, model and blend, in the order asked: `popularity`, then each
     /// model alone (`trending`, `als`, `similar-to-liked`, `related`), then the blends.
     pub rows: Vec<EvaluatedRow>,
+    /// The app's queues left out, and why (a source on another space than the trained one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// One row of an evaluation's table.
@@ -234,6 +237,19 @@ pub struct EvaluatedRow {
     pub sources: Vec<Source>,
     #[serde(flatten)]
     pub metrics: eval::Metrics,
+}
+
+/// Why a blend cannot be evaluated offline (a source on another space than the trained one).
+pub(crate) fn unevaluable(name: &str, sources: &[Source], trained: &str) -> Option<String> {
+    sources.iter().find_map(|source| match source {
+        Source::Als { space, .. } | Source::SimilarToLiked { space, .. } if space != trained => {
+            Some(format!(
+                "queue '{name}': space '{space}' cannot be evaluated offline, only the trained \
+                 space '{trained}'"
+            ))
+        }
+        _ => None,
+    })
 }
 
 /// The models a queue can blend, each alone (with their defaults).
@@ -794,18 +810,8 @@ impl Trainings {
         }
         let mut rows = single_models(&config.space);
         for (name, sources) in &request.queues {
-            for source in sources {
-                let space = match source {
-                    Source::Als { space, .. } | Source::SimilarToLiked { space, .. } => space,
-                    Source::Related { .. } | Source::Trending { .. } => continue,
-                };
-                if *space != config.space {
-                    return Err(EngineError::Invalid(format!(
-                        "queue '{name}': space '{space}' cannot be evaluated offline, only the \
-                         trained space '{}'",
-                        config.space
-                    )));
-                }
+            if let Some(why) = unevaluable(name, sources, &config.space) {
+                return Err(EngineError::Invalid(why));
             }
             rows.push((name.clone(), sources.clone()));
         }
@@ -860,6 +866,7 @@ impl Trainings {
                 als: als_metrics,
                 popularity,
                 rows: table,
+                skipped: Vec::new(),
             })
         })
         .await

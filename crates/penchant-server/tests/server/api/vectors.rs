@@ -1325,6 +1325,32 @@ async fn als_trains_from_events_and_folds_in_new_users() {
         assert!((0.0..=1.0).contains(&x), "{row}");
     }
     assert_eq!(eval["rows"][6]["sources"][1]["weight"], 2.0);
+    assert!(eval.get("skipped").is_none(), "{eval}");
+    // A queue on another space is left out of the app's, and said so.
+    s.ok(
+        Method::PUT,
+        "/1/queues/pictures",
+        a,
+        Some(json!({"indexName": "products", "sources": [{"source": "similar-to-liked", "space": "images"}]})),
+    )
+    .await;
+    let skipping = s
+        .ok(
+            Method::POST,
+            "/1/als/evaluate",
+            a,
+            Some(json!({"factors": 8, "iterations": 2})),
+        )
+        .await;
+    assert_eq!(skipping["rows"].as_array().unwrap().len(), 6, "{skipping}");
+    assert!(
+        skipping["skipped"][0]
+            .as_str()
+            .unwrap()
+            .contains("queue 'queue pictures': space 'images'"),
+        "{skipping}"
+    );
+    s.ok(Method::DELETE, "/1/queues/pictures", a, None).await;
     // Ten events a user: a share of 0.2 holds out two of each.
     assert_eq!(eval["trainInteractions"], 480);
     s.ok(Method::DELETE, "/1/queues/mix", a, None).await;
