@@ -242,6 +242,8 @@ impl Engine {
                 self.mark_events_seen(&intent.app, &stored)
             )?;
         }
+        // A settlement that stopped after counting its items left their marks.
+        waiting::reconcile(&*self.store, &intent.app, &intent.user).await?;
         self.pending.resolve(intent).await
     }
 

@@ -336,6 +336,60 @@ pub async fn index_rows_of(
     Ok(out)
 }
 
+/// Forget the marks a settlement left behind for one user (it stopped after counting the
+/// items, before deleting the marks: the repair calls this): for each event the user's profile
+/// row lists as waiting, the index rows of its items it no longer waits for, and the profile
+/// cell once it waits for nothing. An event whose raw row is not there (yet: marks are written
+/// before the raw rows) keeps its marks. Returns how many events stopped being marked.
+pub async fn reconcile(store: &dyn Store, app: &str, user: &str) -> Result<usize> {
+    let profile_key = keys::profile(app, user);
+    let filter = RowFilter::FamilyRegex(WAITING_FAMILY.to_owned()).and(RowFilter::StripValue);
+    let Some(profile) = store
+        .read_row(PROFILES_TABLE, profile_key.clone(), Some(filter))
+        .await?
+    else {
+        return Ok(0);
+    };
+    let marked: Vec<Bytes> = profile
+        .family(WAITING_FAMILY)
+        .map(|c| c.qualifier.clone())
+        .collect();
+    if marked.is_empty() {
+        return Ok(0);
+    }
+    let mut index = Vec::new();
+    let mut cells = Vec::new();
+    for row in read_rows(store, &marked, &[]).await? {
+        let Some(json) = row.latest(FAMILY, EVENT_COLUMN) else {
+            continue;
+        };
+        let event: Event = serde_json::from_slice(&json.value).map_err(corrupt)?;
+        let waits: Vec<String> = match row.latest(FAMILY, WAITING_COLUMN) {
+            Some(cell) => serde_json::from_slice(&cell.value).map_err(corrupt)?,
+            None => Vec::new(),
+        };
+        if let Target::ObjectIds(ids) = &event.target {
+            index.extend(ids.iter().filter(|id| !waits.contains(id)).map(|id| {
+                RowMutation::new(
+                    keys::waiting(app, &event.index, id, &row.key),
+                    vec![Mutation::DeleteFromRow],
+                )
+            }));
+        }
+        if waits.is_empty() {
+            cells.push(Mutation::delete_column(WAITING_FAMILY, row.key.clone()));
+        }
+    }
+    let unmarked = cells.len();
+    if !index.is_empty() {
+        store.mutate_all(WAITING_TABLE, index).await?;
+    }
+    if !cells.is_empty() {
+        store.mutate_row(PROFILES_TABLE, profile_key, cells).await?;
+    }
+    Ok(unmarked)
+}
+
 /// The objectIDs of an event that have no record among `found` (its index's records).
 pub fn missing<T>(event: &Event, found: Option<&BTreeMap<String, T>>) -> Vec<String> {
     let Target::ObjectIds(ids) = &event.target else {

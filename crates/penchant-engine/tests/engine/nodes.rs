@@ -269,3 +269,91 @@ async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
     }
     b.shutdown().await.unwrap();
 }
+
+/// A node dies while it counts the events that waited for a record (after writing their new
+/// counts, before refreshing profiles and forgetting the marks): the next node's repair
+/// finishes it — the profile counts the item, and no mark says the event still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_a_node_died_in_is_finished_by_the_repair() {
+    use penchant_engine::catalog::Write;
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    let mem = Arc::new(penchant_store::MemStore::new());
+    // Node A stalls on its first profile write once closed: a node that dies there.
+    let hooked = Arc::new(Hooked::on(
+        mem.clone(),
+        Stall::new("profiles", Op::WriteRows, 0),
+    ));
+    let a = Engine::open(hooked.clone(), config(&clock)).await.unwrap();
+    a.create_app(Some(APP), "shop", 90, Default::default())
+        .await
+        .unwrap();
+    a.set_strategy(APP, strategy()).await.unwrap();
+    let now = clock.now_ms();
+    // A view of an item with no record yet: it waits.
+    let event = Event {
+        target: Target::ObjectIds(vec!["x".into()]),
+        ..support::event(EventType::View, "Viewed", "u1", now - 1000, &[])
+    };
+    a.push_events(APP, &[event]).await.unwrap();
+    let waiting = |engine: Engine| async move {
+        engine
+            .profile(APP, "u1", penchant_engine::Consistency::Eventual)
+            .await
+            .unwrap()
+            .map(|p| (p.waiting_events, p.scores.get("brand").cloned()))
+    };
+    assert_eq!(waiting(a.clone()).await, Some((1, None)));
+
+    hooked.hook.closed.store(true, Ordering::SeqCst);
+    let record = serde_json::json!({"objectID": "x", "brand": "Xeno"});
+    let write = tokio::spawn({
+        let a = a.clone();
+        let record = (
+            "items".to_owned(),
+            Write::Put(record.as_object().unwrap().clone()),
+        );
+        async move { a.write_records(APP, vec![record]).await }
+    });
+    // The event's counts are written (its waiting list is gone), then A stalls.
+    let counted = || {
+        let mem = mem.clone();
+        async move {
+            let request = penchant_store::ReadRows::new(penchant_store::RowSet::prefix(
+                penchant_engine::keys::user(APP, "u1"),
+            ));
+            let rows = mem.read_all("events", request).await.unwrap();
+            rows.iter().any(|r| r.latest("e", b"event").is_some())
+                && rows.iter().all(|r| r.latest("e", b"waiting").is_none())
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !counted().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the counts were not written"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!write.is_finished(), "A is stalled");
+    write.abort();
+    a.kill_background();
+
+    let b = Engine::open(mem.clone(), config(&clock)).await.unwrap();
+    assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 1);
+    let (waits, brands) = waiting(b.clone()).await.expect("a profile");
+    assert_eq!(waits, 0, "the event waits for nothing");
+    assert!(
+        brands.is_some_and(|b| b.contains_key("Xeno")),
+        "the item counts"
+    );
+    let index = mem
+        .read_all(
+            "waiting",
+            penchant_store::ReadRows::new(penchant_store::RowSet::all()),
+        )
+        .await
+        .unwrap();
+    assert!(index.is_empty(), "index rows left: {index:?}");
+    assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 0, "nothing left");
+}
