@@ -370,19 +370,9 @@ async fn not_for_me_hides_items_for_a_while_and_lowers_their_facets() {
         .await
         .unwrap();
     let event = |name: &str, ids: &[&str], at: i64| Event {
-        event_type: EventType::Click,
-        event_subtype: None,
-        event_name: name.into(),
         index: "products".into(),
-        user_token: "u".into(),
-        authenticated_user_token: None,
-        timestamp: at,
         target: Target::ObjectIds(ids.iter().map(|s| (*s).to_owned()).collect()),
-        query_id: None,
-        positions: None,
-        object_data: None,
-        value: None,
-        currency: None,
+        ..crate::support::event(EventType::Click, name, "u", at, &[])
     };
     let day = 86_400_000;
     engine

@@ -78,7 +78,21 @@ async fn jobs_done(s: &Server, key: &str) {
     panic!("the scheduled jobs did not end");
 }
 
-/// When each scheduled task last started (ms), by task.
+/// Move the clock `seconds` on, run a schedules' round and wait for what it started: the tasks
+/// it started.
+async fn round(s: &Server, clock: &Clock, seconds: u64, key: &str) -> Vec<String> {
+    clock.advance(Duration::from_secs(seconds));
+    let started = s
+        .engine
+        .run_schedules()
+        .await
+        .unwrap()
+        .expect("the round's lease");
+    jobs_done(s, key).await;
+    started.iter().map(|(_, t)| format!("{t:?}")).collect()
+}
+
+/// When each scheduled task last started (ISO time), by task.
 async fn last_started(s: &Server, key: &str) -> Value {
     let schedules = s
         .ok(Method::GET, "/1/schedules", Some((APP, key)), None)
@@ -116,16 +130,7 @@ async fn a_newcomer_left_alone_gets_every_model_built_fresh_and_personalized() {
     assert_eq!(before["results"][0]["fallback"], true, "{before}");
 
     // A minute on, the schedules' round starts the training and the build.
-    clock.advance(Duration::from_secs(61));
-    let started = s
-        .engine
-        .run_schedules()
-        .await
-        .unwrap()
-        .expect("the round's lease");
-    let tasks: Vec<String> = started.iter().map(|(_, t)| format!("{t:?}")).collect();
-    assert_eq!(tasks, ["Training", "Build"], "{started:?}");
-    jobs_done(&s, &key).await;
+    assert_eq!(round(&s, &clock, 61, &key).await, ["Training", "Build"]);
     python(&s, &key, "check");
     node(&s, &key);
     let first = s
@@ -148,16 +153,7 @@ async fn a_newcomer_left_alone_gets_every_model_built_fresh_and_personalized() {
     )
     .await;
     let last = last_started(&s, &key).await;
-    clock.advance(Duration::from_secs(61 * 60));
-    let started = s
-        .engine
-        .run_schedules()
-        .await
-        .unwrap()
-        .expect("the round's lease");
-    let tasks: Vec<String> = started.iter().map(|(_, t)| format!("{t:?}")).collect();
-    assert_eq!(tasks, ["FoldIn", "Build"], "{started:?}");
-    jobs_done(&s, &key).await;
+    assert_eq!(round(&s, &clock, 61 * 60, &key).await, ["FoldIn", "Build"]);
     let now = last_started(&s, &key).await;
     assert_eq!(now["training"], last["training"], "training is daily");
     // ISO times: in the order of their strings.
