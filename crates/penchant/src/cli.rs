@@ -235,7 +235,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::serve::run(config)
         }
         Command::Config(args) => {
-            let config = args.load()?;
+            let config = args.load()?.redacted();
             println!("{}", serde_json::to_string_pretty(&config)?);
             Ok(())
         }

@@ -25,6 +25,36 @@ fn millis(d: std::time::Duration) -> u64 {
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "PENCHANT_";
 
+/// The configuration's sections (`server`, `store`, ...), as the environment names them.
+fn sections() -> Vec<String> {
+    match serde_json::to_value(Config::default()) {
+        Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether an environment variable (its name less the prefix) names a configuration key:
+/// `<SECTION>__<KEY>` of a known section. Others (`PENCHANT_KEY` holding an API key for a
+/// client, say) are not read.
+fn is_config_key(key: &str, sections: &[String]) -> bool {
+    key.split_once("__")
+        .is_some_and(|(section, _)| sections.iter().any(|s| s.eq_ignore_ascii_case(section)))
+}
+
+/// The `PENCHANT_*` variables set that are not configuration (`PENCHANT_CONFIG` is the file).
+fn ignored_env(sections: &[String]) -> Vec<String> {
+    let mut ignored: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| {
+            name.strip_prefix(ENV_PREFIX).is_some_and(|key| {
+                !key.eq_ignore_ascii_case("config") && !is_config_key(key, sections)
+            })
+        })
+        .collect();
+    ignored.sort();
+    ignored
+}
+
 /// Penchant's whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -381,6 +411,16 @@ pub struct LogFlags {
 impl Config {
     /// Load the layers: defaults, then the TOML file (if given; it must exist), then the
     /// environment, then the flags.
+    /// This configuration as it may be shown: secrets (the admin key) replaced by
+    /// `"<redacted>"`.
+    pub fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        if shown.auth.admin_key.is_some() {
+            shown.auth.admin_key = Some("<redacted>".into());
+        }
+        shown
+    }
+
     pub fn load(file: Option<&Path>, flags: &FlagOverrides) -> anyhow::Result<Self> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = file {
@@ -389,9 +429,21 @@ impl Config {
             }
             figment = figment.merge(Toml::file_exact(path));
         }
-        figment = figment
-            .merge(Env::prefixed(ENV_PREFIX).ignore(&["config"]).split("__"))
-            .merge(Serialized::defaults(flags));
+        let sections = sections();
+        let ignored = ignored_env(&sections);
+        if !ignored.is_empty() {
+            eprintln!(
+                "penchant: ignoring {} (not configuration: that is {ENV_PREFIX}<SECTION>__<KEY>, \
+                 SECTION one of {})",
+                ignored.join(", "),
+                sections.join(", ")
+            );
+        }
+        let env = Env::prefixed(ENV_PREFIX)
+            .ignore(&["config"])
+            .filter(move |key| is_config_key(key.as_str(), &sections))
+            .split("__");
+        figment = figment.merge(env).merge(Serialized::defaults(flags));
         let config: Config = figment
             .extract()
             .map_err(|e| anyhow::anyhow!(describe(e)))
@@ -497,6 +549,32 @@ mod tests {
             jail.set_env("PENCHANT_STORE__SYNC_WRITE", "true");
             let err = load(None, &FlagOverrides::default()).unwrap_err();
             assert!(err.contains("sync_write"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn variables_that_are_not_configuration_are_ignored() {
+        Jail::expect_with(|jail| {
+            // A client's key (the README's JavaScript example), and another tool's setting.
+            jail.set_env("PENCHANT_KEY", "secret");
+            jail.set_env("PENCHANT_SEARCH_KEY", "secret");
+            jail.set_env("PENCHANT_OTHER__THING", "1");
+            jail.set_env("PENCHANT_SERVER__LISTEN", "127.0.0.1:7171");
+            let c = load(None, &FlagOverrides::default())?;
+            assert_eq!(c.server.listen.port(), 7171, "configuration is still read");
+            let sections = sections();
+            assert!(
+                sections.contains(&"server".to_owned()) && sections.contains(&"log".to_owned())
+            );
+            assert_eq!(
+                ignored_env(&sections),
+                [
+                    "PENCHANT_KEY",
+                    "PENCHANT_OTHER__THING",
+                    "PENCHANT_SEARCH_KEY"
+                ]
+            );
             Ok(())
         });
     }

@@ -168,6 +168,24 @@ fn unknown_config_keys_are_errors_naming_the_key() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("datadir"));
+
+    // A variable that is not configuration (a client's key) is ignored, and said so; the
+    // admin key is never printed.
+    let out = penchant()
+        .arg("config")
+        .env("PENCHANT_KEY", "client-key")
+        .env("PENCHANT_AUTH__ADMIN_KEY", "admin-secret")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("ignoring PENCHANT_KEY"), "{stderr}");
+    assert!(!stdout.contains("admin-secret"), "{stdout}");
+    let config: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(config["auth"]["admin_key"], "<redacted>");
 }
 
 #[test]
