@@ -288,6 +288,11 @@ impl Tenancy {
         self.admin_digest.is_some_and(|d| d == digest(key))
     }
 
+    /// Whether this node has a global admin key at all.
+    pub fn has_global_admin(&self) -> bool {
+        self.admin_digest.is_some()
+    }
+
     /// The principal of an (app, key) pair, or `None` if the key is not valid for the app.
     pub async fn authenticate(&self, app_id: &str, key: &str) -> Result<Option<Principal>> {
         if check_app_id(app_id).is_err() || key.is_empty() {

@@ -15,6 +15,18 @@ fn invalid_credentials() -> ApiError {
     ApiError::kind(ErrorKind::Unauthorized, "Invalid credentials")
 }
 
+/// Algolia's 403, saying which ACL the key lacks.
+fn lacks(acl: Acl) -> ApiError {
+    let name = serde_json::to_value(acl)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{acl:?}"));
+    ApiError::kind(
+        ErrorKind::Forbidden,
+        format!("Method not allowed with this API key: it lacks the ACL `{name}`"),
+    )
+}
+
 /// The application ID and API key of a request: headers first, then query parameters (names
 /// compared case-insensitively, as Algolia does).
 fn credentials(parts: &Parts) -> (Option<String>, Option<String>) {
@@ -56,15 +68,12 @@ fn is_secured_key(key: &str) -> bool {
 pub struct Auth(pub Principal);
 
 impl Auth {
-    /// The caller, if its key grants `acl`; else 403.
+    /// The caller, if its key grants `acl`; else 403 naming the ACL.
     pub fn require(&self, acl: Acl) -> Result<&Principal, ApiError> {
         if self.0.allows(acl) {
             Ok(&self.0)
         } else {
-            Err(ApiError::kind(
-                ErrorKind::Forbidden,
-                "Method not allowed with this API key",
-            ))
+            Err(lacks(acl))
         }
     }
 }
@@ -120,6 +129,11 @@ impl FromRequestParts<AppState> for GlobalAdmin {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match credentials(parts).1 {
             Some(key) if state.engine.is_global_admin(&key) => Ok(GlobalAdmin),
+            _ if !state.engine.has_global_admin() => Err(ApiError::kind(
+                ErrorKind::Unauthorized,
+                "Invalid credentials: this node has no admin key, so no key can manage apps; \
+                 start it with one (auth.admin_key, PENCHANT_AUTH__ADMIN_KEY)",
+            )),
             _ => Err(invalid_credentials()),
         }
     }
@@ -139,7 +153,7 @@ pub fn may_read_app(
     if caller.require(Acl::Settings)?.app_id != app_id {
         return Err(ApiError::kind(
             ErrorKind::Forbidden,
-            "Method not allowed with this API key",
+            "Method not allowed with this API key: it is a key of another app",
         ));
     }
     Ok(())

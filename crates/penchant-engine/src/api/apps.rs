@@ -12,6 +12,11 @@ impl Engine {
         self.tenancy.is_global_admin(key)
     }
 
+    /// Whether this node has a global admin key at all (without one, no key manages apps).
+    pub fn has_global_admin(&self) -> bool {
+        self.tenancy.has_global_admin()
+    }
+
     /// The principal of an (app, key) pair, or `None` if the key is not valid for the app.
     pub async fn authenticate(&self, app_id: &str, key: &str) -> Result<Option<Principal>> {
         self.tenancy.authenticate(app_id, key).await

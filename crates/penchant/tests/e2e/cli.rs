@@ -919,3 +919,31 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
         wrong.join("\n")
     );
 }
+
+/// A node started without an admin key says why no key can manage apps.
+#[tokio::test]
+async fn a_node_without_an_admin_key_says_so_when_asked_to_manage_apps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .env_remove("PENCHANT_AUTH__ADMIN_KEY")
+            .stderr(Stdio::null());
+    });
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/1/apps"))
+        .header("X-Algolia-API-Key", "anything")
+        .json(&serde_json::json!({"appID": "SHOP"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Invalid credentials: this node has no admin key"),
+        "{body}"
+    );
+    assert!(message.contains("PENCHANT_AUTH__ADMIN_KEY"), "{body}");
+    signal(&child, "-TERM");
+}

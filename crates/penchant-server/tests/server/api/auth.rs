@@ -103,7 +103,7 @@ async fn apps_keys_acls_and_credentials() {
         (status, body),
         (
             StatusCode::FORBIDDEN,
-            json!({"status": 403, "message": "Method not allowed with this API key"})
+            json!({"status": 403, "message": "Method not allowed with this API key: it lacks the ACL `admin`"})
         )
     );
     // Credentials in the query string, any case, as search-insights sends them.
