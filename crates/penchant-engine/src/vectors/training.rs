@@ -430,6 +430,15 @@ crate::jobs::status!(
     }
 );
 
+/// The refusal of a training whose `factors` differ from its space's dimension.
+fn dimension_mismatch(config: &TrainingConfig, dimension: usize) -> EngineError {
+    EngineError::Refused(format!(
+        "space '{}' has dimension {dimension}, the training {} factors: train with factors \
+         {dimension} or delete the space",
+        config.space, config.als.factors
+    ))
+}
+
 /// ALS trainings of every app.
 #[derive(Debug)]
 pub struct Trainings {
@@ -476,6 +485,16 @@ impl Trainings {
         config: TrainingConfig,
     ) -> Result<TrainingStatus> {
         config.check()?;
+        // A training into a space of another dimension would fail once running: refused now.
+        if config.mode.is_train() {
+            match self.vectors.fresh(app, &config.space).await {
+                Ok(space) if space.dimension != config.als.factors => {
+                    return Err(dimension_mismatch(&config, space.dimension));
+                }
+                Ok(_) | Err(EngineError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let status = self.begin(config);
         self.runner.submit(self, app, status).await
     }
@@ -711,11 +730,7 @@ impl Trainings {
         let name = &config.space;
         match self.vectors.fresh(app, name).await {
             Ok(space) if space.dimension == config.als.factors => Ok(space),
-            Ok(space) => Err(EngineError::Refused(format!(
-                "space '{name}' has dimension {}, the training {} factors: train with factors {} \
-                 or delete the space",
-                space.dimension, config.als.factors, space.dimension
-            ))),
+            Ok(space) => Err(dimension_mismatch(config, space.dimension)),
             Err(EngineError::NotFound(_)) => {
                 let space_config = SpaceConfig {
                     dimension: config.als.factors,

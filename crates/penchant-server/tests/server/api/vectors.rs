@@ -1248,15 +1248,24 @@ async fn als_trains_from_events_and_folds_in_new_users() {
     let hits = search(&s, k, "als", json!({"objectID": "a0", "k": 5})).await;
     assert!(hits.iter().all(|(id, _)| id.starts_with('a')), "{hits:?}");
 
-    // A training into a space of another dimension is refused.
-    let status = train(&s, a, json!({"factors": 4, "iterations": 2})).await;
-    assert_eq!(status["state"], "failed", "{status}");
-    assert!(
-        status["error"]
-            .as_str()
-            .unwrap()
-            .contains("space 'als' has dimension 8"),
-        "{status}"
+    // A training into a space of another dimension is refused at once, not failed later.
+    let refused = s
+        .call(
+            Method::POST,
+            "/1/als/train",
+            a,
+            Some(json!({"factors": 4, "iterations": 2})),
+        )
+        .await;
+    assert_error(
+        refused,
+        StatusCode::CONFLICT,
+        "space 'als' has dimension 8, the training 4 factors: train with factors 8",
+    );
+    let (_, last) = s.call(Method::GET, "/1/als/train", k, None).await;
+    assert_eq!(
+        last["state"], "done",
+        "the last training is still the last: {last}"
     );
     let (_, space) = s.call(Method::GET, "/1/vectors/als", k, None).await;
     assert_eq!(space["dimension"], 8, "the space is as it was");
