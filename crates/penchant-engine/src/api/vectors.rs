@@ -128,6 +128,13 @@ impl Engine {
         config: &TrainingConfig,
         mut request: EvaluationRequest,
     ) -> Result<Evaluation> {
+        // Each blend costs a pass over every test user: as many as an app may define queues.
+        let most = crate::recommend::queues::MAX_QUEUES;
+        if request.queues.len() > most || request.queues.iter().any(|(_, s)| s.len() > most) {
+            return Err(crate::EngineError::Invalid(format!(
+                "at most {most} queues, of at most {most} sources each, are evaluated at once"
+            )));
+        }
         // The app's queues too, but for those no training of this space can stand for.
         let mut skipped = Vec::new();
         for (name, definition) in self.recommend.queues.definitions(app).await? {

@@ -1381,6 +1381,12 @@ async fn als_trains_from_events_and_folds_in_new_users() {
             json!({"queues": {"x": [{"source": "nope"}]}}),
             "queues must map names to lists of sources",
         ),
+        (
+            json!({"queues": (0..33)
+                .map(|i| (format!("q{i}"), json!([{"source": "trending"}])))
+                .collect::<serde_json::Map<_, _>>()}),
+            "at most 32 queues, of at most 32 sources each",
+        ),
         (json!({"k": 0}), "k between 1 and 1000"),
         (
             json!({"holdout": "one"}),
