@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install the system packages Penchant's build and tests need on a fresh Debian machine.
 #   libclang-dev: bindgen, for RocksDB's C API (librocksdb-sys).
+#   curl, jq: the README's quick start (and its test, crates/penchant/tests/e2e/readme.rs).
 # Further Debian packages can be named as arguments (scripts/redis-server.sh does).
 # Idempotent: installs only what is missing. Needs root (or sudo) when something is missing.
 set -euo pipefail
 
 missing=()
-for package in libclang-dev "$@"; do
+for package in libclang-dev curl jq "$@"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
 

@@ -9,6 +9,7 @@
 
 pub mod aggregates;
 mod api;
+pub mod backup;
 pub mod cache;
 pub mod catalog;
 pub mod clock;
@@ -19,6 +20,7 @@ pub mod keys;
 pub mod latency;
 pub mod leases;
 pub mod pending;
+pub mod portability;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;
@@ -92,6 +94,8 @@ pub struct EngineConfig {
     pub exclusive_store: bool,
     /// Told of every checkpoint a background job saves (tests hold jobs at checkpoints).
     pub job_hook: Option<Arc<dyn jobs::JobHook>>,
+    /// The folder backups are written to ([`backup`]); `None`: backups are refused.
+    pub backup_dir: Option<std::path::PathBuf>,
 }
 
 impl EngineConfig {
@@ -116,6 +120,7 @@ impl EngineConfig {
             placement_refresh: Duration::from_secs(5),
             exclusive_store: false,
             job_hook: None,
+            backup_dir: Some("penchant-backups".into()),
         }
     }
 }
@@ -179,6 +184,7 @@ pub struct Engine {
     waiting_counts: Arc<events::waiting::Counts>,
     /// Apps' schedule settings, as this node last read them.
     schedule_cache: Arc<api::ScheduleCache>,
+    backup_dir: Option<std::path::PathBuf>,
 }
 
 impl Engine {
@@ -296,6 +302,7 @@ impl Engine {
             exclusive_store: config.exclusive_store,
             waiting_counts: Arc::default(),
             schedule_cache: api::schedule_cache(config.strategy_cache_ttl, clock.clone()),
+            backup_dir: config.backup_dir.clone(),
             clock,
             refresh_latency: Arc::default(),
             traffic: Arc::new(stats::Traffic::new(store.clone())),

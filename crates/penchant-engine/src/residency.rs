@@ -285,6 +285,11 @@ impl Residency {
         }
     }
 
+    /// Whether the node has placement targets (a placed store over several stores).
+    pub fn has_targets(&self) -> bool {
+        self.placed.is_some()
+    }
+
     /// The targets' names; the first is the default.
     pub fn targets(&self) -> Vec<String> {
         match &self.placed {

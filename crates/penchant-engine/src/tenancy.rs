@@ -488,16 +488,26 @@ impl Tenancy {
                 "app `{app_id}` does not exist"
             )));
         }
+        self.drop_app_rows(app_id).await?;
+        self.forget(app_id);
+        Ok(())
+    }
+
+    /// Delete every row of an app, in every table; its own row last: until then the deletion
+    /// can be retried.
+    pub(crate) async fn drop_app_rows(&self, app_id: &str) -> Result<()> {
         let prefix = keys::app(app_id);
-        // Every table's rows of the app; its own row last: until then the deletion can be
-        // retried.
         for table in crate::tables::ALL.iter().filter(|t| t.name != APPS_TABLE) {
             self.store.drop_row_range(table.name, &prefix).await?;
         }
         self.store.drop_row_range(APPS_TABLE, &prefix).await?;
+        Ok(())
+    }
+
+    /// Forget what this node cached of an app (its keys, its layouts).
+    pub(crate) fn forget(&self, app_id: &str) {
         self.cache.retain(|(app, _)| app != app_id);
         self.events.remove(app_id);
-        Ok(())
     }
 
     /// Create an API key of an app; returns the key (the only time it is shown) and its info.

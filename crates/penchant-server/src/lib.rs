@@ -70,8 +70,10 @@ pub fn router(state: AppState) -> Router {
     let router = routes::indexes::add(Router::new().without_v07_checks());
     router
         .merge(routes::health::routes())
+        .merge(routes::openapi::routes())
         .merge(metrics::routes())
         .merge(routes::apps::routes())
+        .merge(routes::backups::routes())
         .merge(routes::keys::routes())
         .merge(routes::events::routes())
         .merge(routes::personalization::routes())

@@ -169,6 +169,9 @@ impl Store for MeteredStore {
     async fn flush(&self) -> Result<()> {
         self.timed("flush", self.inner.flush()).await
     }
+    async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
+        self.timed("checkpoint", self.inner.checkpoint(dest)).await
+    }
     fn gauges(&self) -> Vec<penchant_store::Gauge> {
         self.inner.gauges()
     }

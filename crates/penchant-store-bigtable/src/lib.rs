@@ -184,6 +184,15 @@ impl Store for BigtableStore {
         Ok(())
     }
 
+    async fn checkpoint(&self, _dest: &std::path::Path) -> Result<()> {
+        Err(penchant_store::StoreError::FailedPrecondition(format!(
+            "a Bigtable instance is backed up by Bigtable: gcloud bigtable backups create \
+             BACKUP --instance={} --cluster=CLUSTER --table=TABLE --retention-period=7d, \
+             one per table (see docs/BIGTABLE.md); `penchant apps export` copies one app",
+            self.inner.config.instance
+        )))
+    }
+
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
         let profile = match workload {
             Workload::Serving => &self.inner.config.app_profile,

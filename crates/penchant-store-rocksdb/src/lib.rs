@@ -328,6 +328,30 @@ impl Store for RocksStore {
         write::flush(self).await
     }
 
+    /// RocksDB's checkpoint: the memtables flushed, then the live files hard-linked into
+    /// `dest` (copied when it is on another file system) — a store that opens as of that
+    /// moment, while writes go on.
+    async fn checkpoint(&self, dest: &Path) -> Result<()> {
+        let dest = dest.to_path_buf();
+        self.blocking(move |inner| {
+            if dest.exists() {
+                return Err(StoreError::FailedPrecondition(format!(
+                    "{} exists already",
+                    dest.display()
+                )));
+            }
+            if let Some(parent) = dest.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    StoreError::Backend(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+            rocksdb::checkpoint::Checkpoint::new(&inner.db)
+                .and_then(|c| c.create_checkpoint(&dest))
+                .map_err(backend)
+        })
+        .await
+    }
+
     fn gauges(&self) -> Vec<Gauge> {
         const PROPERTIES: [(&str, &str, &str); 8] = [
             (

@@ -322,6 +322,15 @@ impl Store for AffineStore {
         Ok(())
     }
 
+    /// The clusters of an instance hold the same rows: the first one's checkpoint (Bigtable's
+    /// refusal, which names its own backups).
+    async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
+        match self.clusters.first() {
+            Some(store) => store.checkpoint(dest).await,
+            None => Err(StoreError::FailedPrecondition("no cluster to copy".into())),
+        }
+    }
+
     fn gauges(&self) -> Vec<Gauge> {
         self.clusters[0].gauges()
     }

@@ -112,6 +112,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Make every acknowledged write durable and persist buffered state (called on shutdown).
     async fn flush(&self) -> Result<()>;
 
+    /// Write a consistent copy of the whole store, as of one moment, into `dest` (a folder that
+    /// must not exist yet), while writes go on. Stores with backups of their own (Bigtable's
+    /// `gcloud bigtable backups`) refuse with [`StoreError::FailedPrecondition`].
+    async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
+        let _ = dest;
+        Err(StoreError::FailedPrecondition(
+            "this store has no checkpoints: back it up with its own tools".into(),
+        ))
+    }
+
     /// The backend's own gauges worth watching (e.g. RocksDB's memtables, pending compactions,
     /// block cache), read when `/metrics` is scraped. None by default.
     fn gauges(&self) -> Vec<Gauge> {

@@ -640,6 +640,18 @@ impl Store for PlacedStore {
         Ok(())
     }
 
+    /// Each target's copy in `dest/<target name>` (each consistent in itself; the targets are
+    /// copied one after the other).
+    async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
+        std::fs::create_dir_all(dest).map_err(|e| {
+            crate::StoreError::Backend(format!("cannot create {}: {e}", dest.display()))
+        })?;
+        for (name, store) in &self.targets.stores {
+            store.checkpoint(&dest.join(name)).await?;
+        }
+        Ok(())
+    }
+
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
         Some(Arc::new(Self {
             targets: Arc::new(Targets {

@@ -45,8 +45,26 @@ pub enum AppsCommand {
         #[arg(long, value_parser = ["wide", "narrow"])]
         to: Option<String>,
     },
-    /// Delete an app and all its data.
-    Delete { app_id: String },
+    /// Delete an app and all its data (asks to type the app ID unless `--yes`).
+    Delete {
+        app_id: String,
+        /// Delete without asking (scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Write every row of an app (keys hashed, settings, catalog, events, profiles, models)
+    /// as NDJSON, for `apps import` on another node or backend.
+    Export {
+        app_id: String,
+        /// The file written (default: standard output).
+        #[arg(long, short)]
+        output: Option<std::path::PathBuf>,
+    },
+    /// Import an app's export (the app must not exist on the server), with a progress bar.
+    Import {
+        /// The export (`apps export`'s file).
+        file: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -383,14 +401,192 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
                 }
             }
             AppsCommand::List => client.call(Method::GET, "/1/apps", "", None).await?,
-            AppsCommand::Delete { app_id } => {
+            AppsCommand::Delete { app_id, yes } => {
+                if !yes {
+                    confirm_delete(&app_id)?;
+                }
                 client
                     .call(Method::DELETE, &format!("/1/apps/{app_id}"), "", None)
                     .await?
             }
+            AppsCommand::Export { app_id, output } => {
+                export(&client, &app_id, output.as_deref()).await?
+            }
+            AppsCommand::Import { file } => import(&client, &file).await?,
         };
         print(&out)
     })
+}
+
+/// Ask on the terminal to type the app ID before deleting it; refused without a terminal.
+fn confirm_delete(app_id: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        bail!("deleting app {app_id} removes all its data: pass --yes to confirm");
+    }
+    eprint!("Delete app {app_id} and all its data (events, profiles, models)? Type its ID: ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if answer.trim() != app_id {
+        bail!("not deleted: the ID typed was not {app_id}");
+    }
+    Ok(())
+}
+
+/// `penchant apps export`: the server's NDJSON to a file or standard output, as it comes.
+async fn export(
+    client: &Client,
+    app_id: &str,
+    output: Option<&std::path::Path>,
+) -> anyhow::Result<Value> {
+    use std::io::Write;
+    let url = format!("{}/1/apps/{app_id}/export", client.base);
+    let resp = client
+        .http
+        .get(&url)
+        .header("X-Algolia-Application-Id", "")
+        .header("X-Algolia-API-Key", &client.key)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {url}"))?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        bail!(
+            "{status}: {}",
+            body["message"].as_str().unwrap_or("no message")
+        );
+    }
+    // A command line's own output: written as it comes, blocking is fine.
+    let mut out: Box<dyn std::io::Write> = match output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let (mut bytes, mut lines) = (0u64, 0u64);
+    let mut last = Vec::new();
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.context("the export was cut short")?;
+        bytes += chunk.len() as u64;
+        lines += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+        last.extend_from_slice(&chunk);
+        last.drain(..last.len().saturating_sub(64));
+        out.write_all(&chunk)?;
+    }
+    out.flush()?;
+    // The server ends a whole export with its end line; anything else was cut short.
+    if !String::from_utf8_lossy(&last).contains("{\"end\":") {
+        bail!("the export was cut short (no end line): the server logged why");
+    }
+    Ok(json!({"appID": app_id, "lines": lines, "bytes": bytes}))
+}
+
+/// `penchant apps import`: the file streamed to the server with a progress bar; the app is the
+/// one its first line names.
+async fn import(client: &Client, file: &std::path::Path) -> anyhow::Result<Value> {
+    let first = {
+        use std::io::BufRead;
+        let opened =
+            std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+        let mut line = String::new();
+        std::io::BufReader::new(opened).read_line(&mut line)?;
+        line
+    };
+    let header: Value = serde_json::from_str(&first)
+        .with_context(|| format!("{} is not an app export", file.display()))?;
+    let Some(app_id) = header["appID"].as_str() else {
+        bail!(
+            "{} is not an app export (no appID on its first line)",
+            file.display()
+        );
+    };
+    let opened = tokio::fs::File::open(file).await?;
+    let bar = indicatif::ProgressBar::new(opened.metadata().await?.len());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} import {bar:30} {bytes}/{total_bytes} ({eta} left)  {msg}",
+        )?
+        .progress_chars("=> "),
+    );
+    let sent = bar.clone();
+    let stream = tokio_util::io::ReaderStream::new(opened).inspect(move |chunk| {
+        if let Ok(chunk) = chunk {
+            sent.inc(chunk.len() as u64);
+        }
+    });
+    let body = reqwest::Body::wrap_stream(stream);
+    let path = format!("/1/apps/{app_id}/import");
+    let result = client
+        .send(
+            Method::POST,
+            &path,
+            "",
+            Some((body, "application/x-ndjson")),
+        )
+        .await;
+    bar.finish_and_clear();
+    result
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Take a backup of the running server's embedded store, online, into its backup folder
+    /// (`store.backup_dir`).
+    Create,
+    /// List the server's backups.
+    List,
+    /// Restore a backup into this configuration's store folders (offline: the server stopped,
+    /// the folders absent or empty). Bigtable: `gcloud bigtable backups restore`.
+    Restore {
+        /// The backup's folder.
+        backup: std::path::PathBuf,
+    },
+}
+
+/// `penchant backup ...`.
+pub fn backup(command: BackupCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
+    if let BackupCommand::Restore { backup } = command {
+        return restore(&backup, config);
+    }
+    let client = Client::new(target, config)?;
+    block_on(async {
+        let out = match command {
+            BackupCommand::Create => client.call(Method::POST, "/1/backups", "", None).await?,
+            BackupCommand::List => client.call(Method::GET, "/1/backups", "", None).await?,
+            BackupCommand::Restore { .. } => unreachable!("restored above"),
+        };
+        print(&out)
+    })
+}
+
+/// `penchant backup restore`: the backup's stores copied into the configured folders, then
+/// each opened once (a backup that does not open is reported now, not at the next start).
+fn restore(backup: &std::path::Path, config: &Config) -> anyhow::Result<()> {
+    use crate::config::{Backend, DEFAULT_TARGET};
+    if config.store.backend != Backend::Embedded {
+        bail!(
+            "backups are of the embedded store; a Bigtable instance is restored by Bigtable \
+             (gcloud bigtable backups restore), one app by `penchant apps import`"
+        );
+    }
+    let restored = penchant_engine::backup::restore(backup, |target| {
+        if target == DEFAULT_TARGET {
+            Some(config.store.data_dir.clone())
+        } else {
+            config.placement.targets.get(target)?.data_dir.clone()
+        }
+    })?;
+    let mut folders = Vec::new();
+    for (target, folder) in restored {
+        penchant_store_rocksdb::RocksStore::open(&folder, Default::default())
+            .with_context(|| format!("the restored store {} does not open", folder.display()))?;
+        folders.push(json!({"target": target, "folder": folder}));
+    }
+    print(&json!({"restored": folders}))
 }
 
 pub fn placement(

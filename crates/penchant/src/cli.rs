@@ -29,6 +29,9 @@ enum Command {
     Config(ConfigArgs),
     /// Manage apps on a running server (global admin key).
     Apps(AppsArgs),
+    /// Back up the running server's embedded store online, list its backups, or restore one
+    /// (offline) into this configuration's folders.
+    Backup(BackupArgs),
     /// Manage an app's API keys on a running server (global admin key).
     Keys(KeysArgs),
     /// Follow background jobs on a running server (global admin key).
@@ -103,6 +106,16 @@ struct SetsArgs {
 struct AppsArgs {
     #[command(subcommand)]
     command: crate::admin::AppsCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct BackupArgs {
+    #[command(subcommand)]
+    command: crate::admin::BackupCommand,
     #[command(flatten)]
     target: crate::admin::Target,
     #[command(flatten)]
@@ -240,6 +253,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(())
         }
         Command::Apps(args) => crate::admin::apps(args.command, &args.target, &args.config.load()?),
+        Command::Backup(args) => {
+            crate::admin::backup(args.command, &args.target, &args.config.load()?)
+        }
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
         Command::Placement(args) => {

@@ -231,6 +231,10 @@ pub struct StoreConfig {
     pub sync_writes: bool,
     /// Block cache of the embedded store, in MiB. Default: 256.
     pub block_cache_mib: usize,
+    /// Where `POST /1/backups` (`penchant backup create`) writes backups of the embedded store,
+    /// one folder each; on the store's file system, their files are hard links. Default:
+    /// `./penchant-backups`.
+    pub backup_dir: PathBuf,
 }
 
 impl Default for StoreConfig {
@@ -240,6 +244,7 @@ impl Default for StoreConfig {
             data_dir: PathBuf::from("penchant-data"),
             sync_writes: true,
             block_cache_mib: 256,
+            backup_dir: PathBuf::from("penchant-backups"),
         }
     }
 }

@@ -122,6 +122,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         placement_refresh: Duration::from_millis(config.placement.refresh_ms),
         // RocksDB locks its folders: an embedded node is alone on its store.
         exclusive_store: config.store.backend == Backend::Embedded,
+        backup_dir: Some(config.store.backup_dir.clone()),
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, engine_config)

@@ -13,6 +13,7 @@ mod indexes;
 mod jobs;
 mod layouts;
 mod nodes;
+mod portability;
 mod profiles;
 mod residency;
 mod retention;

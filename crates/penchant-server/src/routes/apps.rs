@@ -2,12 +2,17 @@
 //! `POST /1/apps`, `GET /1/apps`, `PUT /1/apps/{appID}`, `DELETE /1/apps/{appID}`, and the
 //! event layout's migration: `POST /1/apps/{appID}/layout` starts it, `GET` follows it. The two
 //! reads of one app, `GET /1/apps/{appID}` and `GET /1/apps/{appID}/layout`, also answer a key
-//! of that app with ACL `settings` (the dashboard's overview).
+//! of that app with ACL `settings` (the dashboard's overview). `GET /1/apps/{appID}/export` and
+//! `POST /1/apps/{appID}/import` move an app between nodes and backends as NDJSON.
 
-use axum::extract::{Path, State};
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::TryStreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -25,6 +30,41 @@ pub fn routes() -> Router<AppState> {
         .route("/1/apps", get(list).post(create))
         .route("/1/apps/{app_id}", get(show).delete(remove).put(update))
         .route("/1/apps/{app_id}/layout", get(layout).post(migrate))
+        .route("/1/apps/{app_id}/export", get(export))
+        .route(
+            "/1/apps/{app_id}/import",
+            // An export is as large as the app: read as a stream, never whole.
+            post(import).layer(DefaultBodyLimit::disable()),
+        )
+}
+
+/// `GET /1/apps/{appID}/export`: every row of the app as NDJSON
+/// ([`penchant_engine::portability`]), streamed as it is read.
+async fn export(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let lines = state.engine.export_app(&app_id).await?;
+    let body = Body::from_stream(lines.inspect_err(move |e| {
+        tracing::error!(app = %app_id, error = %e, "export cut short");
+    }));
+    Ok(([(CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// `POST /1/apps/{appID}/import`: an export of that app, written on this node (201), if the
+/// app does not exist here.
+async fn import(
+    _: GlobalAdmin,
+    State(state): State<AppState>,
+    Path(app_id): Path<String>,
+    body: Body,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let imported = state
+        .engine
+        .import_app(&app_id, body.into_data_stream())
+        .await?;
+    Ok((StatusCode::CREATED, to_json(&imported)?))
 }
 
 #[derive(Debug, Deserialize)]

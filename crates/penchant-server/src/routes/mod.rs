@@ -1,6 +1,7 @@
 //! Routes, one module per resource.
 
 pub mod apps;
+pub mod backups;
 pub mod bloom;
 pub mod dashboard;
 pub mod events;
@@ -8,6 +9,7 @@ pub mod health;
 pub mod indexes;
 pub mod keys;
 pub mod manage;
+pub mod openapi;
 pub mod personalization;
 pub mod placement;
 pub mod recommend;
@@ -47,6 +49,7 @@ mod tests {
     fn routes_use_the_engine_api_only() {
         let routes = [
             ("apps.rs", include_str!("apps.rs")),
+            ("backups.rs", include_str!("backups.rs")),
             ("bloom.rs", include_str!("bloom.rs")),
             ("dashboard.rs", include_str!("dashboard.rs")),
             ("events.rs", include_str!("events.rs")),
@@ -54,6 +57,7 @@ mod tests {
             ("indexes.rs", include_str!("indexes.rs")),
             ("keys.rs", include_str!("keys.rs")),
             ("manage.rs", include_str!("manage.rs")),
+            ("openapi.rs", include_str!("openapi.rs")),
             ("personalization.rs", include_str!("personalization.rs")),
             ("placement.rs", include_str!("placement.rs")),
             ("recommend.rs", include_str!("recommend.rs")),

@@ -270,3 +270,53 @@ async fn a_row_that_deletes_many_cells_is_compacted() {
     assert_eq!(row.cells.len(), 1);
     assert_eq!(row.cells[0].timestamp, 9_000_000);
 }
+
+/// A checkpoint opens as the store was when it was taken: what was written before is there,
+/// what was written after is not, and the store goes on unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_is_the_store_as_of_one_moment() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("live"));
+    store
+        .create_table("t", [("f".into(), GcRule::None)].into())
+        .await
+        .unwrap();
+    let set = |row: &'static str, value: &'static str| {
+        RowMutation::new(Bytes::from(row), vec![Mutation::set("f", "q", 1000, value)])
+    };
+    store
+        .mutate_all("t", vec![set("a", "1"), set("b", "1")])
+        .await
+        .unwrap();
+    let copy = dir.path().join("backups").join("one");
+    store.checkpoint(&copy).await.unwrap();
+    store
+        .mutate_all("t", vec![set("a", "2"), set("c", "2")])
+        .await
+        .unwrap();
+    // A second checkpoint into the same folder is refused, the first one left as it was.
+    let again = store.checkpoint(&copy).await.unwrap_err();
+    assert!(again.to_string().contains("exists already"), "{again}");
+
+    let values = |rows: Vec<penchant_store::Row>| -> Vec<(String, String)> {
+        rows.iter()
+            .map(|r| {
+                let key = String::from_utf8(r.key.to_vec()).unwrap();
+                let value = String::from_utf8(r.cells[0].value.to_vec()).unwrap();
+                (key, value)
+            })
+            .collect()
+    };
+    let all = || ReadRows::new(RowSet::all());
+    let live = values(store.read_all("t", all()).await.unwrap());
+    assert_eq!(
+        live,
+        [("a", "2"), ("b", "1"), ("c", "2")].map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    let restored = open(&copy);
+    let then = values(restored.read_all("t", all()).await.unwrap());
+    assert_eq!(
+        then,
+        [("a", "1"), ("b", "1")].map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+}

@@ -1,8 +1,8 @@
 //! The `penchant` binary as a user runs it: serve, health, signals, configuration errors.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
-use crate::common::{self, penchant};
+use crate::common::{self, admin_command, penchant, post_ok, signal, wait};
 
 /// Start `penchant serve` on a free port; returns the child and its base URL.
 fn serve(data_dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
@@ -12,22 +12,6 @@ fn serve(data_dir: &std::path::Path, extra: &[&str]) -> (Child, String) {
             .args(extra)
             .stderr(Stdio::piped());
     })
-}
-
-fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-fn wait(child: Child) -> (std::process::ExitStatus, String) {
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 async fn health(url: &str) -> serde_json::Value {
@@ -352,7 +336,12 @@ fn apps_and_keys_commands_manage_a_running_server() {
     assert!(!ok && err.contains("fly"), "{err}");
     let (_, apps, _) = admin(&["apps", "list"]);
     assert_eq!(apps["apps"][0]["appID"], "CLIAPP");
+    // Without a terminal to confirm on, a deletion needs --yes.
     let (ok, _, err) = admin(&["apps", "delete", "CLIAPP"]);
+    assert!(!ok && err.contains("pass --yes"), "{err}");
+    let (_, apps, _) = admin(&["apps", "list"]);
+    assert_eq!(apps["apps"][0]["appID"], "CLIAPP");
+    let (ok, _, err) = admin(&["apps", "delete", "CLIAPP", "--yes"]);
     assert!(ok, "{err}");
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
@@ -620,30 +609,6 @@ fn sets_commands_reserve_and_rebuild_from_a_file() {
 
 /// `penchant <args> --server <url>` as the global admin ("root"): success, stdout as JSON, stderr.
 /// POST `body` to the server at `url` as `app` with the admin key `root`: it must succeed.
-async fn post_ok(url: &str, path: &str, app: &str, body: serde_json::Value) {
-    let url = format!("{url}{path}");
-    let http = reqwest::Client::new();
-    let resp = common::request(&http, reqwest::Method::POST, &url, (app, "root"), &body)
-        .send()
-        .await
-        .unwrap();
-    assert!(resp.status().is_success());
-}
-
-fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
-    let out = penchant()
-        .args(args)
-        .args(["--server", url])
-        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
-        .output()
-        .unwrap();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-    (
-        out.status.success(),
-        json,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[tokio::test]
 async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {

@@ -62,3 +62,50 @@ pub fn request(
         .header("X-Algolia-API-Key", key)
         .json(body)
 }
+
+/// POST `body` to the server at `url` as app `app` with the global admin key `root`; it must
+/// succeed.
+pub async fn post_ok(url: &str, path: &str, app: &str, body: serde_json::Value) {
+    let url = format!("{url}{path}");
+    let http = reqwest::Client::new();
+    let resp = request(&http, reqwest::Method::POST, &url, (app, "root"), &body)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+}
+
+/// `penchant ARGS --server URL` as the global admin `root`: whether it succeeded, its standard
+/// output as JSON (null if it is not) and its standard error.
+pub fn admin_command(url: &str, args: &[&str]) -> (bool, serde_json::Value, String) {
+    let out = penchant()
+        .args(args)
+        .args(["--server", url])
+        .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.success(),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Send `sig` (e.g. `-TERM`) to the child.
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The child's exit status and standard error, once it ends.
+pub fn wait(child: Child) -> (std::process::ExitStatus, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -12,6 +12,7 @@ mod indexes;
 mod layouts;
 mod metrics;
 mod newcomer;
+mod openapi;
 mod personalization;
 mod placement;
 mod recommend;
