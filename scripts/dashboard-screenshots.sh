@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refresh the README's dashboard screenshots (docs/dashboard/*.png): the dashboard's browser
+# Refresh docs/DASHBOARD.md's screenshots (docs/dashboard/*.png): the dashboard's browser
 # tests save a PNG of each page, here also into docs/dashboard. Needs Chromium and chromedriver
 # (installed below, as scripts/test.sh does).
 set -euo pipefail

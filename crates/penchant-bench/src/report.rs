@@ -21,7 +21,7 @@ pub enum Scale {
     /// A smoke run: every suite tiny (`all` in a few minutes on 2 cores); the numbers mean
     /// little.
     Small,
-    /// The sizes the README's numbers were measured at.
+    /// The sizes docs/BENCHMARKS.md's numbers were measured at.
     #[default]
     Medium,
     /// The largest workloads (1M users, 1M vectors).
@@ -51,7 +51,7 @@ impl Scale {
 /// The flags every suite takes, and `all`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CommonArgs {
-    /// Workload sizes: small (a smoke run), medium (the README's numbers), large; a size flag
+    /// Workload sizes: small (a smoke run), medium (docs/BENCHMARKS.md's numbers), large; a size flag
     /// given explicitly overrides the scale's.
     #[arg(long, value_enum, default_value_t = Scale::Medium)]
     pub scale: Scale,

@@ -72,9 +72,32 @@ fn id_of(request: &Request) -> HeaderValue {
     }
 }
 
+/// The target of the request lines: `log.level = "info,penchant::requests=warn"` keeps them
+/// out.
+pub const REQUESTS_TARGET: &str = "penchant::requests";
+
+/// The app a request names (header or query parameter), for its log line.
+fn app_of(request: &Request) -> String {
+    const APP: &str = "x-algolia-application-id";
+    if let Some(app) = request.headers().get(APP).and_then(|v| v.to_str().ok()) {
+        return app.to_owned();
+    }
+    let query = request.uri().query().unwrap_or_default();
+    serde_urlencoded::from_str::<Vec<(String, String)>>(query)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(APP))
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
+
 /// Middleware: the request's id and rate-limit slot in, `x-request-id` and the rate-limit
-/// headers out.
+/// headers out, and the request's line at info (method, route template, status, duration, app,
+/// request id; never a key, nor the path, which may hold one).
 pub async fn around(mut request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let logged = tracing::enabled!(target: REQUESTS_TARGET, tracing::Level::INFO)
+        .then(|| (request.method().clone(), app_of(&request)));
     let id = id_of(&request);
     request.headers_mut().insert(REQUEST_ID, id.clone());
     let context = Context {
@@ -93,6 +116,22 @@ pub async fn around(mut request: Request, next: Next) -> Response {
             (response, CONTEXT.with(|c| c.rate.get()))
         })
         .await;
+    if let Some((method, app)) = logged {
+        let route = response
+            .extensions()
+            .get::<crate::metrics::RouteTemplate>()
+            .map_or("unmatched", |r| r.0.as_str());
+        tracing::info!(
+            target: REQUESTS_TARGET,
+            %method,
+            route,
+            status = response.status().as_u16(),
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            app,
+            request_id = id.to_str().unwrap_or_default(),
+            "request"
+        );
+    }
     response.headers_mut().insert(REQUEST_ID, id);
     if let Some(verdict) = rate {
         rate_headers(&mut response, verdict);

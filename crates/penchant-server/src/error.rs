@@ -251,7 +251,7 @@ fn unsupported(method: &Method, path: &str) -> Option<ApiError> {
              its counters and latencies are at GET /metrics"
         }
         ["1", "clusters", ..] | ["1", "security", ..] => {
-            "Penchant has no multi-cluster or IP-source API; see the README's Bigtable section \
+            "Penchant has no multi-cluster or IP-source API; see docs/BIGTABLE.md (residency) \
              for placing an app's data"
         }
         ["2", ..] => {
@@ -269,8 +269,8 @@ pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
             ErrorKind::NotFound,
             format!(
                 "no route for {method} {}: Penchant serves Algolia's Insights, Personalization \
-                 and Recommend APIs, the indexing routes, and its own (the README's API section \
-                 lists them)",
+                 and Recommend APIs, the indexing routes, and its own (GET /openapi.json and \
+                 docs/API.md list them)",
                 crate::loggable_path(uri.path())
             ),
         )

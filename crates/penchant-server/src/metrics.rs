@@ -284,6 +284,11 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
+/// The route template a response answered (for the request's log line, written outside the
+/// router).
+#[derive(Debug, Clone)]
+pub(crate) struct RouteTemplate(pub String);
+
 /// Count and time every request by its method and route template (never the raw path: the
 /// labels' values are bounded).
 pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
@@ -294,7 +299,10 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
         .map_or("unmatched", |p| p.as_str())
         .to_owned();
     let started = Instant::now();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    response
+        .extensions_mut()
+        .insert(RouteTemplate(route.clone()));
     let key = Route { method, route };
     metrics
         .latency

@@ -561,7 +561,7 @@ mod tests {
     #[test]
     fn variables_that_are_not_configuration_are_ignored() {
         Jail::expect_with(|jail| {
-            // A client's key (the README's JavaScript example), and another tool's setting.
+            // A client's key (docs/CLIENTS.md's JavaScript example), and another tool's setting.
             jail.set_env("PENCHANT_KEY", "secret");
             jail.set_env("PENCHANT_SEARCH_KEY", "secret");
             jail.set_env("PENCHANT_OTHER__THING", "1");

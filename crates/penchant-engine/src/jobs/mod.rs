@@ -532,6 +532,8 @@ impl<J: Job> Runner<J> {
             counter: Arc::default(),
         };
         let app = run.app();
+        let started = std::time::Instant::now();
+        tracing::info!(%app, "{} job started", J::NAME);
         let steps = job.steps(&run);
         tokio::pin!(steps);
         let mut stopped = Box::pin(self.rt.supervisor.stopped());
@@ -553,6 +555,8 @@ impl<J: Job> Runner<J> {
                     if let Err(e) = run.persist().await {
                         tracing::warn!(%app, error = %e, "cannot save the {}'s status", J::NAME);
                     }
+                    tracing::info!(%app, "{} left at shutdown, to resume from its checkpoint",
+                        J::NAME);
                     return false;
                 }
             }
@@ -572,6 +576,8 @@ impl<J: Job> Runner<J> {
         if let Err(e) = job.save(&self.rt.store, app, &status).await {
             tracing::error!(%app, error = %e, "cannot save the {}'s end", J::NAME);
         }
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(%app, state = ?status.state(), seconds, "{} job ended", J::NAME);
         true
     }
 }

@@ -269,14 +269,12 @@ fn items_json(items: Vec<(Map<String, Value>, f32)>) -> Value {
     json!({ "hits": hits })
 }
 
-/// `?n=` and `?consistency=` (read by [`ReadConsistency`]).
+/// `?n=` (`?consistency=` is read by [`ReadConsistency`]; credentials may be there too, as
+/// `search-insights` sends them).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Peek {
     #[serde(default = "ten")]
     n: usize,
-    #[serde(default, rename = "consistency")]
-    _consistency: Option<String>,
 }
 
 async fn peek(

@@ -618,12 +618,12 @@ async fn routes_penchant_does_not_serve_say_what_to_use_instead() {
         let got = s.call(method.clone(), path, a, Some(json!({}))).await;
         assert_error(got, StatusCode::BAD_REQUEST, needle);
     }
-    // An unknown route: a 404 in Algolia's shape that points at the README; a key in a path
+    // An unknown route: a 404 in Algolia's shape that points at the route list; a key in a path
     // is not echoed.
     assert_error(
         s.call(Method::GET, "/1/nothing/here", a, None).await,
         StatusCode::NOT_FOUND,
-        "README",
+        "GET /openapi.json",
     );
     let (status, body) = s
         .call(Method::POST, "/1/keys/0123456789abcdef/x", a, None)

@@ -533,6 +533,14 @@ async fn queues_serve_unseen_items_and_forget_deleted_items_and_users() {
     assert!(built["users"].as_u64().unwrap() >= 5, "{built}");
     let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/u5?n=2", None).await;
     assert_eq!(ids(&peek), ["p0", "p1"]);
+    // Credentials in the query string, as search-insights sends them, are not unknown fields.
+    let (app, key) = a.unwrap();
+    let path = format!(
+        "/1/queues/for-you/users/u5?n=2&x-algolia-application-id={app}&x-algolia-api-key={key}"
+    );
+    let (status, peek) = s.call(Method::GET, &path, None, None).await;
+    assert_eq!(status, StatusCode::OK, "{peek}");
+    assert_eq!(ids(&peek), ["p0", "p1"]);
     ok(&s, a, Method::DELETE, "/1/queues/for-you", None).await;
     assert_error(
         s.call(Method::GET, "/1/queues/for-you/users/u5", a, None)

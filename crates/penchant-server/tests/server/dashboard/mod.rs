@@ -2,7 +2,7 @@
 //! over WebDriver (chromedriver; `./scripts/install-deps.sh chromium chromium-driver` installs
 //! both), and assertions on what the page shows. Each test saves screenshots of its pages to
 //! `$CARGO_TARGET_TMPDIR/dashboard-screenshots/` (and `$DASHBOARD_SCREENSHOTS_DIR` when set:
-//! `scripts/dashboard-screenshots.sh` refreshes the README's).
+//! `scripts/dashboard-screenshots.sh` refreshes docs/DASHBOARD.md's).
 
 mod browser;
 mod seed;
