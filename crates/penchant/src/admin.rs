@@ -1,9 +1,15 @@
 //! `penchant apps|keys|jobs|placement|sets ...`: the admin API of a running server, from the command line,
 //! authenticated with the global admin key (`auth.admin_key`).
 
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
 use anyhow::{Context, bail};
-use clap::{Args, Subcommand};
+use clap::builder::PossibleValuesParser;
+use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
+use penchant_engine::recommend::Model;
+use penchant_engine::tenancy::Acl;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -18,6 +24,71 @@ pub struct Target {
     /// The global admin key (default: `auth.admin_key`).
     #[arg(long, global = true)]
     admin_key: Option<String>,
+    /// How a command that follows a job shows its progress: a bar on a terminal (auto),
+    /// "done/total" lines on standard error (plain), or nothing (none).
+    #[arg(long, value_enum, global = true, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
+}
+
+/// `--progress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressMode {
+    /// A progress bar on standard error when it is a terminal, else nothing.
+    Auto,
+    /// A line on standard error when the job moves (at most one a second) and when it ends.
+    Plain,
+    None,
+}
+
+/// Declares [`ACLS`] from a list of [`Acl`]'s variants, and a match on them that does not
+/// compile while the list misses one: the CLI offers every ACL the server accepts.
+macro_rules! every_acl {
+    ($($acl:ident),+ $(,)?) => {
+        /// Every ACL a key may hold.
+        const ACLS: &[Acl] = &[$(Acl::$acl),+];
+        const _: fn(Acl) = |acl| match acl {
+            $(Acl::$acl)|+ => {}
+        };
+    };
+}
+
+every_acl!(
+    Search,
+    Recommendation,
+    AddObject,
+    DeleteObject,
+    EditSettings,
+    Admin,
+    Browse,
+    ListIndexes,
+    DeleteIndex,
+    Settings,
+    Analytics,
+    Usage,
+    Logs,
+    SeeUnretrievableAttributes,
+    Inference,
+    Personalization,
+);
+
+/// The ACLs' names, as the server reads them (their serde names).
+static ACL_NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+    ACLS.iter()
+        .map(|acl| match serde_json::to_value(acl) {
+            Ok(Value::String(name)) => name,
+            _ => unreachable!("an ACL serializes as its name"),
+        })
+        .collect()
+});
+
+/// `keys create --acl`: one of [`ACL_NAMES`].
+fn acl_parser() -> PossibleValuesParser {
+    PossibleValuesParser::new(ACL_NAMES.iter().map(String::as_str))
+}
+
+/// `recommend --model`: one of the Recommend API's models.
+fn model_parser() -> PossibleValuesParser {
+    PossibleValuesParser::new(Model::ALL.map(Model::name))
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,9 +144,8 @@ pub enum KeysCommand {
     Create {
         #[arg(long)]
         app: String,
-        /// ACLs, comma-separated: search, recommendation, addObject, deleteObject,
-        /// editSettings, admin.
-        #[arg(long, value_delimiter = ',', required = true)]
+        /// ACLs, comma-separated (`admin`: everything, keys included).
+        #[arg(long, value_delimiter = ',', required = true, value_parser = acl_parser())]
         acl: Vec<String>,
         #[arg(long, default_value = "")]
         description: String,
@@ -292,6 +362,7 @@ struct Client {
     base: String,
     key: String,
     http: reqwest::Client,
+    progress: ProgressMode,
 }
 
 impl Client {
@@ -311,6 +382,7 @@ impl Client {
             base: base.trim_end_matches('/').to_owned(),
             key,
             http: reqwest::Client::new(),
+            progress: target.progress,
         })
     }
 
@@ -395,7 +467,7 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
                     Some(to) => {
                         let body = json!({"eventLayout": to});
                         client.call(Method::POST, &path, "", Some(body)).await?;
-                        watch(&client, &path, "", Some("migration"), "migration").await?
+                        watch(&client, &path, "", Some("migration"), "migration", measured).await?
                     }
                     None => client.call(Method::GET, &path, "", None).await?,
                 }
@@ -635,7 +707,7 @@ pub fn placement(
 
 /// Follow a placement move to its end; its last status.
 async fn watch_move(client: &Client, path: &str) -> anyhow::Result<Value> {
-    let status = watch(client, path, "", Some("move"), "move").await?;
+    let status = watch(client, path, "", Some("move"), "move", measured).await?;
     let job = &status["move"];
     if job["state"] != "done" {
         bail!("the move ended {}: {}", job["state"], job["error"]);
@@ -643,57 +715,281 @@ async fn watch_move(client: &Client, path: &str) -> anyhow::Result<Value> {
     Ok(status)
 }
 
+/// Where a job stands, as `watch` shows it.
+#[derive(Debug, Clone, PartialEq)]
+struct Measured {
+    /// The phase, with its place among the kind's phases when it has several.
+    phase: String,
+    /// Work done in the phase, in `unit`s (a recompute counts ranges by their fraction done),
+    /// and its total when the status knows one.
+    done: f64,
+    total: Option<f64>,
+    unit: String,
+    /// Other work counted along, and its unit (a recompute's users).
+    also: Option<(f64, &'static str)>,
+}
+
+/// How far a job is, from its status's `progress` (the same shape for every kind).
+fn measured(job: &Value) -> Measured {
+    let progress = &job["progress"];
+    let name = progress["phase"].as_str().unwrap_or_default();
+    let steps = progress["steps"].as_u64().unwrap_or(1);
+    let phase = match steps {
+        0 | 1 => name.to_owned(),
+        _ => format!("{name} ({}/{steps})", progress["step"]),
+    };
+    Measured {
+        phase,
+        done: progress["done"].as_u64().unwrap_or(0) as f64,
+        total: progress["total"].as_u64().map(|t| t as f64),
+        unit: progress["unit"].as_str().unwrap_or_default().to_owned(),
+        also: None,
+    }
+}
+
+/// Alphabets user tokens are commonly written in, each in byte order: a token's characters
+/// read as digits of the smallest one that holds them all place it better than its bytes do.
+const ALPHABETS: [&[u8]; 4] = [
+    b"0123456789",
+    b"0123456789abcdef",
+    b"0123456789ABCDEF",
+    b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+];
+
+/// Characters of a token that place it (after the prefix every token shares).
+const PLACING: usize = 6;
+
+/// How far a profile recompute is, in ranges, moving within each range: a range done counts
+/// 1, one still running the place of its last user done between the range's bounds (as the
+/// dashboard does: user tokens read as fractions, from their first characters after the prefix
+/// that every known token shares), and its users so far.
+fn recompute_measured(job: &Value) -> Measured {
+    let ranges = job["ranges"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    fn text<'a>(range: &'a Value, field: &str) -> Option<&'a [u8]> {
+        range[field].as_str().map(str::as_bytes)
+    }
+    // The prefix every bound and checkpoint shares carries no information: skip it.
+    let known: Vec<&[u8]> = ranges
+        .iter()
+        .flat_map(|r| ["start", "end", "after"].map(|f| text(r, f)))
+        .flatten()
+        .collect();
+    let shared = known
+        .iter()
+        .skip(1)
+        .fold(known.first().map_or(0, |k| k.len()), |n, k| {
+            known[0]
+                .iter()
+                .zip(*k)
+                .take(n)
+                .take_while(|(a, b)| a == b)
+                .count()
+        });
+    let prefix = known.first().map_or(&[][..], |k| &k[..shared]);
+    let alphabet = ALPHABETS.into_iter().find(|a| {
+        known
+            .iter()
+            .all(|k| k[shared..].iter().take(PLACING).all(|b| a.contains(b)))
+    });
+    // A token as a fraction: its characters as digits, in base the alphabet's size.
+    let place = |key: &[u8]| -> f64 {
+        let Some(rest) = key.strip_prefix(prefix) else {
+            return if key < prefix { 0.0 } else { 1.0 };
+        };
+        let (base, digit): (f64, &dyn Fn(u8) -> usize) = match alphabet {
+            Some(a) => (a.len() as f64, &|b| a.partition_point(|&c| c < b)),
+            None => (256.0, &usize::from),
+        };
+        rest.iter()
+            .take(PLACING)
+            .rev()
+            .fold(0.0, |x, &b| (x + digit(b) as f64) / base)
+    };
+    let done: f64 = ranges
+        .iter()
+        .map(|r| {
+            if r["done"] == true {
+                return 1.0;
+            }
+            let Some(after) = text(r, "after") else {
+                return 0.0;
+            };
+            let start = text(r, "start").map_or(0.0, place);
+            let end = text(r, "end").map_or(1.0, place);
+            if end <= start {
+                return 0.0;
+            }
+            // Not done until the status says so.
+            ((place(after) - start) / (end - start)).clamp(0.0, 0.99)
+        })
+        .sum();
+    let users = job["users"].as_u64().unwrap_or(0) + job["skipped"].as_u64().unwrap_or(0);
+    Measured {
+        phase: job["progress"]["phase"]
+            .as_str()
+            .unwrap_or("recompute")
+            .to_owned(),
+        done,
+        total: Some(ranges.len() as f64),
+        unit: "ranges".into(),
+        also: Some((users as f64, "users")),
+    }
+}
+
+/// A count as shown: whole, or with one decimal (rounded down: 2.96 ranges are not 3).
+fn count(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{:.1}", (x * 10.0).floor() / 10.0)
+    }
+}
+
+/// A duration as shown: 4.2s, 42s, 3m07s, 2h05m.
+fn duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..10 => format!("{:.1}s", d.as_secs_f64()),
+        10..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s / 60 % 60),
+    }
+}
+
+/// What `watch` has seen of the current phase: since when, and how far it was then.
+struct Pace {
+    phase: String,
+    since: Instant,
+    done: f64,
+    also: f64,
+}
+
+impl Pace {
+    fn new(now: &Measured) -> Self {
+        Self {
+            phase: now.phase.clone(),
+            since: Instant::now(),
+            done: now.done,
+            also: now.also.map_or(0.0, |(n, _)| n),
+        }
+    }
+
+    /// The counts and, while running, the time left (when there is a total) or the rate (when
+    /// there is none), as the bar's message and the plain lines show them.
+    fn describe(&self, now: &Measured, running: bool) -> String {
+        let elapsed = self.since.elapsed();
+        // Rates over less than half a second say little.
+        let timed = running && elapsed >= Duration::from_millis(500);
+        let rate = |moved: f64, unit: &str| {
+            if timed && moved > 0.0 {
+                format!(" ({:.0} {unit}/s)", moved / elapsed.as_secs_f64())
+            } else {
+                String::new()
+            }
+        };
+        let moved = now.done - self.done;
+        let mut out = match now.total {
+            Some(total) => format!("{}/{} {}", count(now.done), count(total), now.unit),
+            None => format!("{} {}{}", count(now.done), now.unit, rate(moved, &now.unit)),
+        };
+        if let Some((n, unit)) = now.also {
+            out += &format!(", {} {unit}{}", count(n), rate(n - self.also, unit));
+        }
+        if let Some(total) = now.total
+            && timed
+            && moved > 0.0
+        {
+            let left = elapsed.as_secs_f64() * (total - now.done).max(0.0) / moved;
+            out += &format!(", about {} left", duration(Duration::from_secs_f64(left)));
+        }
+        out
+    }
+}
+
 /// Poll a job's status at `path` (the answer, or its field `key`) until the job stops running,
-/// with one progress bar for every kind, drawn from the status's `progress`: the phase and its
-/// work against its total (with an estimate of the time left) when that is known, else the
-/// work done so far. Returns the last answer.
+/// showing how far it is as `measure` reads it from the status: a bar on a terminal (the
+/// phase's work against its total, with the time left, when the status knows the total; else
+/// the work done so far and its rate), or lines with `--progress plain`. Returns the last
+/// answer.
 async fn watch(
     client: &Client,
     path: &str,
     app: &str,
     key: Option<&str>,
     what: &str,
+    measure: fn(&Value) -> Measured,
 ) -> anyhow::Result<Value> {
-    let counted = indicatif::ProgressStyle::with_template(&format!(
-        "{{spinner}} {what} {{prefix}} {{bar:30}} {{pos}}/{{len}} {{msg}}  {{elapsed}}, about {{eta}} left"
-    ))?
-    .progress_chars("=> ");
-    let open = indicatif::ProgressStyle::with_template(&format!(
-        "{{spinner}} {what} {{prefix}} {{pos}} {{msg}}  {{elapsed}}"
-    ))?;
-    let bar = indicatif::ProgressBar::new(1);
-    let mut phase = String::new();
+    let counted = indicatif::ProgressStyle::with_template("{spinner} {prefix} {bar:30} {msg}")?
+        .progress_chars("=> ");
+    let open = indicatif::ProgressStyle::with_template("{spinner} {prefix} {msg}")?;
+    // Drawn (on a terminal, with `--progress auto`) once the first status is in.
+    let bar = indicatif::ProgressBar::hidden();
+    bar.set_length(BAR_LENGTH);
+    let mut drawn = false;
+    let started = Instant::now();
+    let mut pace: Option<Pace> = None;
+    // When the last line was printed, in which phase, and what it said.
+    let mut printed: Option<(Instant, String, String)> = None;
     loop {
         let answer = client.call(Method::GET, path, app, None).await?;
         let job = key.map_or(&answer, |k| &answer[k]);
-        let progress = &job["progress"];
-        let name = progress["phase"].as_str().unwrap_or_default();
-        if name != phase {
-            // Each phase has its own work and pace.
-            phase = name.to_owned();
-            bar.reset();
+        let now = measure(job);
+        let running = job["state"] == "running";
+        // Each phase has its own work and pace.
+        let pace = match &mut pace {
+            Some(p) if p.phase == now.phase => p,
+            slot => slot.insert(Pace::new(&now)),
+        };
+        let label = match now.phase.as_str() {
+            "" => what.to_owned(),
+            phase if phase == what => what.to_owned(),
+            phase => format!("{what} {phase}"),
+        };
+        let text = pace.describe(&now, running);
+        let total = now.total.filter(|t| *t > 0.0);
+        bar.set_style(if total.is_some() { &counted } else { &open }.clone());
+        bar.set_prefix(label.clone());
+        bar.set_message(text.clone());
+        if let Some(total) = total {
+            bar.set_position((now.done / total * BAR_LENGTH as f64) as u64);
         }
-        bar.set_prefix(format!(
-            "{name} ({}/{})",
-            progress["step"], progress["steps"]
-        ));
-        bar.set_message(progress["unit"].as_str().unwrap_or_default().to_owned());
-        match progress["total"].as_u64() {
-            Some(total) => {
-                bar.set_style(counted.clone());
-                bar.set_length(total);
-            }
-            None => bar.set_style(open.clone()),
+        if client.progress == ProgressMode::Auto && !drawn {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            drawn = true;
         }
-        bar.set_position(progress["done"].as_u64().unwrap_or(0));
         bar.tick();
-        if job["state"] != "running" {
+        if client.progress == ProgressMode::Plain {
+            // A line when the phase changes, when the job ends, and at most one a second
+            // between, when it moved.
+            let line = format!("{label}: {text}");
+            let due = match &printed {
+                None => true,
+                Some((at, phase, last)) => {
+                    !running
+                        || *phase != now.phase
+                        || (at.elapsed() >= Duration::from_secs(1) && *last != line)
+                }
+            };
+            if due {
+                if running {
+                    eprintln!("{line}");
+                } else {
+                    let state = job["state"].as_str().unwrap_or("ended");
+                    eprintln!("{line} ({state} after {})", duration(started.elapsed()));
+                }
+                printed = Some((Instant::now(), now.phase.clone(), line));
+            }
+        }
+        if !running {
             bar.finish();
             return Ok(answer);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The positions of a progress bar with a total (the work's share of it, in thousandths).
+const BAR_LENGTH: u64 = 1000;
 
 pub fn keys(command: KeysCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
     let client = Client::new(target, config)?;
@@ -725,7 +1021,7 @@ pub fn jobs(command: JobsCommand, target: &Target, config: &Config) -> anyhow::R
     let JobsCommand::Watch { app } = command;
     block_on(async {
         let path = "/1/strategies/personalization/job";
-        print(&watch(&client, path, &app, None, "recompute").await?)
+        print(&watch(&client, path, &app, None, "recompute", recompute_measured).await?)
     })
 }
 
@@ -796,7 +1092,7 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
                 return print(&out);
             }
         };
-        print(&watch(&client, "/1/als/train", &app, None, "ALS").await?)
+        print(&watch(&client, "/1/als/train", &app, None, "ALS", measured).await?)
     })
 }
 
@@ -873,7 +1169,8 @@ async fn schedules(client: &Client, command: RecommendCommand) -> anyhow::Result
     print(&out)
 }
 
-/// `penchant recommend --app A --user u`: what the Recommend API answers for a user.
+/// `penchant recommend --app A [--user u | --object-id i | --model trending-facets --facet-name f]`:
+/// what the Recommend API answers.
 #[derive(Debug, Args)]
 pub struct ShowArgs {
     #[arg(long)]
@@ -884,12 +1181,19 @@ pub struct ShowArgs {
     /// The index (default: the index of the app's `for-you` queue).
     #[arg(long)]
     index: Option<String>,
-    /// The model (recommended-for-you, trending-items, ...).
-    #[arg(long, default_value = "recommended-for-you")]
+    /// The model.
+    #[arg(long, default_value = "recommended-for-you", value_parser = model_parser())]
     model: String,
     /// The item, for bought-together, related-products and looking-similar.
     #[arg(long)]
     object_id: Option<String>,
+    /// The facet whose values trending-facets ranks (e.g. brand); with --facet-value, the
+    /// facet trending-items keeps to.
+    #[arg(long, required_if_eq("model", "trending-facets"))]
+    facet_name: Option<String>,
+    /// The facet value trending-items keeps to (with --facet-name).
+    #[arg(long, requires = "facet_name")]
+    facet_value: Option<String>,
     #[arg(long, default_value_t = 10)]
     max: usize,
 }
@@ -908,7 +1212,7 @@ pub fn recommend(
                     .call(Method::POST, "/1/recommend/build", &app, None)
                     .await?;
                 let path = "/1/recommend/build";
-                return print(&watch(&client, path, &app, None, "build").await?);
+                return print(&watch(&client, path, &app, None, "build", measured).await?);
             }
             Some(command) => return schedules(&client, command).await,
             None => {}
@@ -942,6 +1246,12 @@ pub fn recommend(
         if let Some(id) = &show.object_id {
             request["objectID"] = json!(id);
         }
+        if let Some(name) = &show.facet_name {
+            request["facetName"] = json!(name);
+        }
+        if let Some(value) = &show.facet_value {
+            request["facetValue"] = json!(value);
+        }
         let out = client
             .call(
                 Method::POST,
@@ -957,9 +1267,14 @@ pub fn recommend(
             (None, "") => "everyone".to_owned(),
             (None, user) => user.to_owned(),
         };
+        // What is ranked: a facet's values, or the items of one facet value, or items.
+        let what = match (&show.facet_name, &show.facet_value) {
+            (Some(name), Some(value)) => format!("{} of {name}:{value}", show.model),
+            (Some(name), None) => format!("{} {name}", show.model),
+            _ => show.model.clone(),
+        };
         eprintln!(
-            "{} for {whom} in {index}: answered by {} ({})",
-            show.model,
+            "{what} for {whom} in {index}: answered by {} ({})",
             result["answeredBy"].as_str().unwrap_or("?"),
             result["source"].as_str().unwrap_or("?")
         );
@@ -1037,4 +1352,49 @@ pub fn sets(command: SetsCommand, target: &Target, config: &Config) -> anyhow::R
         };
         print(&out)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_acl_is_offered_by_its_server_name() {
+        assert_eq!(ACL_NAMES.len(), 16);
+        for name in ["search", "addObject", "seeUnretrievableAttributes", "admin"] {
+            assert!(ACL_NAMES.iter().any(|n| n == name), "{name}");
+        }
+    }
+
+    /// A recompute's bar moves within its ranges, from their checkpoints, not range by range.
+    #[test]
+    fn a_recompute_is_measured_within_its_ranges() {
+        let job = |ranges: Value| {
+            json!({"state": "running", "users": 700, "skipped": 2, "ranges": ranges,
+                   "progress": {"phase": "recompute"}})
+        };
+        // Tokens share "user_0": the digits after it place the checkpoints.
+        let measured = recompute_measured(&job(json!([
+            {"start": null, "end": "user_05000", "after": "user_02500", "done": false},
+            {"start": "user_05000", "end": null, "after": "user_06000", "done": false},
+        ])));
+        assert_eq!(measured.total, Some(2.0));
+        assert_eq!(measured.also, Some((702.0, "users")));
+        // Read as decimals: half of the first range, a fifth of the second.
+        assert!((measured.done - 0.7).abs() < 0.001, "{}", measured.done);
+        // A range done counts one; one not started, none; a range never shows done early.
+        let measured = recompute_measured(&job(json!([
+            {"start": null, "end": "m", "after": "l", "done": true},
+            {"start": "m", "end": null, "after": null, "done": false},
+        ])));
+        assert_eq!(measured.done, 1.0);
+        let measured = recompute_measured(&job(json!([
+            {"start": null, "end": null, "after": "zzz", "done": false},
+        ])));
+        assert!(measured.done < 1.0);
+        assert_eq!(count(2.96), "2.9");
+        assert_eq!(count(3.0), "3");
+    }
 }

@@ -42,7 +42,8 @@ enum Command {
     Sets(SetsArgs),
     /// Train an app's ALS vectors, follow the training, evaluate it (global admin key).
     Als(AlsArgs),
-    /// Show a user's recommendations, or build an app's lists and queues (global admin key).
+    /// Show what a Recommend model answers (a user's recommendations, an item's, trending items
+    /// or facet values), or build an app's lists and queues (global admin key).
     #[command(args_conflicts_with_subcommands = true)]
     Recommend(RecommendArgs),
     /// Run a benchmark and print its table (the `penchant-bench` executable next to this one).

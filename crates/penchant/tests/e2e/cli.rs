@@ -332,8 +332,36 @@ fn apps_and_keys_commands_manage_a_running_server() {
     assert!(ok, "{err}");
     let (ok, _, err) = admin(&["keys", "delete", "--app", "CLIAPP", &key]);
     assert!(!ok && err.contains("Key does not exist"), "{err}");
-    let (ok, _, err) = admin(&["keys", "create", "--app", "CLIAPP", "--acl", "fly"]);
-    assert!(!ok && err.contains("fly"), "{err}");
+    // Every ACL the server accepts is offered, and can be given; another is refused, naming
+    // them all.
+    let acls: Vec<String> = penchant_engine::tenancy::Acl::ALGOLIA
+        .iter()
+        .chain([&penchant_engine::tenancy::Acl::Admin])
+        .map(|acl| {
+            serde_json::to_value(acl)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(acls.len(), 16);
+    let help = penchant()
+        .args(["keys", "create", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for acl in &acls {
+        assert!(help.contains(acl.as_str()), "{acl} missing:\n{help}");
+    }
+    let all = acls.join(",");
+    let (ok, created, err) = admin(&["keys", "create", "--app", "CLIAPP", "--acl", &all]);
+    assert!(ok && created["key"].is_string(), "{err}");
+    let (ok, _, err) = admin(&["keys", "create", "--app", "CLIAPP", "--acl", "search,fly"]);
+    assert!(!ok && err.contains("'fly'"), "{err}");
+    for acl in &acls {
+        assert!(err.contains(acl.as_str()), "{acl} not named:\n{err}");
+    }
     let (_, apps, _) = admin(&["apps", "list"]);
     assert_eq!(apps["apps"][0]["appID"], "CLIAPP");
     // Without a terminal to confirm on, a deletion needs --yes.
@@ -419,6 +447,19 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
     let dir = tempfile::tempdir().unwrap();
     let (child, url) = common::serve_in(dir.path(), "root");
     post_ok(&url, "/1/apps", "", serde_json::json!({"appID": "JOBS"})).await;
+    let events: Vec<serde_json::Value> = (0..3)
+        .map(|u| {
+            serde_json::json!({"eventType": "view", "eventName": "Viewed", "index": "shop",
+                "userToken": format!("u{u}"), "filters": ["brand:acme"]})
+        })
+        .collect();
+    post_ok(
+        &url,
+        "/1/events",
+        "JOBS",
+        serde_json::json!({ "events": events }),
+    )
+    .await;
     let strategy = serde_json::json!({
         "eventsScoring": [{"eventName": "Viewed", "eventType": "view", "score": 10}],
         "facetsScoring": [{"facetName": "brand", "score": 10}],
@@ -427,6 +468,7 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
     post_ok(&url, "/1/strategies/personalization", "JOBS", strategy).await;
     let out = penchant()
         .args(["jobs", "watch", "--app", "JOBS", "--server", &url])
+        .args(["--progress", "plain"])
         .env("PENCHANT_AUTH__ADMIN_KEY", "root")
         .output()
         .unwrap();
@@ -443,6 +485,23 @@ async fn jobs_watch_follows_a_recompute_to_its_end() {
     assert_eq!(progress["phase"], "recompute", "{job}");
     assert_eq!(progress["unit"], "ranges", "{job}");
     assert_eq!(progress["done"], progress["total"], "{job}");
+    // Off a terminal, `--progress plain` prints lines: ranges done out of all (moving within
+    // each range), users so far; the last one when the job ended.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ranges = progress["total"].as_u64().unwrap();
+    assert!(
+        stderr
+            .lines()
+            .all(|l| l.starts_with("recompute: ") && l.contains(&format!("/{ranges} ranges, "))),
+        "{stderr}"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "recompute: {ranges}/{ranges} ranges, 3 users (done after "
+        )),
+        "{stderr}"
+    );
     signal(&child, "-TERM");
     assert!(wait(child).0.success());
 }
@@ -488,10 +547,18 @@ async fn als_train_follows_a_training_and_evaluate_prints_metrics() {
             "4",
             "--iterations",
             "5",
+            "--progress",
+            "plain",
         ],
     );
     assert!(ok, "{err}");
     assert_eq!(status["state"], "done", "{status}");
+    // A training knows its total: its lines count iterations out of it.
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("ALS train: 5/5 iterations (done after "),
+        "{err}"
+    );
     assert_eq!(
         (&status["users"], &status["items"], &status["interactions"]),
         (
@@ -632,9 +699,9 @@ async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
             "/1/indexes/shop/batch",
             "REC",
             serde_json::json!({"requests": [
-                {"action": "addObject", "body": {"objectID": "a"}},
-                {"action": "addObject", "body": {"objectID": "b"}},
-                {"action": "addObject", "body": {"objectID": "c"}},
+                {"action": "addObject", "body": {"objectID": "a", "brand": "acme"}},
+                {"action": "addObject", "body": {"objectID": "b", "brand": "zenith"}},
+                {"action": "addObject", "body": {"objectID": "c", "brand": "acme"}},
             ]}),
         ),
         (
@@ -663,10 +730,18 @@ async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
             resp.text().await.unwrap()
         );
     }
-    let (ok, status, err) = admin_command(&url, &["recommend", "build", "--app", "REC"]);
+    let args = ["recommend", "build", "--app", "REC", "--progress", "plain"];
+    let (ok, status, err) = admin_command(&url, &args);
     assert!(ok, "{err}");
     assert_eq!(status["state"], "done", "{status}");
     assert_eq!(status["users"], 2, "{status}");
+    // Off a terminal, `--progress plain` prints the progress as lines; the build's status
+    // knows no totals (events, users), so its lines count without one.
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("build done (2/2): 2 users (done after "),
+        "{err}"
+    );
     // u2 converted on "a": its queue holds the rest; the index comes from the queue.
     let (ok, result, err) = admin_command(&url, &["recommend", "--app", "REC", "--user", "u2"]);
     assert!(ok, "{err}");
@@ -704,6 +779,66 @@ async fn recommend_builds_with_progress_and_shows_a_users_recommendations() {
     assert!(ok, "{err}");
     assert_eq!(result["answeredBy"], "bought-together", "{result}");
     assert!(err.contains("bought-together for a in shop"), "{err}");
+    // Trending facets: a facet's values, ranked by the trending items holding them.
+    let args = [
+        "recommend",
+        "--app",
+        "REC",
+        "--model",
+        "trending-facets",
+        "--facet-name",
+        "brand",
+    ];
+    let (ok, result, err) = admin_command(&url, &args);
+    assert!(ok, "{err}");
+    assert_eq!(result["answeredBy"], "trending-facets", "{result}");
+    let values: Vec<(&str, &str)> = result["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["facetName"].as_str().unwrap(),
+                h["facetValue"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(values, [("brand", "acme"), ("brand", "zenith")], "{result}");
+    assert!(
+        err.contains("trending-facets brand for everyone in shop"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1. acme") && err.contains("2. zenith"),
+        "{err}"
+    );
+    // Trending items of one facet value.
+    let args = [
+        "recommend",
+        "--app",
+        "REC",
+        "--model",
+        "trending-items",
+        "--facet-name",
+        "brand",
+        "--facet-value",
+        "zenith",
+    ];
+    let (ok, result, err) = admin_command(&url, &args);
+    assert!(ok, "{err}");
+    let ids: Vec<&str> = result["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["objectID"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["b"], "{result}");
+    // trending-facets needs its facet; a model is one of the API's.
+    let args = ["recommend", "--app", "REC", "--model", "trending-facets"];
+    let (ok, _, err) = admin_command(&url, &args);
+    assert!(!ok && err.contains("--facet-name"), "{err}");
+    let (ok, _, err) = admin_command(&url, &["recommend", "--app", "REC", "--model", "hot"]);
+    assert!(!ok && err.contains("trending-facets"), "{err}");
     // Schedules: shown, then one setting changed (the others stay).
     let (ok, shown, err) = admin_command(&url, &["recommend", "schedules", "--app", "REC"]);
     assert!(ok, "{err}");
