@@ -103,7 +103,7 @@ export function overviewPage(root, ctx) {
     try {
       const data = await api('GET', `/1/stats/events?hours=${hours.value}`);
       if (!ctx.alive()) return;
-      fill(chartBox, eventsChart(data));
+      fill(chartBox, eventsChart(data, chartBox.clientWidth));
       updated.textContent = `Updated ${time(Date.now())}; refreshed every 10 s.`;
     } catch (e) {
       if (ctx.alive()) fill(chartBox, errorBox(e, 'Events per minute'));
@@ -281,6 +281,9 @@ export function stateBadge(state) {
   return h('span', { class: `badge state-${state}`, dataset: { state } }, state);
 }
 
+/** What a recompute's `events` counts. */
+const ROWS_READ = 'Rows read: the per-day aggregates of the users’ events (one row per user and active day), so fewer than the events they sum.';
+
 export function recomputeView(job) {
   const now = job.finishedAt || Date.now();
   const seconds = (now - job.startedAt) / 1000;
@@ -294,13 +297,16 @@ export function recomputeView(job) {
     h('p', null, stateBadge(job.state), ` started ${time(job.startedAt)}`, job.finishedAt ? `, finished ${time(job.finishedAt)}` : ''),
     h('div', { class: 'stats' },
       stat('users', num(job.users), { dataset: { users: job.users } }),
-      stat('events', num(job.events)),
+      // The status's `events` counts the rows the job read: per-day aggregates (one per user
+      // and active day), not events.
+      stat('rows read', num(job.events), { class: 'stat rows-read', title: ROWS_READ }),
       stat('skipped', num(job.skipped)),
       stat('users / s', rate(job.users)),
-      stat('events / s', rate(job.events)),
+      stat('rows / s', rate(job.events), { title: ROWS_READ }),
       stat('ranges done', `${job.rangesDone} / ${ranges.length}`),
       eta !== null ? stat('ETA', duration(eta)) : null,
     ),
+    h('p', { class: 'small muted rows-read-note' }, ROWS_READ),
     job.error ? errorBox(job.error, 'The job failed') : null,
     ranges.length
       ? table(
@@ -309,7 +315,7 @@ export function recomputeView(job) {
             { label: 'Progress', cell: (r, i) => bar(fractions[i], r.done ? 'done' : `after ${r.after ?? '(nothing yet)'}`, r.done ? 'done' : null) },
             { label: 'Last user', cell: (r) => r.after ?? '—' },
             { label: 'Users', cell: (r) => num(r.users), num: true },
-            { label: 'Events', cell: (r) => num(r.events), num: true },
+            { label: 'Rows read', cell: (r) => num(r.events), num: true },
           ],
           ranges,
           { class: 'ranges-table' },
@@ -329,6 +335,38 @@ export function progressView(job) {
   const fraction = finished ? 1 : p.total ? p.done / p.total : (p.step - 1) / p.steps;
   return h('div', { class: 'job-progress', dataset: { phase: p.phase } },
     bar(Math.min(1, fraction), label, finished ? 'done' : null), ' ', h('span', { class: 'small muted' }, label));
+}
+
+/** A migration's checkpoint — the hex key of the last event row done, `app 0 · user 0 · time
+ * (ms, u64 BE) · discriminator (u64 BE)` — as a person reads it: the user and the event's time;
+ * a key of another shape as its printable runs. */
+export function checkpoint(hex, appID) {
+  const bytes = /^([0-9a-f]{2})*$/i.test(hex) ? Uint8Array.from(hex.match(/../g) || [], (b) => parseInt(b, 16)) : null;
+  if (!bytes) return String(hex);
+  const text = (from, to) => new TextDecoder().decode(bytes.subarray(from, to));
+  const zero = bytes.indexOf(0);
+  const userEnd = zero < 0 ? -1 : bytes.indexOf(0, zero + 1);
+  if (zero >= 0 && userEnd > zero && text(0, zero) === appID) {
+    const user = text(zero + 1, userEnd);
+    const rest = bytes.subarray(userEnd + 1);
+    if (rest.length === 16) {
+      const ms = Number(new DataView(rest.buffer, rest.byteOffset, 8).getBigUint64(0));
+      return `user ${user}, event of ${time(ms)}`;
+    }
+    return `user ${user}`;
+  }
+  // Printable ASCII runs, the rest elided.
+  const runs = [];
+  let run = '';
+  for (const b of bytes) {
+    if (b >= 0x20 && b < 0x7f) run += String.fromCharCode(b);
+    else if (run) {
+      runs.push(run);
+      run = '';
+    }
+  }
+  if (run) runs.push(run);
+  return runs.length ? runs.join(' · ') : `${bytes.length} bytes`;
 }
 
 function kv(pairs) {
@@ -409,7 +447,7 @@ export function jobsPage(root, ctx) {
               { label: 'State', cell: (j) => stateBadge(j.state) },
               { label: 'Took', cell: (j) => (j.finishedAt ? duration((j.finishedAt - j.startedAt) / 1000) : '—') },
               { label: 'Users', cell: (j) => num(j.users), num: true },
-              { label: 'Events', cell: (j) => num(j.events), num: true },
+              { label: 'Rows read', cell: (j) => num(j.events), num: true },
               { label: 'Skipped', cell: (j) => num(j.skipped), num: true },
             ],
             v.jobs,
@@ -427,7 +465,7 @@ export function jobsPage(root, ctx) {
         ['users', num(t.users)],
         ['items', num(t.items)],
         ['interactions', num(t.interactions)],
-        ['events', num(t.events)],
+        ['events read', num(t.events)],
         ['finished', time(t.finishedAt)],
       ]),
       t.error ? errorBox(t.error, 'The training failed') : null,
@@ -459,7 +497,7 @@ export function jobsPage(root, ctx) {
               kv([
                 ['rows backfilled', num(m.backfilled)],
                 ['rows dropped', num(m.dropped)],
-                ['checkpoint', m.after ?? '—'],
+                ['checkpoint', m.after ? h('span', { class: 'checkpoint', title: `row key ${m.after}` }, checkpoint(m.after, ctx.creds.appID)) : '—'],
                 ['finished', time(m.finishedAt)],
               ]),
               m.error ? errorBox(m.error, 'The migration failed') : null,
@@ -636,7 +674,7 @@ function hitsTable(hits, cls) {
       { label: 'Score', cell: (x) => (x._score === undefined ? '—' : Number(x._score).toFixed(2)), num: true },
     ],
     hits,
-    { class: cls },
+    { class: `hits-table ${cls}` },
   );
 }
 

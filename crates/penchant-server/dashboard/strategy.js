@@ -254,8 +254,15 @@ export function strategyPage(root, ctx) {
       ]);
       if (seq !== simSeq || !ctx.alive()) return;
       simulated = true;
+      // The multi-get answers null for an objectID the index has no record of: ranked all
+      // the same (the simulator scores what it is given), but marked.
       const byID = new Map();
-      ids.forEach((id, i) => byID.set(id, records.results[i] || { objectID: id }));
+      const missing = new Set();
+      ids.forEach((id, i) => {
+        const record = records.results[i];
+        if (!record) missing.add(id);
+        byID.set(id, record || { objectID: id });
+      });
       const prefer = strategy.facetsScoring.map((f) => f.facetName);
       const inputPos = new Map(ids.map((id, i) => [id, i]));
       const savedPos = result.saved ? new Map(result.saved.hits.map((x, i) => [x.objectID, i])) : null;
@@ -269,7 +276,13 @@ export function strategyPage(root, ctx) {
                   [
                     { label: '#', cell: (_, i) => i + 1, num: true },
                     { label: 'Move', cell: (x, i) => move(basis.get(x.objectID), i) },
-                    { label: 'Object ID', cell: (x) => x.objectID },
+                    {
+                      label: 'Object ID',
+                      cell: (x) =>
+                        missing.has(x.objectID)
+                          ? [x.objectID, h('span', { class: 'not-in-catalog', title: `${index} has no record ${x.objectID}` }, 'not in the catalog')]
+                          : x.objectID,
+                    },
                     { label: 'Attributes', cell: (x) => attributes(byID.get(x.objectID) || {}, 2, prefer) },
                     { label: 'Score', cell: (x) => score3(x), num: true },
                   ],
@@ -285,6 +298,10 @@ export function strategyPage(root, ctx) {
           column('Saved strategy', result.saved, inputPos, 'sim-saved'),
           column('Edited strategy', result.edited, savedPos || inputPos, 'sim-edited')),
         h('p', { class: 'muted small' }, `Moves: against ${savedPos ? 'the saved strategy’s order' : 'the given order'} for the edited column, the given order for the saved one.`),
+        missing.size
+          ? h('p', { class: 'small not-in-catalog-note', id: 'sim-missing' },
+              `Not in the catalog of ${index}: ${[...missing].join(', ')} — no record, so no facet value to score; a search of ${index} never returns them.`)
+          : null,
       );
     } catch (e) {
       if (seq === simSeq && ctx.alive()) fill(simOut, errorBox(e, 'Simulation'));

@@ -1183,7 +1183,8 @@ impl Engine {
     }
 
     /// `looking-similar`: the item's neighbours in the space the request names, else the space
-    /// of the index's uploaded (untrained) vectors.
+    /// of the index's uploaded (untrained) vectors; none when the index has no space (the
+    /// answer falls back to trending items).
     async fn looking_similar(
         &self,
         app: &str,
@@ -1207,14 +1208,9 @@ impl Engine {
                     .or_else(|| spaces.iter().find(of_index));
                 match chosen {
                     Some(space) => space.name.clone(),
-                    None => {
-                        return Err(EngineError::Invalid(format!(
-                            "looking-similar reads item vectors: create a space for index '{}' \
-                             (POST /1/vectors with \"index\") and upload its items' vectors, or \
-                             name a space with \"space\"",
-                            req.index_name
-                        )));
-                    }
+                    // No vectors yet: like any model without data, the answer falls back to
+                    // trending items (a page's widget keeps working until vectors arrive).
+                    None => return Ok((Vec::new(), "vectors", None)),
                 }
             }
         };

@@ -303,6 +303,7 @@ impl Job for Trainings {
         status.users = outcome.users;
         status.items = outcome.items;
         status.interactions = outcome.interactions;
+        status.events = outcome.events;
         Ok(JobState::Done)
     }
 
@@ -319,6 +320,8 @@ struct Outcome {
     users: usize,
     items: usize,
     interactions: usize,
+    /// Events read (in the retention window).
+    events: u64,
 }
 
 /// An app's events as training data: users and items numbered in order of appearance.
@@ -621,7 +624,7 @@ impl Trainings {
         let data = self.read(app, config.index.as_deref(), &weights).await?;
         let space = self.target_space(app, config).await?;
         let als = config.als.clone();
-        let (users, items) = (data.users.len(), data.items.len());
+        let (users, items, events) = (data.users.len(), data.items.len(), data.read);
         let started = Instant::now();
         let factors = tokio::task::spawn_blocking(move || {
             let triples = data.events.iter().map(|(u, i, w, _)| (*u, *i, *w));
@@ -668,6 +671,7 @@ impl Trainings {
             users,
             items,
             interactions,
+            events,
         }))
     }
 
@@ -722,6 +726,7 @@ impl Trainings {
             users: folded.users.len(),
             items: folded.items.len(),
             interactions: folded.interactions,
+            events: data.read,
         }))
     }
 

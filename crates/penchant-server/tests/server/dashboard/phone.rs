@@ -31,6 +31,19 @@ async fn at_a_phone_width_nothing_overflows_and_the_nav_works() {
         assert_eq!(width, json!(super::PHONE.0), "the window is a phone's width");
         page.until("the chart", "document.querySelector('#events-chart svg')").await;
         page.until_text("#events-chart li[data-type=click]", "click: 1").await;
+        // The axis labels as rendered (font size × the SVG's scale to the screen): readable.
+        let sizes = page.until(
+            "axis labels of 10 px at least",
+            "(() => { const s = [...document.querySelectorAll('#events-chart svg text.axis')]                .map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a);                return s.length && s.every(x => x >= 10) && s; })()",
+        )
+        .await;
+        assert!(sizes.as_array().unwrap().len() >= 7, "{sizes}");
+        // Their boxes too, and every label inside the window.
+        let boxes = page.js("return [...document.querySelectorAll('#events-chart svg text.axis')].map(t => { const r = t.getBoundingClientRect(); return [r.height, r.left, r.right]; })", vec![]).await;
+        for b in boxes.as_array().unwrap() {
+            let [height, left, right]: [f64; 3] = serde_json::from_value(b.clone()).unwrap();
+            assert!(height >= 10.0 && left >= 0.0 && right <= super::PHONE.0 as f64, "{boxes}");
+        }
         page.screenshot("overview-phone").await;
         for (link, page_id) in [
             ("strategy", "page-strategy"),

@@ -187,6 +187,29 @@ async fn the_simulator_ranks_under_the_saved_and_the_edited_strategy() {
         page.until("three listed items", "[...document.querySelectorAll('#sim-edited tbody tr')].map(r => r.cells[2].innerText.trim()).join() === 'g1,a1,s1'").await;
         page.screenshot("strategy").await;
         page.assert_no_errors().await;
+
+        // An objectID the catalog lacks is ranked, and marked so in both columns.
+        page.type_into("#sim-items", "a1, nope9").await;
+        page.click("#sim-run").await;
+        page.until("the unknown item", "document.querySelectorAll('#sim-edited tbody tr').length === 2 && document.querySelector('#sim-missing')").await;
+        for column in ["sim-saved", "sim-edited"] {
+            let marks = page.js(&format!("return Object.fromEntries([...document.querySelectorAll('#{column} tbody tr')].map(r => [r.cells[2].firstChild.textContent.trim(), r.cells[2].querySelector('.not-in-catalog')?.innerText ?? null]))"), vec![]).await;
+            assert_eq!(marks, json!({"a1": null, "nope9": "not in the catalog"}), "{column}");
+        }
+        page.until_text("#sim-missing", "Not in the catalog of products: nope9").await;
+        // The mark wraps in its cell: each column's Score header stays inside its box.
+        let edges = page.js(
+            "return ['sim-saved', 'sim-edited'].map(id => { \
+               const th = [...document.querySelectorAll(`#${id} th`)].find(c => c.innerText.trim() === 'Score'); \
+               return [th.getBoundingClientRect().right, th.closest('.table-wrap').getBoundingClientRect().right]; })",
+            vec![],
+        )
+        .await;
+        for edge in edges.as_array().unwrap() {
+            let [score, wrap]: [f64; 2] = serde_json::from_value(edge.clone()).unwrap();
+            assert!(score <= wrap + 0.5, "the Score header is past its box: {edges}");
+        }
+        page.assert_no_errors().await;
     })
     .await;
 }
