@@ -1,13 +1,13 @@
 //! Headless Chromium driven over WebDriver: chromedriver as a child process (its process group
-//! killed on drop), one fantoccini session per test, and helpers that wait for what the page
-//! shows.
+//! killed on drop), one session per test ([`super::webdriver`]), and helpers that wait for what
+//! the page shows.
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use super::webdriver::{Client, Element};
 use serde_json::{Value, json};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -125,13 +125,7 @@ where
         "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
         "goog:loggingPrefs": {"browser": "ALL"},
     });
-    let Value::Object(capabilities) = capabilities else {
-        unreachable!()
-    };
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    let client = ClientBuilder::new(connector)
-        .capabilities(capabilities)
-        .connect(&driver.url())
+    let client = Client::connect(&driver.url(), capabilities)
         .await
         .expect("a WebDriver session in Chromium");
     client
@@ -226,14 +220,14 @@ impl Page {
     }
 
     /// The element at `css` (waiting for it).
-    pub async fn find(&self, css: &str) -> fantoccini::elements::Element {
+    pub async fn find(&self, css: &str) -> Element {
         self.until(
             &format!("element {css}"),
             &format!("document.querySelector({})", json!(css)),
         )
         .await;
         self.client
-            .find(Locator::Css(css))
+            .find(css)
             .await
             .unwrap_or_else(|e| panic!("{css}: {e}"))
     }
@@ -316,9 +310,7 @@ impl Page {
 
     /// Chromium's console entries since the last call (chromedriver's log endpoint).
     pub async fn console(&self) -> Vec<Value> {
-        let Ok(Some(session)) = self.client.session_id().await else {
-            return vec![];
-        };
+        let session = self.client.session_id();
         let resp = reqwest::Client::new()
             .post(format!("{}/session/{session}/se/log", self.driver_url))
             .json(&json!({"type": "browser"}))
@@ -354,7 +346,7 @@ impl Page {
     /// `goog/cdp/execute`); `None` if that fails.
     async fn full_page_png(&self) -> Option<Vec<u8>> {
         use base64::Engine as _;
-        let session = self.client.session_id().await.ok()??;
+        let session = self.client.session_id();
         let http = reqwest::Client::new();
         let url = format!("{}/session/{session}/goog/cdp/execute", self.driver_url);
         let cdp = |cmd: &'static str, params: Value| {

@@ -6,6 +6,7 @@
 
 mod browser;
 mod seed;
+mod webdriver;
 
 mod assets;
 mod errors;
