@@ -54,6 +54,11 @@ pub struct BuildStatus {
     pub started_at: i64,
     pub finished_at: Option<i64>,
     pub error: Option<String>,
+    /// What the previous finished build counted (events, users): this one's expected totals,
+    /// for its progress (the app's events and users change little between two builds, and
+    /// counting them first would cost a pass over both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<(u64, u64)>,
     /// How far it is (every kind's status has one, in the same shape).
     #[serde(default)]
     pub progress: Progress,
@@ -61,11 +66,14 @@ pub struct BuildStatus {
 
 impl BuildStatus {
     fn measure(&self) -> Progress {
-        let (done, unit) = match self.phase {
-            Phase::Lists => (self.events, "events"),
-            Phase::Queues | Phase::Done => (self.users, "users"),
+        let (done, unit, expected) = match self.phase {
+            Phase::Lists => (self.events, "events", self.expected.map(|(e, _)| e)),
+            Phase::Queues | Phase::Done => (self.users, "users", self.expected.map(|(_, u)| u)),
         };
-        Progress::of(&self.phase, &[Phase::Lists, Phase::Queues], done, unit)
+        let mut progress = Progress::of(&self.phase, &[Phase::Lists, Phase::Queues], done, unit);
+        // An estimate: never less than what is done.
+        progress.total = expected.filter(|&t| t > 0).map(|t| t.max(done));
+        progress
     }
 }
 
@@ -116,6 +124,10 @@ impl Engine {
     /// a build of the app runs.
     pub async fn start_build(&self, app: &str) -> Result<BuildStatus> {
         let queues = self.recommend.queues.definitions(app).await?;
+        let expected = match self.recommend.builds.status(app).await? {
+            Some(last) if last.state == JobState::Done => Some((last.events, last.users)),
+            _ => None,
+        };
         let status = BuildStatus {
             state: JobState::Running,
             phase: Phase::Lists,
@@ -128,6 +140,7 @@ impl Engine {
             started_at: self.now_ms(),
             finished_at: None,
             error: None,
+            expected,
             progress: Progress::default(),
         };
         self.recommend

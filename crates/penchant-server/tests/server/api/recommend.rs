@@ -543,6 +543,16 @@ async fn queues_serve_unseen_items_and_forget_deleted_items_and_users() {
     // The build job rebuilds every user with events; the queue's definition goes with DELETE.
     let built = build(&s, a).await;
     assert!(built["users"].as_u64().unwrap() >= 5, "{built}");
+    // The first build knows no totals; the next one expects what this one counted (for the
+    // CLI's ETA).
+    assert_eq!(built["progress"]["total"], Value::Null, "{built}");
+    let again = build(&s, a).await;
+    assert_eq!(
+        again["expected"],
+        json!([built["events"], built["users"]]),
+        "{again}"
+    );
+    assert_eq!(again["progress"]["total"], built["users"], "{again}");
     let peek = ok(&s, a, Method::GET, "/1/queues/for-you/users/u5?n=2", None).await;
     assert_eq!(ids(&peek), ["p0", "p1"]);
     // Credentials in the query string, as search-insights sends them, are not unknown fields.
