@@ -138,8 +138,8 @@ pub struct EngineStats {
     pub caches: Vec<(&'static str, cache::CacheStats)>,
     /// Recompute jobs running on this node.
     pub jobs_running: u64,
-    /// Users (recomputed or skipped as fresh) and raw events this node's jobs went through
-    /// since it started.
+    /// Users (recomputed or skipped as fresh) and rows (per-day aggregates, one per user and
+    /// active day) this node's jobs went through since it started.
     pub recomputed_users: u64,
     pub recomputed_events: u64,
     /// How long the streaming refresh of an ingested batch's profiles took.

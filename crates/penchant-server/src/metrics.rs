@@ -110,7 +110,7 @@ impl Collector for EngineFigures {
             ),
             (
                 "recomputed_events",
-                "raw events the node's recompute jobs counted",
+                "rows the node's recompute jobs read (per-day aggregates: one per user and active day)",
                 stats.recomputed_events,
             ),
         ];

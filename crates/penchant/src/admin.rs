@@ -576,14 +576,41 @@ async fn import(client: &Client, file: &std::path::Path) -> anyhow::Result<Value
             file.display()
         );
     };
-    let opened = tokio::fs::File::open(file).await?;
+    let path = format!("/1/apps/{app_id}/import");
+    upload(
+        client,
+        &path,
+        "",
+        file,
+        "application/x-ndjson",
+        "import",
+        "",
+    )
+    .await
+}
+
+/// POST a file to `path` as it is read, with a progress bar of the bytes sent (and `after`, a
+/// message shown once all is sent while the server works); the server's JSON answer.
+async fn upload(
+    client: &Client,
+    path: &str,
+    app: &str,
+    file: &std::path::Path,
+    content_type: &str,
+    what: &str,
+    after: &'static str,
+) -> anyhow::Result<Value> {
+    let opened = tokio::fs::File::open(file)
+        .await
+        .with_context(|| format!("cannot open {}", file.display()))?;
     let bar = indicatif::ProgressBar::new(opened.metadata().await?.len());
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} import {bar:30} {bytes}/{total_bytes} ({eta} left)  {msg}",
-        )?
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} {{bar:30}} {{bytes}}/{{total_bytes}} ({{eta}} left)  {{msg}}"
+        ))?
         .progress_chars("=> "),
     );
+    bar.set_message(after);
     let sent = bar.clone();
     let stream = tokio_util::io::ReaderStream::new(opened).inspect(move |chunk| {
         if let Ok(chunk) = chunk {
@@ -591,14 +618,8 @@ async fn import(client: &Client, file: &std::path::Path) -> anyhow::Result<Value
         }
     });
     let body = reqwest::Body::wrap_stream(stream);
-    let path = format!("/1/apps/{app_id}/import");
     let result = client
-        .send(
-            Method::POST,
-            &path,
-            "",
-            Some((body, "application/x-ndjson")),
-        )
+        .send(Method::POST, path, app, Some((body, content_type)))
         .await;
     bar.finish_and_clear();
     result
@@ -1319,30 +1340,17 @@ pub fn sets(command: SetsCommand, target: &Target, config: &Config) -> anyhow::R
                     .await?
             }
             SetsCommand::Rebuild { app, name, file } => {
-                let opened = tokio::fs::File::open(&file)
-                    .await
-                    .with_context(|| format!("cannot open {}", file.display()))?;
-                let bar = indicatif::ProgressBar::new(opened.metadata().await?.len());
-                bar.set_style(
-                    indicatif::ProgressStyle::with_template(
-                        "{spinner} rebuild {bar:30} {bytes}/{total_bytes} sent  {msg}",
-                    )?
-                    .progress_chars("=> "),
-                );
-                let sent = bar.clone();
-                let stream = tokio_util::io::ReaderStream::new(opened).inspect(move |chunk| {
-                    if let Ok(chunk) = chunk {
-                        sent.inc(chunk.len() as u64);
-                    }
-                });
-                let body = reqwest::Body::wrap_stream(stream);
-                bar.set_message("building the new generation");
                 let path = format!("/1/sets/{name}/rebuild");
-                let result = client
-                    .send(Method::POST, &path, &app, Some((body, "text/plain")))
-                    .await;
-                bar.finish_and_clear();
-                result?
+                upload(
+                    &client,
+                    &path,
+                    &app,
+                    &file,
+                    "text/plain",
+                    "rebuild",
+                    "building the new generation once all is sent",
+                )
+                .await?
             }
             SetsCommand::Delete { app, name } => {
                 client

@@ -97,7 +97,7 @@ pub struct Recomputes {
     parallelism: usize,
     clock: Clock,
     runner: Runner<Self>,
-    /// Users and raw events this node's jobs recomputed since it started.
+    /// Users and rows (per-day aggregates) this node's jobs recomputed since it started.
     recomputed_users: AtomicU64,
     recomputed_events: AtomicU64,
 }
