@@ -1,7 +1,10 @@
 """Official Algolia clients pointed at a Penchant server: only the host changes."""
 
 import sys
+import warnings
 
+from algoliasearch.abtesting.client import AbtestingClientSync
+from algoliasearch.abtesting.config import AbtestingConfig
 from algoliasearch.http.hosts import Host, HostsCollection
 from algoliasearch.insights.client import InsightsClientSync
 from algoliasearch.insights.config import InsightsConfig
@@ -49,6 +52,16 @@ def recommend_client(host, port, app_id, api_key):
     config = RecommendConfig(app_id, api_key)
     config.hosts = hosts(host, port)
     return RecommendClientSync.create_with_config(config)
+
+
+def abtesting_client(host, port, app_id, api_key):
+    """The A/B testing API v2 (`/2/abtests`). Every v2 method of algoliasearch 4.48 warns that
+    v3 replaces it (DeprecationWarning): Penchant answers v2, so the warning is silenced."""
+    warnings.filterwarnings("ignore", message=r".* /2/abtests.* is deprecated\.",
+                            category=DeprecationWarning)
+    config = AbtestingConfig(app_id, api_key)
+    config.hosts = hosts(host, port)
+    return AbtestingClientSync.create_with_config(config)
 
 
 def penchant(host, port, app_id, api_key, method, path, body=None):

@@ -430,6 +430,32 @@ pub fn queue_definition(app_id: &str, name: &str) -> Bytes {
     Bytes::from(app_and(app_id, &[b"\xff", name.as_bytes()]))
 }
 
+/// A named strategy's row (table `strategies`): `app 0 · name` (the app's strategy is `app 0`).
+pub fn named_strategy(app_id: &str, name: &str) -> Bytes {
+    debug_assert!(part_ok(name));
+    Bytes::from(app_and(app_id, &[name.as_bytes()]))
+}
+
+/// An A/B test's row (table `abtests`): `app 0 · test ID (u32 BE)`; the app's own row
+/// (`app 0`) holds the counter of its test IDs.
+pub fn abtest(app_id: &str, id: u32) -> Bytes {
+    Bytes::from(app_and(app_id, &[&id.to_be_bytes()]))
+}
+
+/// The test ID of an `abtests` row key, if it is a test's.
+pub fn abtest_of(app_id: &str, key: &[u8]) -> Option<u32> {
+    let rest = key.strip_prefix(&app(app_id)[..])?;
+    Some(u32::from_be_bytes(rest.try_into().ok()?))
+}
+
+/// A user's counts in an A/B test (table `abtest_users`): under the user's prefix, so that
+/// deleting the user deletes them.
+pub fn abtest_user(app_id: &str, user_token: &str, id: u32) -> Bytes {
+    let mut key = user(app_id, user_token).to_vec();
+    key.extend_from_slice(&id.to_be_bytes());
+    Bytes::from(key)
+}
+
 /// An item-count row of an index's day (table `trending`), one of a few shards.
 pub fn trending(app_id: &str, index_name: &str, day: i64, shard: u8) -> Bytes {
     let mut key = index(app_id, index_name).to_vec();

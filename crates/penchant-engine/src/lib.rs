@@ -7,6 +7,7 @@
 //! every table is declared in [`tables`], every row key built in [`keys`], and every background
 //! job runs on the runtime of [`jobs`].
 
+pub mod abtests;
 pub mod aggregates;
 mod api;
 pub mod backup;
@@ -36,7 +37,7 @@ pub mod tenancy;
 pub mod vectors;
 mod writes;
 
-pub use api::{Ranking, Simulation};
+pub use api::{AbTestResults, Ranking, RerankOptions, Reranked, Simulation};
 pub(crate) use error::internal;
 pub use error::{EngineError, Result};
 
@@ -185,6 +186,7 @@ pub struct Engine {
     /// Apps' schedule settings, as this node last read them.
     schedule_cache: Arc<api::ScheduleCache>,
     backup_dir: Option<std::path::PathBuf>,
+    abtests: Arc<abtests::AbTests>,
 }
 
 impl Engine {
@@ -303,6 +305,11 @@ impl Engine {
             waiting_counts: Arc::default(),
             schedule_cache: api::schedule_cache(config.strategy_cache_ttl, clock.clone()),
             backup_dir: config.backup_dir.clone(),
+            abtests: Arc::new(abtests::AbTests::new(
+                store.clone(),
+                config.strategy_cache_ttl,
+                clock.clone(),
+            )),
             clock,
             refresh_latency: Arc::default(),
             traffic: Arc::new(stats::Traffic::new(store.clone())),
@@ -331,6 +338,7 @@ impl Engine {
             ("set_descriptions", self.sets.cache_stats()),
             ("vector_spaces", self.vectors.cache_stats()),
             ("trending", self.recommend.cache_stats()),
+            ("abtests", self.abtests.cache_stats()),
         ];
         caches.extend(self.tenancy.cache_stats());
         let (jobs_running, recomputed_users, recomputed_events) = self.recomputes.progress();
@@ -415,6 +423,16 @@ impl Engine {
         );
         let engine = self.clone();
         self.runtime.every(
+            "saving the A/B tests' counts",
+            abtests::results::FLUSH_EVERY,
+            false,
+            move || {
+                let engine = engine.clone();
+                async move { engine.abtests.results.flush().await }
+            },
+        );
+        let engine = self.clone();
+        self.runtime.every(
             "the schedules' round",
             schedules::ROUND_EVERY,
             false,
@@ -473,6 +491,9 @@ impl Engine {
     pub async fn flush(&self) -> Result<()> {
         if let Err(e) = self.traffic.flush().await {
             tracing::warn!(error = %e, "cannot save the traffic counts");
+        }
+        if let Err(e) = self.abtests.results.flush().await {
+            tracing::warn!(error = %e, "cannot save the A/B tests' counts");
         }
         Ok(self.store.flush().await?)
     }

@@ -322,6 +322,8 @@ impl Engine {
         };
         self.tenancy.forget(&app);
         self.schedule_cache.remove(&app);
+        self.abtests.forget(&app);
+        self.strategies.forget(&app);
         self.catalog
             .changing(&app, async { Ok::<_, EngineError>(()) })
             .await?;

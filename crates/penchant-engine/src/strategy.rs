@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use penchant_store::{Mutation, Store};
+use penchant_store::{Mutation, ReadRows, RowSet, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{self, TtlCache};
@@ -20,6 +20,8 @@ const FAMILY: &str = "s";
 const COLUMN: &[u8] = b"strategy";
 pub const MAX_EVENTS_SCORING: usize = 15;
 pub const MAX_FACETS_SCORING: usize = 15;
+/// The longest name of a named strategy, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
 
 /// Strategies, with their versions.
 pub const STRATEGIES: Table = Table {
@@ -203,4 +205,106 @@ impl Strategies {
         self.cache.insert(app.to_owned(), Some(versioned.clone()));
         Ok(versioned)
     }
+
+    /// The cache key of a named strategy (the default's is the app ID alone).
+    fn named_key(app: &str, name: &str) -> String {
+        format!("{app}\0{name}")
+    }
+
+    /// A named strategy (cached for the TTL), if it exists.
+    pub async fn named(&self, app: &str, name: &str) -> Result<Option<Arc<Versioned>>> {
+        let key = Self::named_key(app, name);
+        if let Some(s) = self.cache.get(&key) {
+            return Ok(s);
+        }
+        let row = self
+            .store
+            .read_row(STRATEGIES_TABLE, keys::named_strategy(app, name), None)
+            .await?;
+        let strategy = decode(row.as_ref())?;
+        self.cache.insert(key, strategy.clone());
+        Ok(strategy)
+    }
+
+    /// Save a named strategy. Profiles are not recomputed for it: an answer that names it (an
+    /// A/B test's variant) computes the user's profile with its weights from the user's
+    /// aggregates.
+    pub async fn set_named(
+        &self,
+        app: &str,
+        name: &str,
+        strategy: Strategy,
+    ) -> Result<Arc<Versioned>> {
+        keys::check_name("strategy", name, MAX_NAME_BYTES)?;
+        strategy.check()?;
+        let versioned = Arc::new(Versioned {
+            strategy,
+            version: new_version(&self.clock),
+        });
+        let value =
+            serde_json::to_vec(&*versioned).map_err(|e| crate::internal("serialization", e))?;
+        self.store
+            .mutate_row(
+                STRATEGIES_TABLE,
+                keys::named_strategy(app, name),
+                vec![Mutation::set_now(FAMILY, COLUMN, value)],
+            )
+            .await?;
+        self.cache
+            .insert(Self::named_key(app, name), Some(versioned.clone()));
+        Ok(versioned)
+    }
+
+    /// Delete a named strategy; whether it existed.
+    pub async fn delete_named(&self, app: &str, name: &str) -> Result<bool> {
+        keys::check_name("strategy", name, MAX_NAME_BYTES)?;
+        let existed = self.named(app, name).await?.is_some();
+        self.store
+            .mutate_row(
+                STRATEGIES_TABLE,
+                keys::named_strategy(app, name),
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
+        self.cache.remove(&Self::named_key(app, name));
+        Ok(existed)
+    }
+
+    /// The app's named strategies, by name.
+    pub async fn all_named(&self, app: &str) -> Result<Vec<(String, Arc<Versioned>)>> {
+        let prefix = keys::app(app);
+        let mut out = Vec::new();
+        let rows = self
+            .store
+            .read_all(
+                STRATEGIES_TABLE,
+                ReadRows::new(RowSet::prefix(prefix.clone())),
+            )
+            .await?;
+        for row in rows {
+            let Some(name) = row.key.strip_prefix(&prefix[..]).filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(name).into_owned();
+            if let Some(strategy) = decode(Some(&row))? {
+                out.push((name, strategy));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forget what this node cached of an app's strategies.
+    pub fn forget(&self, app: &str) {
+        let named = format!("{app}\0");
+        self.cache.retain(|k| k != app && !k.starts_with(&named));
+    }
+}
+
+/// The strategy a row holds, if any.
+fn decode(row: Option<&penchant_store::Row>) -> Result<Option<Arc<Versioned>>> {
+    row.and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
+        .map(|v| serde_json::from_slice::<Versioned>(&v))
+        .transpose()
+        .map_err(|e| crate::internal("corrupt strategy", e))
+        .map(|s| s.map(Arc::new))
 }

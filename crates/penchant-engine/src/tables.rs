@@ -11,7 +11,7 @@
 //! | `catalog` | app | `app 0 · index 0 · objectID` |
 //! | `indexes` | app | `app 0 · index 0` |
 //! | `events` | user | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)`; a batch's ingestion intent: `app 0 · 0xFF · batch (u64 BE)` |
-//! | `strategies` | app | `app 0` |
+//! | `strategies` | app | the strategy: `app 0`; a named strategy: `app 0 · name` |
 //! | `profiles` | user | `app 0 · user` |
 //! | `aggregates` | user | `app 0 · user 0 · day since the epoch (u32 BE)` |
 //! | `jobs` | app | `app 0` (a column per job kind) |
@@ -28,6 +28,8 @@
 //! | `stats` | app | `app 0 · hour since the epoch (u32 BE)` |
 //! | `placements` | pinned | an app: `app`; a user: `app 0 · user` |
 //! | `waiting` | app | `app 0 · index 0 · objectID 0 · event row key` |
+//! | `abtests` | app | an A/B test: `app 0 · test ID (u32 BE)`; the app's test ID counter: `app 0` |
+//! | `abtest_users` | user | `app 0 · user 0 · test ID (u32 BE)` |
 //!
 //! Rows: **app**, every row is an app's (`app 0 ...`, one key range per app) and moves with the
 //! app; **user**, rows are users' (`app 0 · user ...`, one range per user) and move with a
@@ -92,7 +94,7 @@ impl Table {
 }
 
 /// Every table, in the order of the module's table.
-pub const ALL: [Table; 22] = [
+pub const ALL: [Table; 24] = [
     crate::tenancy::APPS,
     crate::tenancy::KEYS,
     crate::catalog::CATALOG,
@@ -115,6 +117,8 @@ pub const ALL: [Table; 22] = [
     crate::stats::STATS,
     crate::residency::PLACEMENTS,
     crate::events::waiting::WAITING,
+    crate::abtests::ABTESTS,
+    crate::abtests::ABTEST_USERS,
 ];
 
 /// Create `tables` in the store, and the families they lack if they exist (made by an older

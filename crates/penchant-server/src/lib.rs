@@ -73,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::openapi::routes())
         .merge(metrics::routes())
         .merge(routes::apps::routes())
+        .merge(routes::abtests::routes())
         .merge(routes::backups::routes())
         .merge(routes::keys::routes())
         .merge(routes::events::routes())

@@ -66,6 +66,7 @@ impl Engine {
             Ok(())
         };
         self.traffic.add(app, &counted, self.clock.now_ms());
+        self.abtests.attribute(app, &counted).await?;
         futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
         // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
         // that is already done, which changes nothing.

@@ -13,10 +13,12 @@
 //! | `vectors.rs` | vector spaces, similarity search, ALS training |
 //! | `placement.rs` | placements and moves |
 //! | `schedules.rs` | schedules: settings, and the round that starts what is due |
+//! | `abtests.rs` | A/B tests and named strategies |
 
 #[cfg(doc)]
 use crate::Engine;
 
+mod abtests;
 mod apps;
 mod catalog;
 mod events;
@@ -26,5 +28,6 @@ mod schedules;
 mod sets;
 mod vectors;
 
-pub use profiles::{Ranking, Simulation};
+pub use abtests::AbTestResults;
+pub use profiles::{Ranking, RerankOptions, Reranked, Simulation};
 pub(crate) use schedules::{ScheduleCache, schedule_cache};

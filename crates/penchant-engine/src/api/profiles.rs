@@ -2,11 +2,48 @@
 
 use std::sync::Arc;
 
+use crate::abtests::Served;
 use crate::catalog::Record;
 use crate::profiles::job::RecomputeStatus;
 use crate::profiles::{self, Profile};
 use crate::strategy::{Strategy, Versioned};
-use crate::{Consistency, Engine, Result, keys, rerank};
+use crate::{Consistency, Engine, EngineError, Result, keys, rerank};
+
+/// How a re-ranking call asks to personalize (an A/B test's variant applies over it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RerankOptions {
+    /// Overrides the strategy's impact.
+    pub impact: Option<u32>,
+    /// `false`: keep the hits' order.
+    pub enable_personalization: Option<bool>,
+    /// A named strategy instead of the app's.
+    pub strategy: Option<String>,
+    /// Return a query ID.
+    pub click_analytics: bool,
+    /// `false`: answer as if no A/B test ran on the index.
+    pub enable_ab_test: bool,
+}
+
+impl Default for RerankOptions {
+    fn default() -> Self {
+        Self {
+            impact: None,
+            enable_personalization: None,
+            strategy: None,
+            click_analytics: false,
+            enable_ab_test: true,
+        }
+    }
+}
+
+/// Hits re-ranked: the impact used, each hit's original position and scores (best first), and
+/// what the answer says of A/B testing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reranked {
+    pub impact: u32,
+    pub ranked: Vec<(usize, rerank::Personalization)>,
+    pub served: Served,
+}
 
 /// Strategies and profiles.
 impl Engine {
@@ -65,6 +102,7 @@ impl Engine {
     /// queues.
     pub async fn delete_user(&self, app: &str, user: &str) -> Result<()> {
         keys::check_user_token(user)?;
+        self.abtests.results.forget_user(app, user);
         self.profiles.delete_user(app, user).await
     }
 
@@ -91,22 +129,89 @@ impl Engine {
     /// Re-rank `hits` (records of `index`; a hit holding only its `objectID` is completed from
     /// the catalog) for a user, with the strategy's impact or `impact`. Returns the impact used
     /// and, best first, each hit's position in `hits` with its personalization.
+    ///
+    /// For a user of a running A/B test on `index`, the user's variant applies over `options`
+    /// ([`crate::abtests`]).
     pub async fn rerank(
         &self,
         app: &str,
         index: &str,
         hits: &[Record],
         user: &str,
-        impact: Option<u32>,
-    ) -> Result<(u32, Vec<(usize, rerank::Personalization)>)> {
+        options: RerankOptions,
+    ) -> Result<Reranked> {
         keys::check_user_token(user)?;
         let records = self.complete_hits(app, index, hits).await?;
-        let strategy = self.strategies.get(app).await?;
-        let impact = impact
-            .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
-            .unwrap_or(0);
-        let scores = self.scores(app, user).await?;
-        Ok((impact, rerank::rerank(&records, &scores, impact)))
+        let assignment = match options.enable_ab_test {
+            true => self.abtests.assign(app, index, user).await?,
+            false => None,
+        };
+        let mut options = options;
+        if let Some(params) = assignment.as_ref().map(|a| &a.params) {
+            options.impact = params.personalization_impact.or(options.impact);
+            options.enable_personalization = params
+                .enable_personalization
+                .or(options.enable_personalization);
+            options.strategy = params.personalization_strategy.clone().or(options.strategy);
+        }
+        let (impact, scores) = match options.enable_personalization {
+            Some(false) => (0, profiles::Scores::new()),
+            _ => {
+                self.personalization(app, user, options.impact, options.strategy.as_deref(), true)
+                    .await?
+            }
+        };
+        let served = match &assignment {
+            Some(a) => self.abtests.served(app, a, user, options.click_analytics),
+            None => Served::plain(options.click_analytics),
+        };
+        Ok(Reranked {
+            impact,
+            ranked: rerank::rerank(&records, &scores, impact),
+            served,
+        })
+    }
+
+    /// The impact and the user's scores a personalized answer uses: the app's strategy and the
+    /// stored profile, or a named strategy's and the profile computed with its weights from the
+    /// user's aggregates. `impact` overrides the strategy's. Without a strategy the impact is 0;
+    /// the scores are read only with an impact above 0, unless `always`.
+    pub(crate) async fn personalization(
+        &self,
+        app: &str,
+        user: &str,
+        impact: Option<u32>,
+        named: Option<&str>,
+        always: bool,
+    ) -> Result<(u32, profiles::Scores)> {
+        let Some(name) = named else {
+            let strategy = self.strategies.get(app).await?;
+            let impact = impact
+                .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
+                .unwrap_or(0);
+            let scores = match (impact > 0 || always) && strategy.is_some() {
+                true => self.scores(app, user).await?,
+                false => profiles::Scores::new(),
+            };
+            return Ok((impact, scores));
+        };
+        let Some(strategy) = self.strategies.named(app, name).await? else {
+            return Err(EngineError::Invalid(format!(
+                "personalizationStrategy: no strategy is named `{name}` (PUT \
+                 /1/strategies/personalization/named/{name} saves one)"
+            )));
+        };
+        let impact = impact.unwrap_or(strategy.strategy.personalization_impact);
+        let scores = match impact > 0 || always {
+            true => {
+                self.profiles
+                    .preview(app, user, &strategy.strategy)
+                    .await?
+                    .scores
+            }
+            false => profiles::Scores::new(),
+        };
+        Ok((impact, scores))
     }
 
     /// What the simulator shows: `hits` re-ranked for a user under the saved strategy (as

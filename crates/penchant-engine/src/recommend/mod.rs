@@ -36,6 +36,7 @@ use serde_json::Value;
 pub use self::filters::Filter;
 pub use self::queues::{QueueDefinition, Source};
 use self::related::Links;
+use crate::abtests::Served;
 use crate::cache::TtlCache;
 use crate::catalog::Record;
 use crate::events::EventType;
@@ -163,6 +164,13 @@ pub struct Params {
     pub analytics: Option<bool>,
     /// Accepted, and changes nothing (as `analytics`).
     pub analytics_tags: Option<Vec<String>>,
+    /// Return a `queryID` for the events that follow (it names the user's A/B test variant).
+    pub click_analytics: Option<bool>,
+    /// `false`: answer as if no A/B test ran on the index (default `true`).
+    #[serde(rename = "enableABTest")]
+    pub enable_ab_test: Option<bool>,
+    /// Penchant: personalize with this named strategy's weights ([`crate::strategy`]).
+    pub personalization_strategy: Option<String>,
 }
 
 impl Params {
@@ -717,17 +725,57 @@ impl Engine {
         app: &str,
         requests: &[RecommendRequest],
     ) -> Result<Vec<Recommendations>> {
+        Ok(self
+            .recommendations_served(app, requests)
+            .await?
+            .into_iter()
+            .map(|(answer, _)| answer)
+            .collect())
+    }
+
+    /// [`Engine::recommendations`], each answer with what it says of A/B testing: a request
+    /// for a user (`queryParameters.userToken`) of a running test on its index is answered with
+    /// the user's variant applied over its own parameters ([`crate::abtests`]).
+    pub async fn recommendations_served(
+        &self,
+        app: &str,
+        requests: &[RecommendRequest],
+    ) -> Result<Vec<(Recommendations, Served)>> {
         check_request_count(requests.len())?;
         let mut out = Vec::with_capacity(requests.len());
         for (i, request) in requests.iter().enumerate() {
-            let answer = self
-                .recommend_one(app, request)
-                .await
-                .map_err(|e| match e {
-                    EngineError::Invalid(m) => EngineError::Invalid(format!("requests[{i}]: {m}")),
-                    other => other,
-                })?;
-            out.push(answer);
+            let in_request = |e| match e {
+                EngineError::Invalid(m) => EngineError::Invalid(format!("requests[{i}]: {m}")),
+                other => other,
+            };
+            let params = &request.query_parameters;
+            let assignment = match params.user_token.as_deref() {
+                Some(user) if params.enable_ab_test != Some(false) && keys::user_token_ok(user) => {
+                    self.abtests.assign(app, &request.index_name, user).await?
+                }
+                _ => None,
+            };
+            let varied;
+            let request = match &assignment {
+                Some(a) => {
+                    varied = a.params.over(request);
+                    &varied
+                }
+                None => request,
+            };
+            let answer = self.recommend_one(app, request).await.map_err(in_request)?;
+            let tracked = params.click_analytics == Some(true);
+            let served = match (&assignment, params.user_token.as_deref()) {
+                (Some(a), Some(user)) => self.abtests.served(app, a, user, tracked),
+                _ => Served::plain(tracked),
+            };
+            out.push((
+                answer,
+                Served {
+                    model: request.model.clone(),
+                    ..served
+                },
+            ));
         }
         Ok(out)
     }
@@ -798,18 +846,17 @@ impl Engine {
             ));
         };
         keys::check_user_token(user)?;
-        let strategy = self.strategies.get(app).await?;
-        out.impact = impact
-            .or(strategy.as_ref().map(|s| s.strategy.personalization_impact))
-            .unwrap_or(0);
-        if out.impact > 0 && strategy.is_some() {
-            out.scores = self
-                .profiles
-                .get(app, user)
-                .await?
-                .map(|p| p.scores)
-                .unwrap_or_default();
-        }
+        let (impact, scores) = self
+            .personalization(
+                app,
+                user,
+                impact,
+                params.personalization_strategy.as_deref(),
+                false,
+            )
+            .await?;
+        out.impact = impact;
+        out.scores = scores;
         Ok(out)
     }
 

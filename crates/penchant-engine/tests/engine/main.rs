@@ -3,6 +3,7 @@
 
 mod support;
 
+mod abtests;
 mod batch_race;
 mod bigtable;
 mod bloom;

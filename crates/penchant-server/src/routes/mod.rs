@@ -1,5 +1,6 @@
 //! Routes, one module per resource.
 
+pub mod abtests;
 pub mod apps;
 pub mod backups;
 pub mod bloom;
@@ -48,6 +49,7 @@ mod tests {
     #[test]
     fn routes_use_the_engine_api_only() {
         let routes = [
+            ("abtests.rs", include_str!("abtests.rs")),
             ("apps.rs", include_str!("apps.rs")),
             ("backups.rs", include_str!("backups.rs")),
             ("bloom.rs", include_str!("bloom.rs")),

@@ -8,7 +8,11 @@
 //!   (they count once the records are written);
 //! - `DELETE /1/profiles/{userToken}`: `{userToken, deletedUntil}`: earlier events stop counting;
 //! - `DELETE /1/usertokens/{userToken}` (ACL `deleteObject`): 204, every trace of the user gone;
-//! - `POST /1/indexes/{index}/rerank` (ACL `search`, Penchant's own): hits re-ranked for a user;
+//! - `POST /1/indexes/{index}/rerank` (ACL `search`, Penchant's own): hits re-ranked for a user
+//!   (`{userToken, hits, personalizationImpact?, enablePersonalization?, personalizationStrategy?,
+//!   clickAnalytics?, enableABTest?}`; a user of a running A/B test on the index gets their
+//!   variant, and the answer says `abTestID`, `abTestVariantID`, and `queryID` with
+//!   `clickAnalytics`);
 //! - `GET /1/profiles/personalization/{userToken}/optionalFilters` (ACL `search`, Penchant's
 //!   own): the profile as Algolia `optionalFilters`, for searching with another engine.
 //!
@@ -23,12 +27,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use penchant_engine::Ranking;
+use penchant_engine::abtests::Served;
 use penchant_engine::catalog::Record;
 use penchant_engine::keys;
 use penchant_engine::rerank::Personalization;
 use penchant_engine::strategy::Strategy;
 use penchant_engine::tenancy::Acl;
+use penchant_engine::{Ranking, RerankOptions};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -69,6 +74,20 @@ struct RerankBody {
     hits: Vec<Value>,
     /// Overrides the strategy's impact for this call.
     personalization_impact: Option<u32>,
+    /// `false`: keep the hits' order.
+    enable_personalization: Option<bool>,
+    /// A named strategy instead of the app's.
+    personalization_strategy: Option<String>,
+    /// Return a `queryID` for the events that follow.
+    #[serde(default)]
+    click_analytics: bool,
+    /// `false`: answer as if no A/B test ran on the index.
+    #[serde(rename = "enableABTest", default = "yes")]
+    enable_ab_test: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The largest number of hits one call re-ranks.
@@ -132,21 +151,36 @@ async fn rerank(
         ));
     }
     keys::check_user_token(&body.user_token)?;
-    let (impact, ranked) = state
+    let options = RerankOptions {
+        impact: body.personalization_impact,
+        enable_personalization: body.enable_personalization,
+        strategy: body.personalization_strategy,
+        click_analytics: body.click_analytics,
+        enable_ab_test: body.enable_ab_test,
+    };
+    let reranked = state
         .engine
-        .rerank(
-            app,
-            &index,
-            &hits,
-            &body.user_token,
-            body.personalization_impact,
-        )
+        .rerank(app, &index, &hits, &body.user_token, options)
         .await?;
-    Ok(Json(json!({
+    let mut out = json!({
         "userToken": body.user_token,
-        "personalizationImpact": impact,
-        "hits": ranked_hits(&hits, ranked),
-    })))
+        "personalizationImpact": reranked.impact,
+        "hits": ranked_hits(&hits, reranked.ranked),
+    });
+    served_fields(&mut out, &reranked.served);
+    Ok(Json(out))
+}
+
+/// An answer's `abTestID` and `abTestVariantID` (1-based), for a user in a running A/B test,
+/// and its `queryID` with `clickAnalytics`.
+pub(crate) fn served_fields(out: &mut Value, served: &Served) {
+    if let Some((test, variant)) = served.ab_test {
+        out["abTestID"] = json!(test);
+        out["abTestVariantID"] = json!(variant + 1);
+    }
+    if let Some(id) = &served.query_id {
+        out["queryID"] = json!(id);
+    }
 }
 
 #[derive(Debug, Deserialize)]

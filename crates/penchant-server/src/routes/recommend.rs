@@ -118,19 +118,28 @@ pub async fn recommendations(
                 .map_err(|e| ApiError::bad_request(format!("requests[{i}]: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let answers = state.engine.recommendations(app, &parsed).await?;
+    let answers = state.engine.recommendations_served(app, &parsed).await?;
     let ms = started.elapsed().as_millis() as u64;
     let mut results = Vec::with_capacity(parsed.len());
-    for (request, answer) in parsed.iter().zip(answers) {
+    for (request, (answer, served)) in parsed.iter().zip(answers) {
         let asked = request.query_parameters.attributes_to_retrieve.clone();
         let view = View::of(&state, &auth.0, &request.index_name, asked).await?;
-        results.push(result(request, answer, &view, ms));
+        let mut out = result(request, answer, &view, ms, &served.model);
+        super::personalization::served_fields(&mut out, &served);
+        results.push(out);
     }
     Ok(Json(json!({ "results": results })))
 }
 
 /// One request's result, shaped like Algolia's (a search response's fields around the hits).
-fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: u64) -> Value {
+/// `model` is the model asked once an A/B test's variant applied.
+fn result(
+    request: &RecommendRequest,
+    answer: Recommendations,
+    view: &View,
+    ms: u64,
+    model: &str,
+) -> Value {
     let params = &request.query_parameters;
     let ranking_info = params.get_ranking_info == Some(true);
     let n = answer.hits.len();
@@ -175,7 +184,7 @@ fn result(request: &RecommendRequest, answer: Recommendations, view: &View, ms: 
         "source": answer.source,
         "modelBuiltAt": answer.built_at,
         // Another model answered: the one asked had nothing for this request.
-        "fallback": answer.answered_by != request.model,
+        "fallback": answer.answered_by != model,
     })
 }
 

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod abtests;
 mod bench;
 mod cli;
 mod clients;

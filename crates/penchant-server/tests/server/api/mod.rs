@@ -1,5 +1,6 @@
 //! The server's HTTP tests: each module is a resource.
 
+mod abtests;
 mod affinity;
 mod auth;
 mod bloom;

@@ -14,10 +14,14 @@ const DOCUMENT: &str = include_str!("../../../../../docs/openapi.json");
 
 /// The sources that mount routes (and `lib.rs`, which merges them; `routes/mod.rs`, which lists
 /// the modules).
-const SOURCES: [(&str, &str); 18] = [
+const SOURCES: [(&str, &str); 19] = [
     ("lib.rs", include_str!("../../../src/lib.rs")),
     ("metrics.rs", include_str!("../../../src/metrics.rs")),
     ("routes/mod.rs", include_str!("../../../src/routes/mod.rs")),
+    (
+        "routes/abtests.rs",
+        include_str!("../../../src/routes/abtests.rs"),
+    ),
     (
         "routes/apps.rs",
         include_str!("../../../src/routes/apps.rs"),
