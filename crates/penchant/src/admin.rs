@@ -1,4 +1,4 @@
-//! `penchant apps|keys|jobs|placement|sets ...`: the admin API of a running server, from the command line,
+//! `penchant apps|keys|abtests|jobs|placement|sets ...`: the admin API of a running server, from the command line,
 //! authenticated with the global admin key (`auth.admin_key`).
 
 use std::sync::LazyLock;
@@ -198,6 +198,78 @@ pub enum PlacementCommand {
         #[arg(long)]
         to: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AbtestsCommand {
+    /// Start an A/B test between two variants of one index (its ID is printed): the users
+    /// are split between A and B, each answered with its variant's search parameters.
+    #[command(group = clap::ArgGroup::new("ending").required(true).args(["days", "end"]))]
+    Create {
+        #[arg(long)]
+        app: String,
+        #[arg(long)]
+        name: String,
+        /// The index both variants answer for.
+        #[arg(long)]
+        index: String,
+        /// The share of the users variant A gets, in percent (B gets the rest).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=99))]
+        split: u8,
+        /// Variant A's customSearchParameters, a JSON object, e.g.
+        /// '{"enablePersonalization":false}' (default: none, the index as it is).
+        #[arg(long, value_name = "JSON", value_parser = parse_object)]
+        a: Option<Value>,
+        /// Variant B's customSearchParameters, a JSON object, e.g.
+        /// '{"personalizationImpact":50}'.
+        #[arg(long, value_name = "JSON", value_parser = parse_object)]
+        b: Option<Value>,
+        #[arg(long)]
+        a_description: Option<String>,
+        #[arg(long)]
+        b_description: Option<String>,
+        /// The test ends this many days from now.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: Option<u32>,
+        /// The test ends at this moment (RFC 3339, e.g. 2026-12-24T00:00:00Z).
+        #[arg(long)]
+        end: Option<String>,
+    },
+    /// List an app's A/B tests, newest first: status, split, users and conversion rates.
+    List {
+        #[arg(long)]
+        app: String,
+    },
+    /// An A/B test's variants side by side, its significances and a verdict.
+    Show {
+        #[arg(long)]
+        app: String,
+        id: u64,
+    },
+    /// Stop an A/B test (it cannot be restarted; its results stay).
+    Stop {
+        #[arg(long)]
+        app: String,
+        id: u64,
+    },
+    /// Delete an A/B test and its results (asks to type its ID unless `--yes`).
+    Delete {
+        #[arg(long)]
+        app: String,
+        id: u64,
+        /// Delete without asking (scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// A JSON object (`abtests create --a/--b`).
+fn parse_object(arg: &str) -> Result<Value, String> {
+    let value: Value = serde_json::from_str(arg).map_err(|e| format!("not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err("expected a JSON object, e.g. '{\"enablePersonalization\":false}'".into());
+    }
+    Ok(value)
 }
 
 #[derive(Debug, Subcommand)]
@@ -492,16 +564,26 @@ pub fn apps(command: AppsCommand, target: &Target, config: &Config) -> anyhow::R
 
 /// Ask on the terminal to type the app ID before deleting it; refused without a terminal.
 fn confirm_delete(app_id: &str) -> anyhow::Result<()> {
+    confirm_typed(
+        app_id,
+        &format!("deleting app {app_id} removes all its data"),
+        &format!("Delete app {app_id} and all its data (events, profiles, models)?"),
+    )
+}
+
+/// Ask `question` on the terminal and expect `id` typed; refused without a terminal, saying
+/// `consequence` and that `--yes` confirms.
+fn confirm_typed(id: &str, consequence: &str, question: &str) -> anyhow::Result<()> {
     use std::io::{BufRead, IsTerminal, Write};
     if !std::io::stdin().is_terminal() {
-        bail!("deleting app {app_id} removes all its data: pass --yes to confirm");
+        bail!("{consequence}: pass --yes to confirm");
     }
-    eprint!("Delete app {app_id} and all its data (events, profiles, models)? Type its ID: ");
+    eprint!("{question} Type its ID: ");
     std::io::stderr().flush()?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
-    if answer.trim() != app_id {
-        bail!("not deleted: the ID typed was not {app_id}");
+    if answer.trim() != id {
+        bail!("not deleted: the ID typed was not {id}");
     }
     Ok(())
 }
@@ -1037,6 +1119,404 @@ pub fn keys(command: KeysCommand, target: &Target, config: &Config) -> anyhow::R
     })
 }
 
+/// `penchant abtests ...`: the A/B testing API (`/2/abtests`) of an app.
+pub fn abtests(command: AbtestsCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
+    let client = Client::new(target, config)?;
+    block_on(async {
+        // What people read goes to stderr; the server's JSON to stdout, as every command.
+        let out = match command {
+            AbtestsCommand::Create {
+                app,
+                name,
+                index,
+                split,
+                a,
+                b,
+                a_description,
+                b_description,
+                days,
+                end,
+            } => {
+                let end_at = match (days, end) {
+                    (_, Some(end)) => end,
+                    (Some(days), None) => {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)?
+                            .as_secs();
+                        rfc3339(now + u64::from(days) * 86_400)
+                    }
+                    (None, None) => bail!("give --days or --end"),
+                };
+                let variant = |share: u8, description: Option<String>, params: Option<Value>| {
+                    let mut v = json!({"index": index, "trafficPercentage": share});
+                    if let Some(d) = description {
+                        v["description"] = json!(d);
+                    }
+                    if let Some(p) = params {
+                        v["customSearchParameters"] = p;
+                    }
+                    v
+                };
+                let body = json!({
+                    "name": name,
+                    "variants": [
+                        variant(split, a_description, a),
+                        variant(100 - split, b_description, b),
+                    ],
+                    "endAt": end_at,
+                });
+                let out = client
+                    .call(Method::POST, "/2/abtests", &app, Some(body))
+                    .await?;
+                eprintln!(
+                    "A/B test {} created on {}: A {split}% / B {}%, ends {end_at}",
+                    out["abTestID"],
+                    out["index"].as_str().unwrap_or(&index),
+                    100 - split
+                );
+                out
+            }
+            AbtestsCommand::List { app } => {
+                let out = list_abtests(&client, &app).await?;
+                eprint!("{}", abtests_table(&out["abtests"]));
+                out
+            }
+            AbtestsCommand::Show { app, id } => {
+                let path = format!("/2/abtests/{id}");
+                let out = client.call(Method::GET, &path, &app, None).await?;
+                eprint!("{}", abtest_report(&out));
+                out
+            }
+            AbtestsCommand::Stop { app, id } => {
+                let path = format!("/2/abtests/{id}/stop");
+                let out = client.call(Method::POST, &path, &app, None).await?;
+                eprintln!("A/B test {id} stopped");
+                out
+            }
+            AbtestsCommand::Delete { app, id, yes } => {
+                let path = format!("/2/abtests/{id}");
+                if !yes {
+                    let test = client.call(Method::GET, &path, &app, None).await?;
+                    let name = test["name"].as_str().unwrap_or_default();
+                    confirm_typed(
+                        &id.to_string(),
+                        &format!("deleting A/B test {id} removes its results"),
+                        &format!("Delete A/B test {id} ({name}) and its results?"),
+                    )?;
+                }
+                let out = client.call(Method::DELETE, &path, &app, None).await?;
+                eprintln!("A/B test {id} deleted");
+                out
+            }
+        };
+        print(&out)
+    })
+}
+
+/// Every A/B test of an app, page by page, as one answer of `GET /2/abtests`.
+async fn list_abtests(client: &Client, app: &str) -> anyhow::Result<Value> {
+    const PAGE: usize = 100;
+    let mut tests: Vec<Value> = Vec::new();
+    loop {
+        let path = format!("/2/abtests?offset={}&limit={PAGE}", tests.len());
+        let page = client.call(Method::GET, &path, app, None).await?;
+        let got = page["abtests"].as_array().cloned().unwrap_or_default();
+        let total = page["total"].as_u64().unwrap_or(0) as usize;
+        let empty = got.is_empty();
+        tests.extend(got);
+        if empty || tests.len() >= total {
+            let count = tests.len();
+            return Ok(json!({"abtests": tests, "count": count, "total": total.max(count)}));
+        }
+    }
+}
+
+/// `abtests list`'s table.
+fn abtests_table(tests: &Value) -> String {
+    let tests = tests.as_array().map(Vec::as_slice).unwrap_or_default();
+    if tests.is_empty() {
+        return "no A/B tests\n".to_owned();
+    }
+    let header = [
+        "ID",
+        "NAME",
+        "STATUS",
+        "INDEX",
+        "SPLIT",
+        "USERS A/B",
+        "CR A/B",
+        "CONV. SIG.",
+    ];
+    let mut rows = vec![header.map(str::to_owned).to_vec()];
+    for test in tests {
+        let (a, b) = (&test["variants"][0], &test["variants"][1]);
+        rows.push(vec![
+            test["abTestID"].to_string(),
+            text(&test["name"]),
+            text(&test["status"]),
+            text(&a["index"]),
+            format!(
+                "{}/{}",
+                number(&a["trafficPercentage"]),
+                number(&b["trafficPercentage"])
+            ),
+            format!("{}/{}", number(&a["userCount"]), number(&b["userCount"])),
+            format!(
+                "{}/{}",
+                percent(&a["conversionRate"]),
+                percent(&b["conversionRate"])
+            ),
+            significance(&test["conversionSignificance"]),
+        ]);
+    }
+    table(&rows, &[false, false, false, false, true, true, true, true])
+}
+
+/// `abtests show`'s report: the variants side by side, the significances and a verdict.
+fn abtest_report(test: &Value) -> String {
+    let (a, b) = (&test["variants"][0], &test["variants"][1]);
+    let mut out = format!(
+        "A/B test {} \"{}\" on {}: {}, created {}, ends {}",
+        test["abTestID"],
+        text(&test["name"]),
+        text(&a["index"]),
+        text(&test["status"]),
+        text(&test["createdAt"]),
+        text(&test["endAt"]),
+    );
+    if let Some(stopped) = test["stoppedAt"].as_str() {
+        out += &format!(", stopped {stopped}");
+    }
+    out.push('\n');
+    let title = |name: &str, v: &Value| match v["description"].as_str() {
+        Some(d) if !d.is_empty() => format!("{name} ({d})"),
+        _ => name.to_owned(),
+    };
+    // The parameters can be long: on their own lines, above the table.
+    for (name, v) in [("A", a), ("B", b)] {
+        let params = match &v["customSearchParameters"] {
+            Value::Null => "none (the index as it is)".to_owned(),
+            p => p.to_string(),
+        };
+        out += &format!("{}: {params}\n", title(name, v));
+    }
+    let row = |label: &str, f: &dyn Fn(&Value) -> String| vec![label.to_owned(), f(a), f(b)];
+    let mut rows = vec![
+        vec![String::new(), title("A", a), title("B", b)],
+        row("traffic", &|v| {
+            format!("{}%", number(&v["trafficPercentage"]))
+        }),
+        row("users", &|v| number(&v["userCount"])),
+        row("tracked users", &|v| number(&v["trackedUserCount"])),
+        row("searches", &|v| number(&v["searchCount"])),
+        row("tracked searches", &|v| number(&v["trackedSearchCount"])),
+        row("no results", &|v| number(&v["noResultCount"])),
+        row("clicks", &|v| number(&v["clickCount"])),
+        row("conversions", &|v| number(&v["conversionCount"])),
+        row("add to cart", &|v| number(&v["addToCartCount"])),
+        row("purchases", &|v| number(&v["purchaseCount"])),
+        row("click-through rate", &|v| percent(&v["clickThroughRate"])),
+        row("conversion rate", &|v| percent(&v["conversionRate"])),
+        row("add-to-cart rate", &|v| percent(&v["addToCartRate"])),
+        row("purchase rate", &|v| percent(&v["purchaseRate"])),
+        row(
+            "avg click position",
+            &|v| match v["averageClickPosition"].as_f64() {
+                Some(p) => format!("{p:.1}"),
+                None => "-".to_owned(),
+            },
+        ),
+        row("users who clicked", &|v| number(&v["clickedUserCount"])),
+        row("users who converted", &|v| {
+            format!(
+                "{} ({})",
+                number(&v["convertedUserCount"]),
+                percent(&v["userConversionRate"])
+            )
+        }),
+    ];
+    for currency in currencies(test) {
+        rows.push(row(
+            &format!("revenue {currency}"),
+            &|v| match v["currencies"][currency.as_str()]["revenue"].as_f64() {
+                Some(r) => format!("{r:.2}"),
+                None => "-".to_owned(),
+            },
+        ));
+    }
+    rows.push(row("estimated sample size", &|v| {
+        number(&v["estimatedSampleSize"])
+    }));
+    out += &table(&rows, &[false, true, true]);
+    let mut significances = vec![
+        format!("clicks {}", significance(&test["clickSignificance"])),
+        format!(
+            "conversions {}",
+            significance(&test["conversionSignificance"])
+        ),
+        format!(
+            "add to cart {}",
+            significance(&test["addToCartSignificance"])
+        ),
+        format!("purchases {}", significance(&test["purchaseSignificance"])),
+    ];
+    if let Some(revenue) = test["revenueSignificance"].as_object() {
+        for (currency, s) in revenue {
+            significances.push(format!("revenue {currency} {}", significance(s)));
+        }
+    }
+    out += &format!("significance: {}\n", significances.join(", "));
+    out += &format!(
+        "users still needed: {}\n",
+        number(&test["usersStillNeeded"])
+    );
+    out += &format!("verdict: {}\n", verdict(test));
+    out
+}
+
+/// The currencies either variant has revenue in, sorted.
+fn currencies(test: &Value) -> Vec<String> {
+    let mut all: Vec<String> = test["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["currencies"].as_object())
+        .flat_map(|c| c.keys().cloned())
+        .collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
+/// The significance at or above which a difference is significant (5% risk).
+const SIGNIFICANT: f64 = 0.95;
+
+/// One line on the test's conversions: which variant converts better, if significantly, or
+/// what is missing.
+fn verdict(test: &Value) -> String {
+    let (a, b) = (&test["variants"][0], &test["variants"][1]);
+    let users = |v: &Value| v["userCount"].as_u64().unwrap_or(0);
+    // The significance compares users who converted: so does the verdict, by default.
+    let rate = |v: &Value| {
+        v["userConversionRate"]
+            .as_f64()
+            .or_else(|| v["conversionRate"].as_f64())
+            .unwrap_or(0.0)
+    };
+    match test["conversionSignificance"].as_f64() {
+        Some(s) if s >= SIGNIFICANT => {
+            let better = if rate(b) > rate(a) {
+                "B converts better"
+            } else if rate(a) > rate(b) {
+                "A converts better"
+            } else {
+                "A and B convert alike"
+            };
+            format!("{better} (significance {})", significance(&json!(s)))
+        }
+        s => {
+            let so_far = s.map_or(String::new(), |s| {
+                format!(" (significance {})", significance(&json!(s)))
+            });
+            match test["usersStillNeeded"].as_u64() {
+                Some(n) => format!("not significant yet{so_far}: about {n} more users needed"),
+                None if users(a) == 0 || users(b) == 0 => {
+                    "not significant yet: each variant needs users".to_owned()
+                }
+                None => format!("not significant yet{so_far}: no difference in conversions so far"),
+            }
+        }
+    }
+}
+
+/// A string field, or `-`.
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or("-").to_owned()
+}
+
+/// A count, or `-` when null.
+fn number(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        _ => "-".to_owned(),
+    }
+}
+
+/// A rate in [0, 1] as a percentage, or `-` when null.
+fn percent(v: &Value) -> String {
+    match v.as_f64() {
+        Some(r) => format!("{:.1}%", r * 100.0),
+        None => "-".to_owned(),
+    }
+}
+
+/// A significance, rounded down to 3 decimals (0.9496 is not shown as 0.95; above 0.999,
+/// `>0.999`), or `-`.
+fn significance(v: &Value) -> String {
+    match v.as_f64() {
+        Some(s) if s > 0.999 => ">0.999".to_owned(),
+        Some(s) => {
+            let floored = (s * 1000.0).floor() / 1000.0;
+            let shown = format!("{floored:.3}");
+            shown.trim_end_matches('0').trim_end_matches('.').to_owned()
+        }
+        None => "-".to_owned(),
+    }
+}
+
+/// Rows as a table, columns two spaces apart, right-aligned where `right` says so.
+fn table(rows: &[Vec<String>], right: &[bool]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                let width = widths[c];
+                if right.get(c).copied().unwrap_or(false) {
+                    format!("{cell:>width$}")
+                } else {
+                    format!("{cell:<width$}")
+                }
+            })
+            .collect();
+        out += cells.join("  ").trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+/// Seconds since the epoch as RFC 3339, in UTC, to the second.
+fn rfc3339(secs: u64) -> String {
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // The civil date of a day count (H. Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 pub fn jobs(command: JobsCommand, target: &Target, config: &Config) -> anyhow::Result<()> {
     let client = Client::new(target, config)?;
     let JobsCommand::Watch { app } = command;
@@ -1374,6 +1854,43 @@ mod tests {
         for name in ["search", "addObject", "seeUnretrievableAttributes", "admin"] {
             assert!(ACL_NAMES.iter().any(|n| n == name), "{name}");
         }
+    }
+
+    #[test]
+    fn abtest_dates_significances_and_verdicts_read_right() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400 + 3_661), "2000-02-29T01:01:01Z");
+        assert_eq!(rfc3339(1_798_070_400), "2026-12-24T00:00:00Z");
+        assert_eq!(rfc3339(4_107_542_400), "2100-03-01T00:00:00Z");
+        assert_eq!(significance(&json!(0.9496)), "0.949");
+        assert_eq!(significance(&json!(0.99)), "0.99");
+        assert_eq!(significance(&json!(1.0)), ">0.999");
+        assert_eq!(significance(&json!(0.999)), "0.999");
+        assert_eq!(significance(&json!(0.5)), "0.5");
+        assert_eq!(significance(&Value::Null), "-");
+        assert_eq!(percent(&json!(0.0833)), "8.3%");
+        let test = |sig: Value, needed: Value, rates: [f64; 2], users: [u64; 2]| {
+            json!({"conversionSignificance": sig, "usersStillNeeded": needed, "variants": [
+                {"userCount": users[0], "userConversionRate": rates[0]},
+                {"userCount": users[1], "userConversionRate": rates[1]},
+            ]})
+        };
+        let v = verdict(&test(json!(0.991), Value::Null, [0.1, 0.3], [50, 50]));
+        assert_eq!(v, "B converts better (significance 0.991)");
+        let v = verdict(&test(json!(0.97), Value::Null, [0.4, 0.3], [50, 50]));
+        assert_eq!(v, "A converts better (significance 0.97)");
+        let v = verdict(&test(json!(0.6), json!(1200), [0.1, 0.12], [50, 50]));
+        assert_eq!(
+            v,
+            "not significant yet (significance 0.6): about 1200 more users needed"
+        );
+        let v = verdict(&test(Value::Null, Value::Null, [0.0, 0.0], [3, 0]));
+        assert_eq!(v, "not significant yet: each variant needs users");
+        let rows = [
+            vec!["ID".to_owned(), "N".to_owned()],
+            vec!["12".to_owned(), "7".to_owned()],
+        ];
+        assert_eq!(table(&rows, &[false, true]), "ID  N\n12  7\n");
     }
 
     /// A recompute's bar moves within its ranges, from their checkpoints, not range by range.

@@ -34,6 +34,8 @@ enum Command {
     Backup(BackupArgs),
     /// Manage an app's API keys on a running server (global admin key).
     Keys(KeysArgs),
+    /// Start, follow and stop an app's A/B tests on a running server (global admin key).
+    Abtests(AbtestsArgs),
     /// Follow background jobs on a running server (global admin key).
     Jobs(JobsArgs),
     /// Show where apps and users live, place them, move them online (global admin key).
@@ -127,6 +129,16 @@ struct BackupArgs {
 struct KeysArgs {
     #[command(subcommand)]
     command: crate::admin::KeysCommand,
+    #[command(flatten)]
+    target: crate::admin::Target,
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+#[derive(Debug, Args)]
+struct AbtestsArgs {
+    #[command(subcommand)]
+    command: crate::admin::AbtestsCommand,
     #[command(flatten)]
     target: crate::admin::Target,
     #[command(flatten)]
@@ -258,6 +270,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::admin::backup(args.command, &args.target, &args.config.load()?)
         }
         Command::Keys(args) => crate::admin::keys(args.command, &args.target, &args.config.load()?),
+        Command::Abtests(args) => {
+            crate::admin::abtests(args.command, &args.target, &args.config.load()?)
+        }
         Command::Jobs(args) => crate::admin::jobs(args.command, &args.target, &args.config.load()?),
         Command::Placement(args) => {
             crate::admin::placement(args.command, &args.target, &args.config.load()?)
@@ -270,4 +285,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => return bench(&args.args),
     };
     done.map(|()| ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Clap's own checks of the commands (names, groups, conflicts), which a release build skips.
+    #[test]
+    fn the_commands_are_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

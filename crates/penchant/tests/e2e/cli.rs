@@ -1047,3 +1047,176 @@ async fn a_node_without_an_admin_key_says_so_when_asked_to_manage_apps() {
     assert!(message.contains("PENCHANT_AUTH__ADMIN_KEY"), "{body}");
     signal(&child, "-TERM");
 }
+
+/// `penchant abtests`: a test started on an index, its users split between the variants by
+/// the rerank route, their conversions attributed by queryID, the variants shown side by side
+/// with a verdict; then stopped, listed and deleted. The server's refusals read as it words
+/// them.
+#[tokio::test]
+async fn abtests_commands_create_show_list_stop_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, url) = common::serve_in(dir.path(), "root");
+    post_ok(&url, "/1/apps", "", serde_json::json!({"appID": "ABT"})).await;
+    post_ok(
+        &url,
+        "/1/indexes/shop/batch",
+        "ABT",
+        serde_json::json!({"requests": [
+            {"action": "addObject", "body": {"objectID": "a", "brand": "acme"}},
+            {"action": "addObject", "body": {"objectID": "b", "brand": "zenith"}},
+        ]}),
+    )
+    .await;
+    let admin = |args: &[&str]| admin_command(&url, args);
+    let create = |name: &'static str, extra: &'static [&'static str]| {
+        let mut args = vec![
+            "abtests", "create", "--app", "ABT", "--name", name, "--index", "shop",
+        ];
+        args.extend_from_slice(extra);
+        admin_command(&url, &args)
+    };
+    // A variant's parameters are a JSON object: the CLI says so before asking the server.
+    let (ok, _, err) = create("bad", &["--days", "7", "--a", "[1]"]);
+    assert!(!ok && err.contains("expected a JSON object"), "{err}");
+    let (ok, _, err) = create("no end", &[]);
+    assert!(!ok && err.contains("--days"), "{err}");
+    // A parameter the server does not know: its message, as it is.
+    let (ok, _, err) = create("bad", &["--days", "7", "--b", r#"{"fly":1}"#]);
+    assert!(!ok && err.contains("400") && err.contains("fly"), "{err}");
+    let (ok, created, err) = create(
+        "perso off vs 50",
+        &[
+            "--days",
+            "7",
+            "--split",
+            "50",
+            "--a",
+            r#"{"enablePersonalization":false}"#,
+            "--a-description",
+            "control",
+            "--b",
+            r#"{"personalizationImpact":50}"#,
+        ],
+    );
+    assert!(ok, "{err}");
+    let id = created["abTestID"].as_u64().expect("an ID");
+    assert_eq!(created["index"], "shop", "{created}");
+    assert!(
+        err.contains(&format!("A/B test {id} created on shop: A 50% / B 50%")),
+        "{err}"
+    );
+    let (ok, _, err) = create("again", &["--end", "2099-01-01T00:00:00Z"]);
+    assert!(
+        !ok && err.contains("already in the running A/B test"),
+        "{err}"
+    );
+
+    // 100 users searched; B's all bought, one A user in ten did.
+    let http = reqwest::Client::new();
+    let mut events = Vec::new();
+    let mut seen = [0u32; 2];
+    for u in 0..100 {
+        let user = format!("user{u}");
+        let body = serde_json::json!({"userToken": user, "clickAnalytics": true,
+            "hits": [{"objectID": "a"}, {"objectID": "b"}]});
+        let answer: serde_json::Value = common::request(
+            &http,
+            reqwest::Method::POST,
+            &format!("{url}/1/indexes/shop/rerank"),
+            ("ABT", "root"),
+            &body,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        assert_eq!(answer["abTestID"], id, "{answer}");
+        let variant = answer["abTestVariantID"].as_u64().expect("a variant");
+        seen[variant as usize - 1] += 1;
+        if variant == 2 || seen[0] % 10 == 1 {
+            events.push(
+                serde_json::json!({"eventType": "conversion", "eventName": "Bought",
+                "index": "shop", "userToken": user, "objectIDs": ["a"],
+                "queryID": answer["queryID"]}),
+            );
+        }
+    }
+    assert!(seen[0] > 10 && seen[1] > 10, "{seen:?}");
+    post_ok(
+        &url,
+        "/1/events",
+        "ABT",
+        serde_json::json!({ "events": events }),
+    )
+    .await;
+    let id_arg = id.to_string();
+    let (ok, shown, err) = admin(&["abtests", "show", "--app", "ABT", &id_arg]);
+    assert!(ok, "{err}");
+    assert_eq!(shown["status"], "active", "{shown}");
+    let users: Vec<u64> = (0..2)
+        .map(|v| shown["variants"][v]["userCount"].as_u64().unwrap())
+        .collect();
+    assert_eq!(users, [seen[0] as u64, seen[1] as u64], "{shown}");
+    assert_eq!(shown["variants"][1]["conversionCount"], seen[1], "{shown}");
+    for line in [
+        "A (control): {\"enablePersonalization\":false}",
+        "B: {\"personalizationImpact\":50}",
+        "users who converted",
+        "significance: clicks",
+        "verdict: B converts better (significance >0.999)",
+    ] {
+        assert!(err.contains(line), "{line} missing:\n{err}");
+    }
+    assert!(
+        shown["conversionSignificance"].as_f64().unwrap() > 0.999,
+        "{shown}"
+    );
+    let (ok, listed, err) = admin(&["abtests", "list", "--app", "ABT"]);
+    assert!(ok, "{err}");
+    assert_eq!(listed["abtests"][0]["abTestID"], id, "{listed}");
+    let header = err.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("ID") && header.contains("USERS A/B") && header.contains("CR A/B"),
+        "{err}"
+    );
+    let row = err.lines().nth(1).unwrap_or_default();
+    assert!(
+        row.contains("perso off vs 50") && row.contains("active") && row.contains("50/50"),
+        "{err}"
+    );
+    assert!(row.contains(&format!("{}/{}", seen[0], seen[1])), "{err}");
+
+    let (ok, _, err) = admin(&["abtests", "stop", "--app", "ABT", &id_arg]);
+    assert!(ok, "{err}");
+    let (_, shown, _) = admin(&["abtests", "show", "--app", "ABT", &id_arg]);
+    assert_eq!(shown["status"], "stopped", "{shown}");
+    // The index is free again; a test without users yet has no verdict.
+    let (ok, second, err) = create("second", &["--days", "1", "--split", "30"]);
+    assert!(ok, "{err}");
+    let second = second["abTestID"].to_string();
+    let (ok, shown, err) = admin(&["abtests", "show", "--app", "ABT", &second]);
+    assert!(ok, "{err}");
+    assert_eq!(shown["variants"][1]["trafficPercentage"], 70, "{shown}");
+    assert!(
+        err.contains("verdict: not significant yet: each variant needs users"),
+        "{err}"
+    );
+    let (_, listed, err) = admin(&["abtests", "list", "--app", "ABT"]);
+    assert_eq!(listed["abtests"].as_array().unwrap().len(), 2, "{listed}");
+    assert!(err.contains("stopped") && err.contains("30/70"), "{err}");
+
+    // Without a terminal to confirm on, a deletion needs --yes.
+    let (ok, _, err) = admin(&["abtests", "delete", "--app", "ABT", &id_arg]);
+    assert!(!ok && err.contains("pass --yes"), "{err}");
+    let (ok, _, err) = admin(&["abtests", "delete", "--app", "ABT", &id_arg, "--yes"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = admin(&["abtests", "show", "--app", "ABT", &id_arg]);
+    assert!(
+        !ok && err.contains(&format!("A/B test {id} does not exist")),
+        "{err}"
+    );
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
