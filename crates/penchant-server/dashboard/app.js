@@ -4,6 +4,7 @@ import { api, ApiError, credentials, saveCredentials, clearCredentials, seg } fr
 import { h, fill, errorBox, field } from './ui.js';
 import { overviewPage, profilesPage, jobsPage, setsPage, recommendationsPage } from './pages.js';
 import { strategyPage } from './strategy.js';
+import { abtestsPage } from './abtests.js';
 
 // Runtime errors are kept (the browser tests assert none happened) and shown.
 window.__dashboardErrors = window.__dashboardErrors || [];
@@ -28,6 +29,7 @@ const PAGES = {
   jobs: { title: 'Jobs', render: jobsPage },
   sets: { title: 'Sets & seen filters', render: setsPage },
   recommendations: { title: 'Recommendations', render: recommendationsPage },
+  abtests: { title: 'A/B tests', render: abtestsPage },
 };
 
 const view = document.getElementById('view');

@@ -54,6 +54,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../dashboard/strategy.js"),
     ),
     (
+        "abtests.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../dashboard/abtests.js"),
+    ),
+    (
         "favicon.svg",
         "image/svg+xml",
         include_bytes!("../../dashboard/favicon.svg"),

@@ -1,4 +1,5 @@
-//! The README's quick start, run as written: its `sh` blocks, in order, in one `bash` script
+//! The README's quick start (then its A/B test section), run as written: their `sh` blocks, in
+//! order, in one `bash` script
 //! against a `penchant serve` of the test's own, so that the README cannot drift from what the
 //! server answers. The block that starts the server is replaced by the test's server (a free
 //! port, a temporary data folder, the README's admin key), and the README's address by the
@@ -15,6 +16,8 @@ const README: &str = include_str!("../../../../README.md");
 
 /// The section whose blocks run.
 const SECTION: &str = "## Quick start";
+/// The A/B test section's blocks run after the quick start's, with its variables.
+const AB_SECTION: &str = "## A/B tests: which variant sells more";
 
 /// The server address the README's blocks use.
 const README_URL: &str = "http://127.0.0.1:7070";
@@ -74,11 +77,12 @@ fn admin_key(serve_block: &str) -> String {
     key.trim_matches(|c| c == '\'' || c == '"').to_owned()
 }
 
-/// The answers the script printed or the README shows: JSON objects with `answeredBy`.
+/// The answers the script printed or the README shows: JSON objects with `answeredBy` (a
+/// Recommend result) or `abTestID` (an A/B test started).
 fn answers<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<Value> {
     lines
         .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
-        .filter(|value| value.get("answeredBy").is_some())
+        .filter(|value| value.get("answeredBy").is_some() || value.get("abTestID").is_some())
         .collect()
 }
 
@@ -106,7 +110,7 @@ fn quick_start_runs_as_written() {
         rest.iter().all(|block| !block.contains("-- serve")),
         "only the quick start's first block starts a server"
     );
-    let script = rest.concat();
+    let script = rest.concat() + &sh_blocks(README, AB_SECTION).concat();
     assert!(
         script.contains(README_URL),
         "the quick start's blocks name the server as {README_URL}"
@@ -141,9 +145,16 @@ fn quick_start_runs_as_written() {
     // The answers the README shows (its `# {...}` lines) are those the server gave.
     let shown = answers(script.lines().filter_map(|line| line.strip_prefix("# ")));
     assert_eq!(
-        shown.len(),
+        shown
+            .iter()
+            .filter(|a| a.get("answeredBy").is_some())
+            .count(),
         MODELS.len(),
         "the README shows each model's answer once\n{report}"
+    );
+    assert!(
+        shown.iter().any(|a| a.get("abTestID").is_some()),
+        "the README shows the A/B test's start\n{report}"
     );
     for answer in &shown {
         assert!(

@@ -8,6 +8,7 @@ mod browser;
 mod seed;
 mod webdriver;
 
+mod abtests;
 mod assets;
 mod errors;
 mod overview;
