@@ -371,7 +371,7 @@ async fn rebuild_and_api(
         &["workload", "req/s", "p50 ms", "p99 ms"],
     );
     let mut queue_rps = None;
-    for (name, body) in &bodies {
+    let measure = |name: &str, body: &Value| -> anyhow::Result<(f64, Histogram<u64>)> {
         let body = serde_json::to_vec(&json!({ "requests": [body] }))?;
         let check: Value =
             serde_json::from_slice(shop.raw()?.post("/1/indexes/*/recommendations", &body)?)?;
@@ -379,7 +379,7 @@ async fn rebuild_and_api(
         anyhow::ensure!(hits > 0, "{name}: no hits: {check}");
         let shop = shop.clone();
         let progress = bar(format!("recommend: {name}"), plan.requests as u64);
-        let (rps, hist) = concurrently(plan.requests, args.concurrency, &progress, move || {
+        let measured = concurrently(plan.requests, args.concurrency, &progress, move || {
             let mut conn = shop.raw()?;
             let body = body.clone();
             Ok(move || -> anyhow::Result<()> {
@@ -388,6 +388,10 @@ async fn rebuild_and_api(
             })
         })?;
         drop(progress);
+        Ok(measured)
+    };
+    for (name, body) in &bodies {
+        let (rps, hist) = measure(name, body)?;
         if queue_rps.is_none() {
             queue_rps = Some((rps, ms(&hist, 0.5)));
         }
@@ -398,6 +402,43 @@ async fn rebuild_and_api(
             Cell::fixed(ms(&hist, 0.99), 3),
         ]);
     }
+    // The first workload twice more, back to back: outside any test, then with its user in a
+    // running A/B test whose two variants read the same queue — what the test adds (the
+    // user's variant, a query ID, the tallies), measured beside its reference.
+    let mut plain = bodies[0].1.clone();
+    plain["queryParameters"]["clickAnalytics"] = json!(true);
+    let (outside, hist) = measure("outside an A/B test", &plain)?;
+    table.row(vec![
+        "recommended-for-you again, no A/B test (clickAnalytics)".into(),
+        Cell::int(outside),
+        Cell::fixed(ms(&hist, 0.5), 3),
+        Cell::fixed(ms(&hist, 0.99), 3),
+    ]);
+    let variant = |queue: &str| penchant_engine::abtests::NewVariant {
+        index: INDEX.into(),
+        traffic_percentage: 50,
+        description: None,
+        custom_search_parameters: Some(json!({ "queue": queue })),
+    };
+    let end_at = engine.now_ms() + 86_400_000;
+    let queue = penchant_engine::recommend::DEFAULT_QUEUE;
+    let test = penchant_engine::abtests::NewTest {
+        name: "bench".into(),
+        variants: vec![variant(queue), variant(queue)],
+        end_at,
+    };
+    engine.add_abtest(APP, test).await?;
+    let (rps, hist) = measure("in an A/B test", &plain)?;
+    table.row(vec![
+        "recommended-for-you, the user in a running A/B test (clickAnalytics)".into(),
+        Cell::int(rps),
+        Cell::fixed(ms(&hist, 0.5), 3),
+        Cell::fixed(ms(&hist, 0.99), 3),
+    ]);
+    table.note(format!(
+        "in an A/B test / outside one: {:.2}x the throughput of the same queue read",
+        rps / outside
+    ));
     let redis_path = args
         .redis_server
         .clone()
