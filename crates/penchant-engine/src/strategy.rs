@@ -176,18 +176,23 @@ impl Strategies {
             .store
             .read_row(STRATEGIES_TABLE, keys::app(app), None)
             .await?;
-        let strategy = row
-            .and_then(|r| r.latest(FAMILY, COLUMN).map(|c| c.value.clone()))
-            .map(|v| serde_json::from_slice::<Versioned>(&v))
-            .transpose()
-            .map_err(|e| crate::internal("corrupt strategy", e))?
-            .map(Arc::new);
+        let strategy = decode(row.as_ref())?;
         self.cache.insert(app.to_owned(), strategy.clone());
         Ok(strategy)
     }
 
     /// Save a new strategy; returns it with its version.
     pub async fn set(&self, app: &str, strategy: Strategy) -> Result<Arc<Versioned>> {
+        self.save(keys::app(app), app.to_owned(), strategy).await
+    }
+
+    /// Check and save a strategy in row `key`, cached under `cache_key`, with a new version.
+    async fn save(
+        &self,
+        key: bytes::Bytes,
+        cache_key: String,
+        strategy: Strategy,
+    ) -> Result<Arc<Versioned>> {
         strategy.check()?;
         let versioned = Arc::new(Versioned {
             strategy,
@@ -198,11 +203,11 @@ impl Strategies {
         self.store
             .mutate_row(
                 STRATEGIES_TABLE,
-                keys::app(app),
+                key,
                 vec![Mutation::set_now(FAMILY, COLUMN, value)],
             )
             .await?;
-        self.cache.insert(app.to_owned(), Some(versioned.clone()));
+        self.cache.insert(cache_key, Some(versioned.clone()));
         Ok(versioned)
     }
 
@@ -236,23 +241,8 @@ impl Strategies {
         strategy: Strategy,
     ) -> Result<Arc<Versioned>> {
         keys::check_name("strategy", name, MAX_NAME_BYTES)?;
-        strategy.check()?;
-        let versioned = Arc::new(Versioned {
-            strategy,
-            version: new_version(&self.clock),
-        });
-        let value =
-            serde_json::to_vec(&*versioned).map_err(|e| crate::internal("serialization", e))?;
-        self.store
-            .mutate_row(
-                STRATEGIES_TABLE,
-                keys::named_strategy(app, name),
-                vec![Mutation::set_now(FAMILY, COLUMN, value)],
-            )
-            .await?;
-        self.cache
-            .insert(Self::named_key(app, name), Some(versioned.clone()));
-        Ok(versioned)
+        let (key, cache_key) = (keys::named_strategy(app, name), Self::named_key(app, name));
+        self.save(key, cache_key, strategy).await
     }
 
     /// Delete a named strategy; whether it existed.

@@ -66,17 +66,8 @@ impl Node {
         (app, key): (&str, &str),
         body: Option<Value>,
     ) -> (StatusCode, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.url))
-            .header("X-Algolia-Application-Id", app)
-            .header("X-Algolia-API-Key", key);
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status();
-        (status, resp.json().await.unwrap_or(Value::Null))
+        let url = format!("{}{path}", self.url);
+        common::call(&self.http, method, &url, (app, key), body).await
     }
 
     /// A call that must succeed; its answer.

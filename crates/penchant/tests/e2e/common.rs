@@ -63,6 +63,27 @@ pub fn request(
         .json(body)
 }
 
+/// A call to `url` with an app's credentials and, if any, a JSON body: its status and its JSON
+/// answer (null when it has none).
+pub async fn call(
+    http: &Client,
+    method: Method,
+    url: &str,
+    (app, key): (&str, &str),
+    body: Option<Value>,
+) -> (reqwest::StatusCode, Value) {
+    let mut req = http
+        .request(method, url)
+        .header("X-Algolia-Application-Id", app)
+        .header("X-Algolia-API-Key", key);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
 /// POST `body` to the server at `url` as app `app` with the global admin key `root`; it must
 /// succeed.
 pub async fn post_ok(url: &str, path: &str, app: &str, body: serde_json::Value) {
