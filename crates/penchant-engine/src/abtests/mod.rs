@@ -50,6 +50,8 @@ const COUNTS: &str = "c";
 const USER: &str = "u";
 const TEST: &[u8] = b"test";
 const NEXT: &[u8] = b"next";
+/// The lease under which a node starts one of an app's tests.
+pub const START_LEASE: &str = "abtests";
 /// The longest test name.
 pub const MAX_NAME_CHARS: usize = 256;
 
@@ -296,6 +298,9 @@ pub struct AbTests {
     clock: Clock,
     cache: TtlCache<String, Arc<Vec<AbTest>>>,
     pub(crate) results: results::Results,
+    /// Held while this node starts a test (with the app's lease for the other nodes): the
+    /// check that no test runs on the index and the write are one step.
+    pub(crate) starting: tokio::sync::Mutex<()>,
 }
 
 fn invalid<T>(message: impl Into<String>) -> Result<T> {
@@ -337,6 +342,7 @@ impl AbTests {
         Self {
             results: results::Results::new(store.clone()),
             cache: TtlCache::new(cache::DEFAULT_CAPACITY, ttl, clock.clone()),
+            starting: tokio::sync::Mutex::new(()),
             store,
             clock,
         }
@@ -464,7 +470,9 @@ impl AbTests {
         Ok((name, variants, new.end_at))
     }
 
-    /// Start a checked test ([`AbTests::check`]), unless a running test is on its index.
+    /// Start a checked test ([`AbTests::check`]), unless a running test is on its index. The
+    /// caller holds [`AbTests::starting`] and the app's lease [`START_LEASE`], so that two
+    /// tests started at once on one index, on any nodes, cannot both pass the check.
     pub async fn add(
         &self,
         app: &str,

@@ -3,9 +3,13 @@
 use std::sync::Arc;
 
 use crate::abtests::significance::{self, Significance};
-use crate::abtests::{AbTest, Counts, NewTest, Status};
+use crate::abtests::{AbTest, Counts, NewTest, START_LEASE, Status};
 use crate::strategy::{Strategy, Versioned};
 use crate::{Engine, EngineError, Result};
+
+/// How often, and how far apart, a start waits for another node's start of the app's test.
+const START_TRIES: usize = 100;
+const START_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// A test with its counts per variant (A, B) and what they say.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +49,19 @@ impl Engine {
                     })?;
             }
         }
-        self.abtests.add(app, name, variants, end_at).await
+        let _starting = self.abtests.starting.lock().await;
+        for _ in 0..START_TRIES {
+            let add = self
+                .abtests
+                .add(app, name.clone(), variants.clone(), end_at);
+            if let Some(test) = self.leases.run(app, START_LEASE, add).await? {
+                return Ok(test);
+            }
+            tokio::time::sleep(START_RETRY).await;
+        }
+        Err(EngineError::Unavailable(
+            "another node has been starting an A/B test of this app for a while: retry".into(),
+        ))
     }
 
     /// The app's tests as stored now, oldest first.

@@ -455,3 +455,60 @@ async fn variants_apply_named_strategies_and_checked_parameters() {
         .collect();
     assert_eq!(listed, BTreeMap::from([("purchases".to_owned(), 100)]));
 }
+
+/// Increments in one table wait 5 ms first.
+#[derive(Debug)]
+struct SlowIncrements(&'static str);
+
+#[async_trait::async_trait]
+impl penchant_store::testing::Hook for SlowIncrements {
+    async fn before(
+        &self,
+        op: penchant_store::testing::Op,
+        table: &str,
+    ) -> penchant_store::Result<()> {
+        if op == penchant_store::testing::Op::Increment && table == self.0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tests_started_at_once_on_one_index_on_two_nodes_do_not_both_run() {
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    // Between a start's check and its write (the ID's increment) time passes: starts overlap.
+    let store: Arc<dyn penchant_store::Store> =
+        Arc::new(penchant_store::testing::Hooked::new(SlowIncrements("abtests")));
+    let config = || EngineConfig {
+        clock: clock.clone(),
+        lease_ttl: Duration::from_secs(10),
+        ..EngineConfig::default()
+    };
+    let one = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let two = Engine::open(store, config()).await.unwrap();
+    let end = clock.now_ms() + DAY_MS;
+    for round in 0..20 {
+        let index = format!("index-{round}");
+        let on = |engine: &Engine, name: &str| {
+            let mut t = test(name, None, None, end);
+            for v in &mut t.variants {
+                v.index = index.clone();
+            }
+            let engine = engine.clone();
+            async move { engine.add_abtest(APP, t).await }
+        };
+        // Two nodes, and two requests on one node, at once.
+        let (a, b, c) = tokio::join!(on(&one, "a"), on(&two, "b"), on(&two, "c"));
+        let started = [&a, &b, &c].iter().filter(|r| r.is_ok()).count();
+        assert_eq!(started, 1, "round {round}: {a:?} {b:?} {c:?}");
+        for refused in [a, b, c].into_iter().filter_map(Result::err) {
+            assert!(
+                refused
+                    .to_string()
+                    .contains("already in the running A/B test"),
+                "{refused}"
+            );
+        }
+    }
+}
