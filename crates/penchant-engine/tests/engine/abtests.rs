@@ -478,8 +478,9 @@ impl penchant_store::testing::Hook for SlowIncrements {
 async fn tests_started_at_once_on_one_index_on_two_nodes_do_not_both_run() {
     let clock = Clock::manual(penchant_store::validate::now_micros());
     // Between a start's check and its write (the ID's increment) time passes: starts overlap.
-    let store: Arc<dyn penchant_store::Store> =
-        Arc::new(penchant_store::testing::Hooked::new(SlowIncrements("abtests")));
+    let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::testing::Hooked::new(
+        SlowIncrements("abtests"),
+    ));
     let config = || EngineConfig {
         clock: clock.clone(),
         lease_ttl: Duration::from_secs(10),
