@@ -9,9 +9,9 @@
 //! `convertedUserCount`...) whichever nodes served them, and the per-user revenue's sum of
 //! squares stays exact (`new² − old²` from the user's row). A node that crashes loses the tallies
 //! of its last seconds (at most `FLUSH_EVERY`); an increment that fails is kept for the next
-//! flush.
+//! flush. Tallies of a test deleted meanwhile (on another node) are dropped at the flush.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -321,8 +321,33 @@ impl Results {
 
     /// Add every tally held to the store (see the module).
     pub async fn flush(&self) -> Result<()> {
-        let pending = std::mem::take(&mut *self.pending.lock());
+        let mut pending = std::mem::take(&mut *self.pending.lock());
         let mut sums = std::mem::take(&mut *self.unsaved.lock());
+        // A test deleted since (on another node) takes its tallies with it: no counter row
+        // outlives its definition.
+        let tests: BTreeSet<(String, u32)> = pending
+            .keys()
+            .map(|(app, test, _)| (app.clone(), *test))
+            .chain(sums.keys().cloned())
+            .collect();
+        for (app, test) in tests {
+            match self.exists(&app, test).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    pending.retain(|(a, t, _), _| !(*a == app && *t == test));
+                    sums.remove(&(app, test));
+                }
+                Err(e) => {
+                    for ((app, test, user), tally) in pending {
+                        self.add(&app, test, &user, tally);
+                    }
+                    for (key, added) in sums {
+                        self.keep(key, added);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let saved: Vec<_> = futures::stream::iter(pending)
             .map(|((app, test, user), tally)| async move {
                 let saved = self.save_user(&app, test, &user, &tally).await;
@@ -341,14 +366,7 @@ impl Results {
                     }
                 }
                 Err(e) => {
-                    self.pending
-                        .lock()
-                        .entry((app, test, user))
-                        .or_insert_with(|| Tally {
-                            variant: tally.variant,
-                            ..Tally::default()
-                        })
-                        .merge(tally);
+                    self.add(&app, test, &user, tally);
                     failed = Some(e);
                 }
             }
@@ -366,11 +384,7 @@ impl Results {
                 .read_modify_write_row(ABTESTS_TABLE, keys::abtest(&app, test), rules)
                 .await;
             if let Err(e) = done {
-                let mut unsaved = self.unsaved.lock();
-                let into = unsaved.entry((app, test)).or_default();
-                for (q, n) in added {
-                    *into.entry(q).or_insert(0) += n;
-                }
+                self.keep((app, test), added);
                 failed = Some(e.into());
             }
         }
@@ -378,6 +392,25 @@ impl Results {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Keep variant sums whose increment did not happen, for the next flush.
+    fn keep(&self, test: (String, u32), added: BTreeMap<Bytes, i64>) {
+        let mut unsaved = self.unsaved.lock();
+        let into = unsaved.entry(test).or_default();
+        for (q, n) in added {
+            *into.entry(q).or_insert(0) += n;
+        }
+    }
+
+    /// Whether the test's definition is stored.
+    async fn exists(&self, app: &str, test: u32) -> Result<bool> {
+        let filter = RowFilter::Family(super::DEFINITION.into()).and(RowFilter::StripValue);
+        let row = self
+            .store
+            .read_row(ABTESTS_TABLE, keys::abtest(app, test), Some(filter))
+            .await?;
+        Ok(row.is_some_and(|r| r.latest(super::DEFINITION, super::TEST).is_some()))
     }
 
     /// The test's counts per variant as stored (A, B).

@@ -513,3 +513,57 @@ async fn tests_started_at_once_on_one_index_on_two_nodes_do_not_both_run() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_deleted_on_one_node_leaves_no_counts_from_another() {
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    let store: Arc<dyn penchant_store::Store> = Arc::new(penchant_store::MemStore::new());
+    let config = || EngineConfig {
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    };
+    let one = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let two = Engine::open(store.clone(), config()).await.unwrap();
+    let created = one
+        .add_abtest(APP, test("t", None, None, clock.now_ms() + DAY_MS))
+        .await
+        .unwrap();
+    // Node two serves a user of the test; its tally waits in memory.
+    let options = RerankOptions {
+        click_analytics: true,
+        ..RerankOptions::default()
+    };
+    let served = two
+        .rerank(APP, INDEX, &hits(), "u1", options)
+        .await
+        .unwrap();
+    assert_eq!(served.served.ab_test.map(|(t, _)| t), Some(created.id));
+    one.delete_abtest(APP, created.id).await.unwrap();
+    two.flush_abtests().await.unwrap();
+    let rows = |table| {
+        let store = store.clone();
+        async move {
+            store
+                .read_all(
+                    table,
+                    penchant_store::ReadRows::new(penchant_store::RowSet::all()),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let tests: Vec<_> = rows(penchant_engine::abtests::ABTESTS_TABLE)
+        .await
+        .into_iter()
+        .filter(|r| penchant_engine::keys::abtest_of(APP, &r.key).is_some())
+        .collect();
+    assert!(
+        tests.is_empty(),
+        "no counter row outlives its test: {tests:?}"
+    );
+    assert!(
+        rows(penchant_engine::abtests::ABTEST_USERS_TABLE)
+            .await
+            .is_empty()
+    );
+}
