@@ -1,10 +1,11 @@
 // The strategy page: the editable strategy, validated live by the API (the simulate route
 // answers a bad strategy with the message saving it would), saved with its recompute job shown
 // until it ends; and the simulator: a user's ranking of some items under the saved strategy
-// and under the edited one, side by side.
+// and under the edited one, side by side. Below, the app's named strategies (what A/B test
+// variants may use): the edited strategy saved under a name, each loaded back or deleted.
 
 import { api, apiOrNull, ApiError, seg } from './api.js';
-import { h, fill, errorBox, notice, table, field, card, debounce, splitList } from './ui.js';
+import { h, fill, errorBox, notice, table, field, card, debounce, splitList, confirmDialog } from './ui.js';
 import { attributes, recomputeView } from './pages.js';
 
 const EVENT_TYPES = ['click', 'conversion', 'view'];
@@ -85,10 +86,70 @@ export function strategyPage(root, ctx) {
     simOut,
   );
 
+  // Named strategies: the edited one saved under a name; each loaded into the editor or deleted.
+  const namedName = h('input', { id: 'named-name', spellcheck: 'false', placeholder: 'purchases-only', maxlength: 64 });
+  const namedSave = h('button', { type: 'submit', id: 'named-save', disabled: true }, 'Save the edited strategy as');
+  const namedStatus = h('div', { id: 'named-status', 'aria-live': 'polite' });
+  const namedList = h('div', { id: 'named-list' }, notice('Loading…'));
+  const namedForm = h('form', { id: 'named-form', class: 'toolbar' }, field('Name', namedName), namedSave);
+
   root.append(
     loadStatus,
     h('div', { class: 'grid-strategy' }, card('Strategy', form), card('Simulator', h('p', { class: 'muted small' }, 'How the user’s hits would rank under the saved strategy and under the edited one.'), simForm)),
+    card('Named strategies',
+      h('p', { class: 'muted small' }, 'Strategies an A/B test’s variant may use (personalizationStrategy): a user’s profile is computed with their weights when answered; the strategy above stays the app’s.'),
+      namedForm, namedStatus, namedList),
   );
+
+  async function loadNamed() {
+    try {
+      const r = await api('GET', '/1/strategies/personalization/named');
+      if (!ctx.alive()) return;
+      const rows = r.strategies || [];
+      if (!rows.length) {
+        fill(namedList, h('p', { class: 'muted', id: 'named-none' }, 'No named strategy yet.'));
+        return;
+      }
+      fill(namedList, table([
+        { label: 'Name', cell: (n) => h('code', null, n.name) },
+        { label: 'Events', num: true, cell: (n) => String(n.strategy.eventsScoring.length) },
+        { label: 'Facets', num: true, cell: (n) => String(n.strategy.facetsScoring.length) },
+        { label: 'Impact', num: true, cell: (n) => String(n.strategy.personalizationImpact) },
+        { label: 'Actions', cell: (n) => h('span', { class: 'actions' },
+          h('button', { type: 'button', class: 'secondary', dataset: { load: n.name }, onclick: () => { show(n.strategy); changed(); namedName.value = n.name; } }, 'Edit'),
+          h('button', { type: 'button', class: 'danger', dataset: { delete: n.name }, onclick: () => deleteNamed(n.name) }, 'Delete')) },
+      ], rows, { id: 'named-table' }));
+    } catch (e) {
+      if (ctx.alive()) fill(namedList, errorBox(e, 'Named strategies'));
+    }
+  }
+
+  async function deleteNamed(name) {
+    if (!(await confirmDialog(`Delete the named strategy “${name}”?`, 'Delete'))) return;
+    try {
+      await api('DELETE', `/1/strategies/personalization/named/${seg(name)}`);
+      fill(namedStatus, h('p', { class: 'ok' }, `Deleted “${name}”.`));
+    } catch (e) {
+      fill(namedStatus, errorBox(e, 'Delete failed'));
+    }
+    loadNamed();
+  }
+
+  namedForm.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const name = namedName.value.trim();
+    if (!valid || !name) return;
+    namedSave.disabled = true;
+    try {
+      await api('PUT', `/1/strategies/personalization/named/${seg(name)}`, edited());
+      fill(namedStatus, h('p', { class: 'ok', id: 'named-saved' }, `Saved as “${name}”.`));
+      loadNamed();
+    } catch (err) {
+      fill(namedStatus, errorBox(err, 'Save failed'));
+    } finally {
+      namedSave.disabled = !valid;
+    }
+  });
 
   function eventRow(e = { eventType: 'click', eventName: '', score: '' }) {
     const type = h('select', { class: 'event-type', 'aria-label': 'Event type' }, EVENT_TYPES.map((t) => h('option', { value: t, selected: t === e.eventType }, t)));
@@ -153,11 +214,13 @@ export function strategyPage(root, ctx) {
       fill(validation, errorBox(e, e instanceof ApiError && e.status === 400 ? 'Invalid strategy' : 'Validation failed'));
     }
     saveButton.disabled = !valid;
+    namedSave.disabled = !valid;
   }, 300);
 
   function changed() {
     valid = false;
     saveButton.disabled = true;
+    namedSave.disabled = true;
     fill(validation, h('p', { class: 'muted' }, 'Checking…'));
     validate();
   }
@@ -338,6 +401,7 @@ export function strategyPage(root, ctx) {
       if (ctx.alive()) fill(loadStatus, errorBox(e, 'Loading the strategy'));
     }
   })();
+  loadNamed();
 
   return () => {
     validate.cancel();

@@ -85,9 +85,73 @@ async fn an_invalid_strategy_is_refused_live_and_a_valid_one_saved() {
         )
         .await;
         page.until_text("#strategy-job", "ranges done").await;
+
+        // The edited strategy saved under a name (the app's stays), listed, loaded back.
+        page.until_text("#named-list", "No named strategy yet")
+            .await;
+        page.type_into("#events-rows tr .event-score", "30").await;
+        page.until_text("#strategy-validation", "Valid strategy")
+            .await;
+        page.type_into("#named-name", "clicks-only").await;
+        page.until(
+            "Save as enabled",
+            "!document.getElementById('named-save').disabled",
+        )
+        .await;
+        page.click("#named-save").await;
+        page.until_text("#named-status", "Saved as “clicks-only”")
+            .await;
+        page.until_text("#named-table", "clicks-only").await;
+        page.type_into("#named-name", "other").await;
+        page.type_into("#events-rows tr .event-score", "70").await;
+        page.click("[data-load='clicks-only']").await;
+        page.until(
+            "the named strategy in the editor",
+            "document.getElementById('named-name').value === 'clicks-only' && \
+             document.querySelector('#events-rows tr .event-score').value === '30'",
+        )
+        .await;
         page.assert_no_errors().await;
     })
     .await;
+    let named = |name: &'static str| {
+        let (s, key) = (&s, check_key.clone());
+        async move {
+            s.call(
+                Method::GET,
+                &format!("/1/strategies/personalization/named/{name}"),
+                Some(("SHOP", &key)),
+                None,
+            )
+            .await
+        }
+    };
+    let (_, saved_named) = named("clicks-only").await;
+    assert_eq!(
+        saved_named["strategy"]["eventsScoring"],
+        json!([{"eventName": "Clicked", "eventType": "click", "score": 30}]),
+        "{saved_named}"
+    );
+
+    // Deleted from the page, after a confirmation.
+    let (base, key) = (s.base.clone(), check_key.clone());
+    run("strategy", &base, super::DESKTOP, move |page| async move {
+        page.open("#/strategy").await;
+        page.sign_in("SHOP", &key).await;
+        page.until_text("#named-table", "clicks-only").await;
+        page.click("[data-delete='clicks-only']").await;
+        page.until(
+            "the dialog",
+            "document.getElementById('confirm-dialog').open",
+        )
+        .await;
+        page.click("#confirm-ok").await;
+        page.until_text("#named-list", "No named strategy yet")
+            .await;
+        page.assert_no_errors().await;
+    })
+    .await;
+    assert_eq!(named("clicks-only").await.0, reqwest::StatusCode::NOT_FOUND);
 
     // What the page saved is what the API has.
     let (_, saved) = s
