@@ -60,11 +60,14 @@ async fn import(
     Path(app_id): Path<String>,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let imported = state
-        .engine
-        .import_app(&app_id, body.into_data_stream())
-        .await?;
-    Ok((StatusCode::CREATED, to_json(&imported)?))
+    let mut body = body.into_data_stream();
+    let imported = state.engine.import_app(&app_id, &mut body).await;
+    if imported.is_err() {
+        // A refusal comes after the first line, while the client still sends: read the rest,
+        // so that it reads the answer rather than a connection closed under its upload.
+        while let Ok(Some(_)) = body.try_next().await {}
+    }
+    Ok((StatusCode::CREATED, to_json(&imported?)?))
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,6 +2,7 @@
 //! updates, array bodies, empty rebuilds, non-JSON errors, attribute names too long, hostile
 //! filters, huge vector components, unbounded Recommend calls.
 
+use futures::StreamExt;
 use reqwest::header::{ALLOW, CONTENT_TYPE, HeaderMap};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -490,5 +491,54 @@ async fn a_recommend_call_holds_at_most_100_requests() {
     assert_eq!(
         body["message"],
         "requests: 101 requests in one call, the limit is 100"
+    );
+}
+
+/// An import refused after its first line (the app exists) answers its reason to an upload
+/// still streaming. The server reads the rest of the upload before it answers, so a client
+/// never writes into a closed connection: `penchant apps import` once got a broken pipe
+/// instead of the message (`e2e portability::an_app_moves_...`, a timing this test does not
+/// force; it checks the answer such an upload gets).
+#[tokio::test]
+async fn an_import_refused_early_answers_its_reason_to_a_large_upload() {
+    let (s, _) = shop().await;
+    let export = s
+        .http
+        .get(format!("{}/1/apps/SHOP/export", s.base))
+        .header("X-Algolia-API-Key", ROOT)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let header = export.lines().next().unwrap();
+    // The header, then 16 MB streamed in pieces a little apart, as a file is uploaded: the
+    // refusal comes long before the upload ends.
+    let first = bytes::Bytes::from(format!("{header}\n"));
+    let piece = bytes::Bytes::from(format!("{}\n", "x".repeat(64 << 10)));
+    let pieces = futures::stream::iter(
+        std::iter::once(first).chain(std::iter::repeat_n(piece, 256)),
+    )
+    .then(|piece| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        Ok::<_, std::io::Error>(piece)
+    });
+    let resp = s
+        .http
+        .post(format!("{}/1/apps/SHOP/import", s.base))
+        .header("X-Algolia-API-Key", ROOT)
+        .body(reqwest::Body::wrap_stream(pieces))
+        .send()
+        .await
+        .expect("the answer, not a broken pipe");
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let answer: Value = resp.json().await.unwrap();
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("exists on this node"),
+        "{answer}"
     );
 }
