@@ -12,6 +12,19 @@
 //! days' aggregates from their raw events (which deltas were written is unknown), refresh the
 //! profile, mark the days' items seen — which is harmless to redo, every step being idempotent.
 //!
+//! **A retry in flight with its first attempt.** A batch's id is a hash of its events, so
+//! every attempt of one request names the same intent row, and only one of them creates it
+//! (a conditional write). Another attempt that finds the row there — the first one still in
+//! flight, on this node or another, or left behind by a crash — waits for it to go: the first
+//! attempt answered (or the repair finished it), so the events are stored and counted, and the
+//! later attempt answers at once. If the row stays (a slow or dead first attempt), the later one marks it
+//! ([`RETRIED`]) and counts nothing itself: it stores the raw events the first may not have
+//! stored yet and rebuilds their days from the raw events. The first attempt reads its row
+//! again once its deltas are written: marked, it rebuilds its days too — so a delta of its that
+//! landed after the other attempt's rebuild and a fold of the day (which would count the event
+//! twice) is folded into an exact rebuild; unmarked, the other's rebuild comes after its
+//! deltas.
+//!
 //! On one node, [`UserLocks`] keep a user's rebuild apart from the ingestion of the user's
 //! events: an ingestion holds its users' stripes shared from its raw write until its deltas are
 //! written; a rebuild holds its user's stripe alone.
@@ -30,6 +43,40 @@ use crate::aggregates::day_of;
 use crate::clock::Clock;
 use crate::events::{EVENTS_TABLE, Event, FAMILY};
 use crate::{Result, keys};
+
+/// The qualifier of the mark a second attempt of a batch leaves on the batch's intent: not
+/// UTF-8, so never a user's.
+const RETRIED: &[u8] = b"\xff";
+
+/// The cells of an intent that name its users (not its [`RETRIED`] mark: a row whose users
+/// were all repaired is gone even if it was marked).
+fn users_of_intent() -> RowFilter {
+    RowFilter::ColumnRange {
+        family: FAMILY.to_owned(),
+        start: std::ops::Bound::Unbounded,
+        end: std::ops::Bound::Excluded(Bytes::from_static(RETRIED)),
+    }
+}
+
+/// The id of a request's batch of events: a hash of the app and the events, the same for every
+/// attempt of the request.
+fn batch_id(app: &str, events: &[Event]) -> Result<u64> {
+    let json = serde_json::to_vec(events).map_err(|e| crate::internal("serialization", e))?;
+    Ok(xxhash_rust::xxh3::xxh3_64_with_seed(
+        &json,
+        xxhash_rust::xxh3::xxh3_64(app.as_bytes()),
+    ))
+}
+
+/// What [`Pending::record`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The batch's id.
+    pub batch: u64,
+    /// Whether this attempt recorded the intent (else another attempt had, and this one marked
+    /// it).
+    pub first: bool,
+}
 
 /// One batch's intent for one user, left behind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,18 +100,95 @@ impl Pending {
         Self { store, clock }
     }
 
-    /// Record a new batch's intent (before its events are written); returns the batch's id.
-    pub async fn record(&self, app: &str, events: &[Event]) -> Result<u64> {
-        let (batch, intent) = self.intent(app, events);
+    /// Record the intent of an ingested batch (before its events are written), unless another
+    /// attempt of the same request recorded it already: then mark that one [`RETRIED`].
+    pub async fn record(&self, app: &str, events: &[Event]) -> Result<Recorded> {
+        let batch = batch_id(app, events)?;
+        let intent = self.intent(app, batch, events);
+        let found = self
+            .store
+            .check_and_mutate_row(
+                EVENTS_TABLE,
+                intent.row_key,
+                Some(users_of_intent()),
+                vec![],
+                intent.mutations,
+            )
+            .await?;
+        Ok(Recorded {
+            batch,
+            first: !found,
+        })
+    }
+
+    /// Record the intent of work on these events that is no request's (a settlement of waiting
+    /// events); returns its id.
+    pub async fn record_work(&self, app: &str, events: &[Event]) -> Result<u64> {
+        let batch: u64 = rand::random();
+        let intent = self.intent(app, batch, events);
         self.store
             .mutate_row(EVENTS_TABLE, intent.row_key, intent.mutations)
             .await?;
         Ok(batch)
     }
 
-    /// A new batch's id and its intent row.
-    fn intent(&self, app: &str, events: &[Event]) -> (u64, RowMutation) {
-        let batch: u64 = rand::random();
+    /// Wait until the intent of `batch` is gone (its attempt answered), for `within` at the
+    /// most: whether it is.
+    pub async fn wait_gone(&self, app: &str, batch: u64, within: Duration) -> Result<bool> {
+        let deadline = std::time::Instant::now() + within;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let row = self
+                .store
+                .read_row(
+                    EVENTS_TABLE,
+                    keys::intent(app, batch),
+                    Some(users_of_intent().and(RowFilter::StripValue)),
+                )
+                .await?;
+            if row.is_none() {
+                return Ok(true);
+            }
+            if std::time::Instant::now() + pause > deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Mark a batch's intent: another attempt of the request goes on without waiting for the
+    /// one that recorded it.
+    pub async fn mark_retried(&self, app: &str, batch: u64) -> Result<()> {
+        self.mark(keys::intent(app, batch)).await
+    }
+
+    /// Mark a left-behind intent before its work is redone: should its batch still be in
+    /// flight (a node stalled past the repair's age), its own rebuild then follows its deltas.
+    pub async fn mark_left_behind(&self, intent: &Intent) -> Result<()> {
+        self.mark(intent.row.clone()).await
+    }
+
+    async fn mark(&self, row: Bytes) -> Result<()> {
+        let retried = Mutation::set_now(FAMILY, Bytes::from_static(RETRIED), Bytes::new());
+        self.store
+            .mutate_row(EVENTS_TABLE, row, vec![retried])
+            .await?;
+        Ok(())
+    }
+
+    /// Whether another attempt of the batch marked its intent since it was recorded.
+    pub async fn retried_meanwhile(&self, app: &str, batch: u64) -> Result<bool> {
+        let marker = RowFilter::column(FAMILY, Bytes::from_static(RETRIED));
+        let row = self
+            .store
+            .read_row(EVENTS_TABLE, keys::intent(app, batch), Some(marker))
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// A batch's intent row.
+    fn intent(&self, app: &str, batch: u64, events: &[Event]) -> RowMutation {
         let mut days: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
         for e in events {
             days.entry(e.user())
@@ -82,7 +206,7 @@ impl Pending {
                 Mutation::set(FAMILY, user.as_bytes().to_vec(), now, value)
             })
             .collect();
-        (batch, RowMutation::new(keys::intent(app, batch), cells))
+        RowMutation::new(keys::intent(app, batch), cells)
     }
 
     /// Forget a batch's intents (its work is done).

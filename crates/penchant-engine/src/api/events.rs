@@ -13,6 +13,9 @@ use crate::{
 /// The global leases of the repair and the purge.
 const PURGE_LEASE: &str = "purge";
 const REPAIR_LEASE: &str = "repair";
+/// How long an attempt of a request waits for an earlier attempt still in flight to answer
+/// before it goes on beside it.
+const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Events.
 impl Engine {
@@ -21,14 +24,31 @@ impl Engine {
     /// read after this returns reflects the events. Each step is one write for the whole batch,
     /// whichever users it holds. An intent recorded before the events ([`pending`]) lets
     /// [`Engine::repair`] finish the work if this stops half-way; a retried request (its events
-    /// stored already) rebuilds their days itself, so an acknowledged event always counts.
+    /// stored already) rebuilds their days itself, so an acknowledged event always counts; and
+    /// an attempt of a request whose earlier attempt is still in flight waits for its answer,
+    /// or goes on beside it counting nothing itself ([`pending`]: retries in flight), so no
+    /// event counts twice.
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
+        let recorded = self.pending.record(app, events).await?;
+        let batch = recorded.batch;
+        if !recorded.first {
+            // Another attempt of this request is in flight, or died half-way.
+            if self
+                .pending
+                .wait_gone(app, batch, FIRST_ATTEMPT_WAIT)
+                .await?
+            {
+                // It answered (or the repair finished it): its events are stored and counted.
+                return Ok(());
+            }
+            self.pending.mark_retried(app, batch).await?;
+            return self.push_beside_first_attempt(app, events).await;
+        }
         let negative = self.seen.settings(app).await?;
         let layouts = self.tenancy.events_of(app).await?.written();
-        let batch = self.pending.record(app, events).await?;
         // From the raw write until the deltas are written, no rebuild of these users runs here.
         let users = self
             .user_locks
@@ -53,7 +73,15 @@ impl Engine {
             let added = self.aggregates.add(app, &ingested.stored).await;
             drop(users);
             added?;
-            self.rebuild_days(app, &ingested.retried).await?;
+            // Another attempt of this request went on without waiting for this one: its
+            // rebuild may have come before these deltas.
+            let rebuild: Vec<&events::Event> = if self.pending.retried_meanwhile(app, batch).await?
+            {
+                events.iter().collect()
+            } else {
+                ingested.retried.clone()
+            };
+            self.rebuild_days(app, &rebuild).await?;
             if !waiting.is_empty() {
                 // A record written since the catalog was read for these events.
                 let keys: Vec<Bytes> = waiting.keys().cloned().collect();
@@ -76,6 +104,23 @@ impl Engine {
                 tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
             }
         });
+        Ok(())
+    }
+
+    /// An attempt of a request whose first attempt is still in flight (or died): store the
+    /// events the first may not have stored yet, then count them all from the raw events —
+    /// their days rebuilt, profiles refreshed, items marked seen. The tallies that are counted
+    /// per stored event (trends, traffic, A/B tests) are the first attempt's to count. The
+    /// first attempt's intent covers this work if this stops half-way.
+    async fn push_beside_first_attempt(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        let layouts = self.tenancy.events_of(app).await?.written();
+        self.events.ingest(app, events, &layouts).await?;
+        let all: Vec<&events::Event> = events.iter().collect();
+        self.rebuild_days(app, &all).await?;
+        futures::try_join!(
+            self.refresh_users(app, events),
+            self.mark_events_seen(app, events)
+        )?;
         Ok(())
     }
 
@@ -119,7 +164,7 @@ impl Engine {
             .map(|s| s.event.clone())
             .chain(plan.changed_elsewhere.iter().cloned())
             .collect();
-        let batch = self.pending.record(app, &touched).await?;
+        let batch = self.pending.record_work(app, &touched).await?;
         plan.write(&*self.store).await?;
         let refs: Vec<&events::Event> = touched.iter().collect();
         self.rebuild_days(app, &refs).await?;
@@ -211,6 +256,7 @@ impl Engine {
 
     /// Finish one user's share of an interrupted batch.
     async fn finish(&self, intent: &pending::Intent) -> Result<()> {
+        self.pending.mark_left_behind(intent).await?;
         let mut stored = Vec::new();
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
         for day in &intent.days {

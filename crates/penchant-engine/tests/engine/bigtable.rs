@@ -119,3 +119,15 @@ async fn an_app_and_a_user_move_between_emulators_while_served() {
     assert_eq!(stayed.get("profiles"), Some(&(USERS - 1)), "{stayed:?}");
     b.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_in_flight_on_another_node_counts_once_on_bigtable() {
+    let emulator = Emulator::start();
+    let store = connect(&emulator).await;
+    let config = penchant_engine::EngineConfig::default;
+    let a = support::engine_with_app(store.clone(), config(), "APP", support::views(10, 10)).await;
+    let b = penchant_engine::Engine::open(store.clone(), config())
+        .await
+        .unwrap();
+    crate::retries::both_attempts_count_once(store, a, b).await;
+}

@@ -18,5 +18,6 @@ mod portability;
 mod profiles;
 mod residency;
 mod retention;
+mod retries;
 mod schedules;
 mod vectors;

@@ -1,0 +1,153 @@
+//! A retry sent while its first attempt is still in flight (a client whose timeout is shorter
+//! than the answer, a load balancer that retries on another node). Staged: the first attempt
+//! stops before storing its events, the retry is answered, the day folds, the first goes on —
+//! its deltas must not land on a base that already holds them. Then at random: both attempts of
+//! every batch at the same moment, on one node or on two nodes of one store, on a store whose
+//! every operation takes a random while. Every event counts once in its day's aggregate and
+//! every stored profile is the one a recompute gives.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use penchant_engine::events::Event;
+use penchant_engine::{Engine, EngineConfig};
+use penchant_store::Store;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::concurrent_days::assert_days_sum_their_raw_events;
+use crate::support::{self, Gate, Hook, Hooked, Op};
+
+const APP: &str = "APP";
+const USERS: usize = 100;
+const EVENTS_PER_USER: usize = 99;
+
+/// Every operation waits 0 to 2 ms first.
+#[derive(Debug, Default)]
+struct Jitter;
+
+#[async_trait]
+impl Hook for Jitter {
+    async fn before(&self, op: Op, _: &str) -> penchant_store::Result<()> {
+        if op.is_data() {
+            let wait = rand::rng().random_range(0..2_000);
+            tokio::time::sleep(Duration::from_micros(wait)).await;
+        }
+        Ok(())
+    }
+}
+
+/// 100 users × 99 views (the same day, skewed brands), shuffled, in 56 batches.
+fn batches() -> Vec<Vec<Event>> {
+    let now = penchant_store::validate::now_micros() / 1000;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(43);
+    let mut events: Vec<Event> = (0..USERS)
+        .flat_map(|u| (0..EVENTS_PER_USER).map(move |n| (u, n)))
+        .map(|(u, n)| {
+            let brand = (u + n * n) % 7;
+            support::view(
+                &format!("u{u:03}"),
+                &format!("b{brand}"),
+                now - 60_000 + n as i64,
+            )
+        })
+        .collect();
+    events.shuffle(&mut rng);
+    let size = events.len().div_ceil(56);
+    events.chunks(size).map(<[Event]>::to_vec).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_answered_before_its_first_attempt_stores_anything_counts_once_across_a_fold() {
+    use penchant_engine::{aggregates, events, keys};
+    // Two nodes of one store; node A's first write of raw events waits at the gate.
+    let store = Arc::new(Hooked::new(Gate::new(Op::WriteRows, events::EVENTS_TABLE)));
+    let a = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let b = Engine::open(store.clone(), config()).await.unwrap();
+    let now = penchant_store::validate::now_micros() / 1000;
+    let start = now - now.rem_euclid(86_400_000);
+    let events: Vec<Event> = (0..40)
+        .map(|i| support::view("u1", "a", (start + i).min(now - 60_000 + i)))
+        .collect();
+    // The first attempt, on A, checks its events are new and stops before storing them.
+    let (first_waits, go) = store.hook.arm().await;
+    let first = {
+        let (a, events) = (a.clone(), events.clone());
+        tokio::spawn(async move { a.push_events(APP, &events).await })
+    };
+    first_waits.await.unwrap();
+    // The client gave up on it and retried on B, which answers.
+    b.push_events(APP, &events).await.unwrap();
+    // A profile read (or a later event) folds the day's deltas into its base.
+    let day = keys::day(APP, "u1", aggregates::day_of(events[0].timestamp));
+    b.aggregates().fold(day).await.unwrap();
+    // The first attempt goes on: stores the events and writes their deltas again.
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    let counts = a.aggregates().counts(APP, "u1").await.unwrap();
+    let brand = events::qualifier(events::EventType::View, "Viewed", "brand");
+    assert_eq!(
+        counts.get(&brand).and_then(|c| c.get("a")),
+        Some(&40),
+        "each of the 40 events counted once"
+    );
+    let stored = a.profiles().refresh(APP, "u1").await.unwrap();
+    assert_eq!(stored, a.profiles().recompute_one(APP, "u1").await.unwrap());
+}
+
+/// Send every batch twice at once, `a` taking one attempt and `b` the other, four batches in
+/// flight; then check every day against its raw events and every profile against a recompute.
+pub async fn both_attempts_count_once(store: Arc<dyn Store>, a: Engine, b: Engine) {
+    let batches = batches();
+    let queue = Arc::new(tokio::sync::Mutex::new(batches.clone()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (a, b, queue) = (a.clone(), b.clone(), queue.clone());
+        tasks.spawn(async move {
+            loop {
+                let Some(batch) = queue.lock().await.pop() else {
+                    return;
+                };
+                let (first, second) =
+                    tokio::join!(a.push_events(APP, &batch), b.push_events(APP, &batch));
+                first.unwrap();
+                second.unwrap();
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    assert_days_sum_their_raw_events(&*store, USERS * EVENTS_PER_USER).await;
+    let mut differ = Vec::new();
+    for u in 0..USERS {
+        let user = format!("u{u:03}");
+        let stored = a.profiles().stored_profile(APP, &user).await.unwrap();
+        let recomputed = a.profiles().recompute_one(APP, &user).await.unwrap();
+        if stored.map(|s| s.0) != recomputed {
+            differ.push(user);
+        }
+    }
+    assert!(differ.is_empty(), "profiles unlike a recompute: {differ:?}");
+}
+
+fn config() -> EngineConfig {
+    EngineConfig::default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_in_flight_with_its_first_attempt_counts_once() {
+    let store: Arc<dyn Store> = Arc::new(Hooked::new(Jitter));
+    let engine =
+        support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    both_attempts_count_once(store, engine.clone(), engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_in_flight_on_another_node_counts_once() {
+    let store: Arc<dyn Store> = Arc::new(Hooked::new(Jitter));
+    let a = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let b = Engine::open(store.clone(), config()).await.unwrap();
+    both_attempts_count_once(store, a, b).await;
+}
