@@ -205,7 +205,15 @@ impl std::fmt::Display for InflateError {
     }
 }
 
-impl std::error::Error for InflateError {}
+impl std::error::Error for InflateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InflateError::Invalid(e) => Some(e),
+            InflateError::Read(e) => Some(e),
+            InflateError::TooLarge(..) => None,
+        }
+    }
+}
 
 /// A gzip body, inflated a piece at a time as it is polled: each piece of compressed input
 /// inflates into at most the decoder's 32 KiB buffer, so the body never holds more than a

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     MethodNotAllowed,
     /// What the request creates exists, or the operation was refused as things are.
     Conflict,
+    /// The body did not arrive in time ([`crate::HttpLimits::body_read_timeout`]).
+    RequestTimeout,
     /// The body is over the route's limit.
     PayloadTooLarge,
     /// The body's media type or encoding is not one Penchant reads.
@@ -54,6 +56,7 @@ impl ErrorKind {
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
@@ -71,6 +74,7 @@ impl ErrorKind {
             StatusCode::NOT_FOUND => ErrorKind::NotFound,
             StatusCode::METHOD_NOT_ALLOWED => ErrorKind::MethodNotAllowed,
             StatusCode::CONFLICT => ErrorKind::Conflict,
+            StatusCode::REQUEST_TIMEOUT => ErrorKind::RequestTimeout,
             StatusCode::PAYLOAD_TOO_LARGE => ErrorKind::PayloadTooLarge,
             StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorKind::UnsupportedMediaType,
             StatusCode::UNPROCESSABLE_ENTITY => ErrorKind::Unprocessable,

@@ -6,6 +6,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use serde::de::{DeserializeOwned, IgnoredAny};
 
+use crate::BodyTimeout;
 use crate::context::InflateError;
 use crate::error::ApiError;
 
@@ -34,9 +35,17 @@ async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Ap
     Bytes::from_request(req, state).await.map_err(body_error)
 }
 
-/// The error of a body that could not be read: over the route's limit (or a gzip body over
-/// [`crate::context::MAX_INFLATED_BYTES`]) a 413, else a 400.
+/// The error of a body that could not be read: one that did not come in time
+/// ([`crate::HttpLimits::body_read_timeout`]) a 408, over the route's limit (or a gzip body
+/// over [`crate::context::MAX_INFLATED_BYTES`]) a 413, else a 400.
 pub fn body_error(e: BytesRejection) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(error) = source {
+        if let Some(timeout) = error.downcast_ref::<BodyTimeout>() {
+            return ApiError::new(StatusCode::REQUEST_TIMEOUT, timeout.to_string());
+        }
+        source = error.source();
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(error) = source {
         if let Some(inflate) = error.downcast_ref::<InflateError>() {

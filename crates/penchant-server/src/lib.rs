@@ -15,7 +15,7 @@ pub mod protocol;
 pub mod ratelimit;
 pub mod routes;
 
-pub use listener::{HttpLimits, serve, serve_with};
+pub use listener::{BodyTimeout, HttpLimits, MIN_BODY_RATE, serve, serve_with};
 
 use std::sync::Arc;
 use std::time::Instant;

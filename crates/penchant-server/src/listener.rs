@@ -6,9 +6,12 @@
 //! response's body is written), or idle (waiting for the next request on a kept-alive
 //! connection). A connection that stays longer than [`HttpLimits::header_read_timeout`] reading
 //! a head (a client sending its headers a byte at a time, or nothing), or longer than
-//! [`HttpLimits::idle_timeout`] idle, is closed. At most [`HttpLimits::max_connections`] are
-//! served at once; more wait in the kernel's accept queue. A failed accept (out of file
-//! descriptors) is retried after a second, not at once.
+//! [`HttpLimits::idle_timeout`] idle, is closed. While busy, a request's body must keep coming
+//! ([`HttpLimits::body_read_timeout`], [`MIN_BODY_RATE`]: else the route answers 408 and the
+//! connection closes), and the client must keep reading what is written to it
+//! ([`HttpLimits::write_timeout`]: else the connection is closed). At most
+//! [`HttpLimits::max_connections`] are served at once; more wait in the kernel's accept queue.
+//! A failed accept (out of file descriptors) is retried after a second, not at once.
 //!
 //! On shutdown the listener stops accepting; idle connections, and those still reading a head,
 //! close at once; busy ones close once their response is written.
@@ -30,7 +33,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
 
 /// The limits of the listener's connections.
@@ -41,6 +44,14 @@ pub struct HttpLimits {
     pub header_read_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request. Zero: no limit.
     pub idle_timeout: Duration,
+    /// How long the server waits for the next bytes of a request's body, and for all of it this
+    /// long plus a second per [`MIN_BODY_RATE`] bytes received (the time the route spends
+    /// between reads is not counted): a body that stalls or trickles fails with
+    /// [`BodyTimeout`], which routes answer with a 408. Zero: no limit.
+    pub body_read_timeout: Duration,
+    /// How long a write to the client may wait for it to read (a full socket buffer); then the
+    /// connection is closed, whatever it was writing. Zero: no limit.
+    pub write_timeout: Duration,
     /// The most connections served at once.
     pub max_connections: usize,
 }
@@ -50,10 +61,17 @@ impl Default for HttpLimits {
         Self {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            body_read_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
             max_connections: 10_000,
         }
     }
 }
+
+/// The slowest a request body may come, in bytes a second, past [`HttpLimits::body_read_timeout`]:
+/// a 2 MB body may take the timeout plus 32 s of the server's waiting for it. A client that
+/// sends a byte now and then would otherwise hold a connection for as long as it likes.
+pub const MIN_BODY_RATE: u64 = 64 << 10;
 
 /// Serve `app` (usually [`crate::router`]) within the default [`HttpLimits`] until `shutdown`
 /// resolves; see [`serve_with`].
@@ -185,14 +203,18 @@ impl Connection {
         let io = TokioIo::new(Watched {
             inner: stream,
             phase: phase.clone(),
+            write_timeout: self.limits.write_timeout,
+            write_wait: None,
         });
+        let body_read_timeout = self.limits.body_read_timeout;
         let app = self.app.clone();
         let service_phase = phase.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             service_phase.set(BUSY);
             request.extensions_mut().insert(ConnectInfo(peer));
             let idle = IdleOnDrop(service_phase.clone());
-            let served = app.clone().oneshot(request.map(Body::new));
+            let request = request.map(|body| Body::new(TimedBody::new(body, body_read_timeout)));
+            let served = app.clone().oneshot(request);
             async move {
                 let response = served.await?;
                 Ok::<_, Infallible>(response.map(|body| Body::new(Written { body, _idle: idle })))
@@ -238,10 +260,47 @@ impl Connection {
     }
 }
 
-/// A connection's socket, which marks the end of an idle wait when bytes come in.
+/// A connection's socket, which marks the end of an idle wait when bytes come in, and fails a
+/// write that has waited longer than [`HttpLimits::write_timeout`] for the client to read (hyper
+/// then drops the connection).
 struct Watched {
     inner: TcpStream,
     phase: Arc<Phase>,
+    write_timeout: Duration,
+    /// While a write waits: when it times out (made once, reset for each wait).
+    write_wait: Option<(bool, Pin<Box<Sleep>>)>,
+}
+
+impl Watched {
+    /// A write's outcome: one that is still pending past the write timeout fails.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if polled.is_ready() {
+            if let Some((waiting, _)) = &mut self.write_wait {
+                *waiting = false;
+            }
+            return polled;
+        }
+        if self.write_timeout.is_zero() {
+            return Poll::Pending;
+        }
+        let at = Instant::now() + self.write_timeout;
+        let (waiting, expiry) = self
+            .write_wait
+            .get_or_insert_with(|| (false, Box::pin(tokio::time::sleep_until(at))));
+        if !*waiting {
+            *waiting = true;
+            expiry.as_mut().reset(at);
+        }
+        ready!(expiry.as_mut().poll(cx));
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client did not read its response",
+        )))
+    }
 }
 
 impl AsyncRead for Watched {
@@ -265,7 +324,8 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.timed(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -273,7 +333,8 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.timed(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -322,5 +383,105 @@ impl HttpBody for Written {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// Why a request body was cut short: it stopped coming, or came too slowly
+/// ([`HttpLimits::body_read_timeout`]). Routes answer it with a 408 ([`crate::json::body_error`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout {
+    /// Bytes of the body received.
+    pub received: u64,
+    /// The time the server waited for them.
+    pub waited: Duration,
+}
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Request body rejected: it did not come in time ({} bytes in {:.1} s of waiting)",
+            self.received,
+            self.waited.as_secs_f64()
+        )
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+/// A request's body, read within [`HttpLimits::body_read_timeout`]: only the time the route
+/// waits for the client counts (from a poll that finds nothing to the frame that ends it), so a
+/// route that reads slowly (an import writing as it goes) is not the client's fault.
+/// (tower-http's `TimeoutBody` bounds each wait only: a byte a few seconds apart would pass.)
+struct TimedBody {
+    inner: Incoming,
+    timeout: Duration,
+    received: u64,
+    /// The time spent waiting before the current wait.
+    waited: Duration,
+    /// When the current wait began.
+    waiting_since: Option<Instant>,
+    expiry: Option<Pin<Box<Sleep>>>,
+}
+
+impl TimedBody {
+    fn new(inner: Incoming, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            received: 0,
+            waited: Duration::ZERO,
+            waiting_since: None,
+            expiry: None,
+        }
+    }
+}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::BoxError>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if let Some(since) = this.waiting_since.take() {
+                this.waited += since.elapsed();
+            }
+            if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
+                this.received += data.len() as u64;
+            }
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.timeout.is_zero() {
+            return Poll::Pending;
+        }
+        let since = *this.waiting_since.get_or_insert_with(Instant::now);
+        // All of the body may take the timeout plus a second per MIN_BODY_RATE bytes received.
+        let allowed = this.timeout + Duration::from_millis(this.received * 1000 / MIN_BODY_RATE);
+        let left = allowed.saturating_sub(this.waited);
+        let at = since + left.min(this.timeout);
+        let expiry = this
+            .expiry
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if expiry.deadline() != at {
+            expiry.as_mut().reset(at);
+        }
+        ready!(expiry.as_mut().poll(cx));
+        let timeout = BodyTimeout {
+            received: this.received,
+            waited: this.waited + since.elapsed(),
+        };
+        Poll::Ready(Some(Err(Box::new(timeout))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -186,6 +186,13 @@ pub struct ServerConfig {
     /// Seconds a kept-alive connection may wait for its next request; then it is closed. 0: no
     /// limit.
     pub idle_timeout_secs: u64,
+    /// Seconds the server waits for the next bytes of a request's body, and for all of it this
+    /// plus a second per 64 KiB received; then the request is answered 408 and the connection
+    /// closed. 0: no limit.
+    pub body_read_timeout_secs: u64,
+    /// Seconds a write to a client may wait for it to read; then the connection is closed. 0:
+    /// no limit.
+    pub write_timeout_secs: u64,
     /// The most connections served at once (more wait to be accepted); at most half the
     /// process' open-file limit, which is raised to its hard limit at start.
     pub max_connections: usize,
@@ -203,6 +210,8 @@ impl Default for ServerConfig {
             shutdown_timeout_secs: 30,
             header_read_timeout_secs: limits.header_read_timeout.as_secs(),
             idle_timeout_secs: limits.idle_timeout.as_secs(),
+            body_read_timeout_secs: limits.body_read_timeout.as_secs(),
+            write_timeout_secs: limits.write_timeout.as_secs(),
             max_connections: limits.max_connections,
             trusted_proxies: Vec::new(),
         }
@@ -501,6 +510,7 @@ mod tests {
                 listen = "127.0.0.1:9000"
                 shutdown_timeout_secs = 5
                 header_read_timeout_secs = 3
+                body_read_timeout_secs = 4
                 [store]
                 data_dir = "from-file"
                 sync_writes = false
@@ -511,6 +521,7 @@ mod tests {
             jail.set_env("PENCHANT_STORE__DATA_DIR", "from-env");
             jail.set_env("PENCHANT_LOG__FORMAT", "json");
             jail.set_env("PENCHANT_SERVER__IDLE_TIMEOUT_SECS", "7");
+            jail.set_env("PENCHANT_SERVER__WRITE_TIMEOUT_SECS", "8");
             jail.set_env("PENCHANT_SERVER__TRUSTED_PROXIES", r#"["10.0.0.1", "::1"]"#);
             jail.set_env("PENCHANT_CONFIG", "ignored: it names the file");
             let flags = FlagOverrides {
@@ -524,6 +535,8 @@ mod tests {
             assert_eq!(c.server.shutdown_timeout_secs, 5, "file beats default");
             assert_eq!(c.server.header_read_timeout_secs, 3);
             assert_eq!(c.server.idle_timeout_secs, 7);
+            assert_eq!(c.server.body_read_timeout_secs, 4);
+            assert_eq!(c.server.write_timeout_secs, 8);
             assert_eq!(c.server.max_connections, 10_000);
             let proxies: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "::1".parse().unwrap()];
             assert_eq!(c.server.trusted_proxies, proxies);

@@ -233,6 +233,8 @@ fn http_limits(config: &Config, open_files: Option<u64>) -> penchant_server::Htt
     penchant_server::HttpLimits {
         header_read_timeout: Duration::from_secs(server.header_read_timeout_secs),
         idle_timeout: Duration::from_secs(server.idle_timeout_secs),
+        body_read_timeout: Duration::from_secs(server.body_read_timeout_secs),
+        write_timeout: Duration::from_secs(server.write_timeout_secs),
         max_connections,
     }
 }

@@ -15,7 +15,9 @@
 //!
 //! Writes are applied before the response is sent, so every task is `published`; a request's
 //! writes are all or nothing (all checked before the first is written). Task IDs need no table:
-//! see [`task_id`].
+//! see [`task_id`]. A batch holds at most [`MAX_BATCH_REQUESTS`] operations, a `getObjects`
+//! call at most [`MAX_GET_OBJECTS`] records (Algolia documents no count, only body sizes; its
+//! clients send batches of 1,000).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -107,6 +109,24 @@ fn task_issued(app: &str, id: i64) -> bool {
         && (high >> 7) <= task_secs() + 60
 }
 
+/// Most operations in one batch (`/1/indexes/{index}/batch`, `/1/indexes/*/batch`): a batch is
+/// checked whole, then written at once, and the 2 MB body holds about 100,000 short ones. Ten
+/// times the clients' chunk (1,000).
+pub const MAX_BATCH_REQUESTS: usize = 10_000;
+/// Most records one `POST /1/indexes/*/objects` asks for: each is looked up and answered in
+/// one response (a browse page holds as many).
+pub const MAX_GET_OBJECTS: usize = 1_000;
+
+/// Whether a call may hold `n` requests: checked before anything is read or written.
+fn check_count(n: usize, limit: usize) -> Result<(), ApiError> {
+    if n > limit {
+        return Err(bad(format!(
+            "requests: {n} requests in one call, the limit is {limit}"
+        )));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Deserialize)]
 struct BatchBody {
     requests: Vec<BatchRequest>,
@@ -193,6 +213,7 @@ async fn batch_one(
     Path(index): Path<String>,
     JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<Json<Value>, ApiError> {
+    check_count(body.requests.len(), MAX_BATCH_REQUESTS)?;
     let requests = body
         .requests
         .into_iter()
@@ -210,6 +231,7 @@ async fn batch_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<Json<Value>, ApiError> {
+    check_count(body.requests.len(), MAX_BATCH_REQUESTS)?;
     let mut requests = Vec::with_capacity(body.requests.len());
     for mut r in body.requests {
         let index = r
@@ -359,6 +381,7 @@ async fn get_objects(
     JsonBody(body): JsonBody<ObjectsBody>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = auth.require(Acl::Search)?;
+    check_count(body.requests.len(), MAX_GET_OBJECTS)?;
     let wanted: Vec<(String, String)> = body
         .requests
         .iter()

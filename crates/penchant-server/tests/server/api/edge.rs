@@ -1,7 +1,8 @@
 //! The HTTP edge, over raw sockets (issue 29): gzip bodies are inflated only once the request is
 //! authenticated and only as far as the route's limit; connections that stall or idle are
-//! closed, and shutdown does not wait for them; rate limits count per client IP, whatever user
-//! token the client sends.
+//! closed, and shutdown does not wait for them; a request body that stalls or trickles is a
+//! 408, a response the client does not read closes its connection; rate limits count per
+//! client IP, whatever user token the client sends.
 //!
 //! Waits here are bounds on a failure (a server that never answers), never measurements.
 
@@ -18,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-use crate::common::{Server, shop};
+use crate::common::{ROOT, Server, shop};
 
 /// How long a test waits for what should come at once (or after a 1 s timeout) before it
 /// calls it a failure.
@@ -187,7 +188,8 @@ async fn user_tokens_do_not_lift_a_keys_rate_limit() {
     }
 }
 
-/// A server on the in-memory store within `limits`, and what stops it.
+/// A server on the in-memory store within `limits` (its global admin key [`ROOT`]), and what
+/// stops it.
 async fn start(
     limits: HttpLimits,
 ) -> (
@@ -198,7 +200,14 @@ async fn start(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let store = Arc::new(penchant_store::MemStore::new());
-    let engine = Engine::open(store, Default::default()).await.unwrap();
+    let config = penchant_engine::EngineConfig {
+        tenancy: penchant_engine::tenancy::TenancyConfig {
+            admin_key: Some(ROOT.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let engine = Engine::open(store, config).await.unwrap();
     let app = router(AppState::new(engine, "memory"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async {
@@ -232,6 +241,7 @@ async fn stalled_and_idle_connections_are_closed() {
         header_read_timeout: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(5),
         max_connections: 100,
+        ..HttpLimits::default()
     };
     let (addr, _stop, _server) = start(limits).await;
     // Half a head, then nothing; and nothing at all.
@@ -265,6 +275,7 @@ async fn shutdown_does_not_wait_for_idle_or_stalled_connections() {
         header_read_timeout: Duration::from_secs(600),
         idle_timeout: Duration::from_secs(600),
         max_connections: 100,
+        ..HttpLimits::default()
     };
     let (addr, stop, server) = start(limits).await;
     let mut idle = TcpStream::connect(addr).await.unwrap();
@@ -297,6 +308,7 @@ async fn connections_past_the_cap_wait_their_turn() {
         header_read_timeout: Duration::from_secs(600),
         idle_timeout: Duration::from_secs(600),
         max_connections: 2,
+        ..HttpLimits::default()
     };
     let (addr, _stop, _server) = start(limits).await;
     let mut held = Vec::new();
@@ -317,4 +329,166 @@ async fn connections_past_the_cap_wait_their_turn() {
     );
     held.clear();
     assert_eq!(response(&mut third).await.map(|r| r.0), Some(200));
+}
+
+/// A request's head, for the global admin key, announcing a body of `length` bytes.
+fn head(method: &str, path: &str, length: usize) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nX-Algolia-API-Key: {ROOT}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    )
+}
+
+/// A request body that stops coming (its head and a few bytes, then nothing), or that comes a
+/// byte at a time, held its connection for as long as the client liked: now it is a 408 and the
+/// connection is closed, within `body_read_timeout` (and a second per 64 KiB received).
+#[tokio::test]
+async fn a_stalled_or_trickled_request_body_is_a_408() {
+    let limits = HttpLimits {
+        body_read_timeout: Duration::from_secs(1),
+        ..HttpLimits::default()
+    };
+    let (addr, _stop, _server) = start(limits).await;
+    // Stalled: 9 of 1,000 bytes.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(head("POST", "/1/apps", 1000).as_bytes())
+        .await
+        .unwrap();
+    stalled.write_all(b"{\"appID\":").await.unwrap();
+    let (status, body) = response(&mut stalled)
+        .await
+        .expect("no answer to a stalled body");
+    assert_eq!(status, 408, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["status"], 408);
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Request body rejected: it did not come in time (9 bytes in "),
+        "{message}"
+    );
+    assert!(closed(&mut stalled).await, "the connection was kept");
+
+    // Trickled: a byte every 200 ms is never a 1 s stall, but far slower than 64 KiB/s.
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let trickle = tokio::spawn(async move {
+        writer
+            .write_all(head("POST", "/1/apps", 1000).as_bytes())
+            .await?;
+        for _ in 0..1000 {
+            writer.write_all(b" ").await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        std::io::Result::Ok(())
+    });
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(BOUND, reader.read_to_end(&mut got)).await;
+    trickle.abort();
+    assert!(read.is_ok(), "a trickled body held its connection");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
+    assert!(
+        text.contains("Request body rejected: it did not come in time"),
+        "{text}"
+    );
+
+    // A body that comes in time is read, the same connection's pauses between requests apart.
+    let mut fine = TcpStream::connect(addr).await.unwrap();
+    let app = br#"{"appID": "TIMELY"}"#;
+    fine.write_all(head("POST", "/1/apps", app.len()).as_bytes())
+        .await
+        .unwrap();
+    fine.write_all(&app[..5]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fine.write_all(&app[5..]).await.unwrap();
+    assert_eq!(response(&mut fine).await.map(|r| r.0), Some(201));
+}
+
+/// A client that asked for a large response and did not read it held its connection (and the
+/// response's memory) for ever: now a write that waits longer than `write_timeout` for the
+/// client closes the connection, and the client never gets the rest.
+#[tokio::test]
+async fn a_response_the_client_does_not_read_closes_its_connection() {
+    let limits = HttpLimits {
+        write_timeout: Duration::from_secs(1),
+        ..HttpLimits::default()
+    };
+    let (addr, _stop, _server) = start(limits).await;
+    let http = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let created: serde_json::Value = http
+        .post(format!("{base}/1/apps"))
+        .header("X-Algolia-API-Key", ROOT)
+        .json(&json!({"appID": "BIG"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let admin = created["adminAPIKey"].as_str().unwrap().to_owned();
+    // 400 records of 90 KB: an export of 36 MB, far more than the sockets' buffers hold.
+    let pad = "x".repeat(90_000);
+    for batch in 0..20 {
+        let requests: Vec<serde_json::Value> = (0..20)
+            .map(|i| json!({"action": "addObject", "body": {"objectID": format!("r{batch}-{i}"), "pad": pad}}))
+            .collect();
+        let resp = http
+            .post(format!("{base}/1/indexes/big/batch"))
+            .header("X-Algolia-Application-Id", "BIG")
+            .header("X-Algolia-API-Key", &admin)
+            .json(&json!({ "requests": requests }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let export = "/1/apps/BIG/export";
+    let full = http
+        .get(format!("{base}{export}"))
+        .header("X-Algolia-API-Key", ROOT)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .len();
+    assert!(full > 36_000_000, "{full}");
+
+    // Asked for, not read (a small receive buffer: the server's writes wait at once).
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream
+        .write_all(head("GET", export, 0).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Read now: what the server had written before it gave up, then the end.
+    let mut got = Vec::new();
+    let read = async {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    assert!(
+        tokio::time::timeout(BOUND, read).await.is_ok(),
+        "the connection was kept"
+    );
+    assert!(
+        String::from_utf8_lossy(&got[..got.len().min(100)]).starts_with("HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&got[..got.len().min(300)])
+    );
+    assert!(
+        got.len() < full,
+        "the whole response came ({} of {full} bytes): the server waited for the reader",
+        got.len()
+    );
 }

@@ -1,6 +1,6 @@
 //! Defects found from outside, one test each: all-or-nothing batches, malformed partial
 //! updates, array bodies, empty rebuilds, non-JSON errors, attribute names too long, hostile
-//! filters, huge vector components, unbounded Recommend calls.
+//! filters, huge vector components, unbounded Recommend calls, batches and `getObjects` calls.
 
 use futures::StreamExt;
 use reqwest::header::{ALLOW, CONTENT_TYPE, HeaderMap};
@@ -491,6 +491,122 @@ async fn a_recommend_call_holds_at_most_100_requests() {
     assert_eq!(
         body["message"],
         "requests: 101 requests in one call, the limit is 100"
+    );
+}
+
+/// A batch had no cap on its operations: the 2 MB body holds about 100,000 short ones, all
+/// checked, then written at once. Past 10,000 a batch is refused whole before anything is
+/// written, on either batch route; `getObjects` takes at most 1,000 records.
+#[tokio::test]
+async fn a_batch_holds_at_most_10000_operations_and_get_objects_1000() {
+    let (s, admin) = shop().await;
+    let a = Some(("SHOP", admin.as_str()));
+    let adds = |n: usize, index: Option<&str>| -> Value {
+        let requests: Vec<Value> = (0..n)
+            .map(|i| {
+                let mut r = json!({"action": "addObject", "body": {"objectID": format!("o{i}")}});
+                if let Some(index) = index {
+                    r["indexName"] = json!(index);
+                }
+                r
+            })
+            .collect();
+        json!({ "requests": requests })
+    };
+    let exists = |index: &'static str, id: &'static str| {
+        let s = &s;
+        async move {
+            let path = format!("/1/indexes/{index}/{id}");
+            s.call(Method::GET, &path, a, None).await.0 == StatusCode::OK
+        }
+    };
+
+    // One past the cap: 400, and nothing of it written.
+    let (status, body) = s
+        .call(
+            Method::POST,
+            "/1/indexes/products/batch",
+            a,
+            Some(adds(10_001, None)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{}", body["message"]);
+    assert_eq!(
+        body["message"],
+        "requests: 10001 requests in one call, the limit is 10000"
+    );
+    assert!(
+        !exists("products", "o0").await,
+        "a refused batch was written"
+    );
+    assert!(
+        !exists("products", "o10000").await,
+        "a refused batch was written"
+    );
+    let (status, body) = s
+        .call(
+            Method::POST,
+            "/1/indexes/*/batch",
+            a,
+            Some(adds(10_001, Some("other"))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{}", body["message"]);
+    assert_eq!(
+        body["message"],
+        "requests: 10001 requests in one call, the limit is 10000"
+    );
+    assert!(!exists("other", "o0").await, "a refused batch was written");
+
+    // At the cap: written, every one.
+    let body = s
+        .ok(
+            Method::POST,
+            "/1/indexes/products/batch",
+            a,
+            Some(adds(10_000, None)),
+        )
+        .await;
+    assert_eq!(body["objectIDs"].as_array().unwrap().len(), 10_000);
+    assert!(exists("products", "o0").await);
+    assert!(exists("products", "o9999").await);
+    let body = s
+        .ok(
+            Method::POST,
+            "/1/indexes/*/batch",
+            a,
+            Some(adds(10_000, Some("other"))),
+        )
+        .await;
+    assert_eq!(body["objectIDs"].as_array().unwrap().len(), 10_000);
+    assert!(exists("other", "o9999").await);
+
+    // getObjects: 1,000 records at most.
+    let get = |n: usize| {
+        let requests: Vec<Value> = (0..n)
+            .map(|i| json!({"indexName": "products", "objectID": format!("o{i}")}))
+            .collect();
+        let s = &s;
+        async move {
+            s.call(
+                Method::POST,
+                "/1/indexes/*/objects",
+                a,
+                Some(json!({ "requests": requests })),
+            )
+            .await
+        }
+    };
+    let (status, body) = get(1_000).await;
+    assert_eq!(status, StatusCode::OK, "{}", body["message"]);
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1_000);
+    assert_eq!(results[999]["objectID"], "o999");
+    let (status, body) = get(1_001).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{}", body["message"]);
+    assert_eq!(
+        body["message"],
+        "requests: 1001 requests in one call, the limit is 1000"
     );
 }
 
