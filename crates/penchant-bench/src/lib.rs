@@ -84,6 +84,7 @@ mod redis;
 pub mod report;
 pub mod residency;
 pub mod schema;
+pub mod soak;
 pub mod store;
 pub mod topk;
 
@@ -169,6 +170,12 @@ pub enum Suite {
     ///
     /// Scale: users of the moved app (3 events each) small 500, medium 20,000, large 200,000.
     Residency(residency::ResidencyBenchArgs),
+    /// A shop's day with faults against a real `penchant serve`: events, reads and a strategy
+    /// change from one tenant, attacks from another, `kill -9` every 30 s, clients retrying
+    /// (some while their first attempt is in flight); then a check that every acknowledged
+    /// event counts exactly once, every profile equals a recompute, and no tenant saw another's
+    /// data (docs/RELIABILITY.md). Not in `all`: it runs for `--duration` (10 minutes).
+    Soak(soak::SoakBenchArgs),
     /// Every suite in turn (store, bloom, personalization, ingest, mixed, als, topk, recommend,
     /// schema, residency), each with its default flags at the scale.
     ///
@@ -193,6 +200,7 @@ impl Suite {
             Suite::Recommend(args) => one(args),
             Suite::Schema(args) => one(args),
             Suite::Residency(args) => one(args),
+            Suite::Soak(args) => one(args),
             Suite::All(common) => all(&common),
         }
     }
