@@ -1497,38 +1497,20 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
             check.lost,
             check.doubled,
             check.wrong_users.len(),
-            check
-                .wrong_users
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
+            first_few(&check.wrong_users, "; ")
         ));
     }
     if !check.profile_mismatches.is_empty() {
         failures.push(format!(
             "{} stored profiles unlike a recompute: {}",
             check.profile_mismatches.len(),
-            check
-                .profile_mismatches
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            first_few(&check.profile_mismatches, ", ")
         ));
     }
     if !seen_check.violations.is_empty() {
         failures.push(format!(
             "items the user had seen were recommended: {}",
-            seen_check
-                .violations
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
+            first_few(&seen_check.violations, "; ")
         ));
     }
     if let Some(r) = &restored
@@ -1596,6 +1578,11 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     } else {
         bail!("the soak failed:\n- {}", failures.join("\n- "))
     }
+}
+
+/// The first five of a list, joined.
+fn first_few(items: &[String], separator: &str) -> String {
+    items[..items.len().min(5)].join(separator)
 }
 
 fn ms(h: &Histogram<u64>, q: f64) -> Cell {

@@ -20,7 +20,7 @@ const APP: &str = "APP";
 
 /// Every operation waits 0 to 3 ms first.
 #[derive(Debug, Default)]
-struct Jitter;
+pub struct Jitter;
 
 #[async_trait]
 impl Hook for Jitter {

@@ -7,36 +7,19 @@
 //! every stored profile is the one a recompute gives.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 use penchant_engine::events::Event;
 use penchant_engine::{Engine, EngineConfig};
 use penchant_store::Store;
+use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
 
-use crate::concurrent_days::assert_days_sum_their_raw_events;
-use crate::support::{self, Gate, Hook, Hooked, Op};
+use crate::concurrent_days::{Jitter, assert_days_sum_their_raw_events};
+use crate::support::{self, Gate, Hooked, Op};
 
 const APP: &str = "APP";
 const USERS: usize = 100;
 const EVENTS_PER_USER: usize = 99;
-
-/// Every operation waits 0 to 2 ms first.
-#[derive(Debug, Default)]
-struct Jitter;
-
-#[async_trait]
-impl Hook for Jitter {
-    async fn before(&self, op: Op, _: &str) -> penchant_store::Result<()> {
-        if op.is_data() {
-            let wait = rand::rng().random_range(0..2_000);
-            tokio::time::sleep(Duration::from_micros(wait)).await;
-        }
-        Ok(())
-    }
-}
 
 /// 100 users × 99 views (the same day, skewed brands), shuffled, in 56 batches.
 fn batches() -> Vec<Vec<Event>> {
