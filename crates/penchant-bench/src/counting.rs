@@ -287,6 +287,15 @@ impl Store for CountingStore {
     fn gauges(&self) -> Vec<penchant_store::Gauge> {
         self.inner.gauges()
     }
+    fn atomic_writes(&self) -> bool {
+        self.inner.atomic_writes()
+    }
+    async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
+        self.counters.call(Op::MutateRows);
+        let mutations = writes.iter().map(|w| w.row.mutations.len()).sum();
+        self.counters.mutated(writes.len(), mutations);
+        self.inner.mutate_atomically(writes).await
+    }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
         let view = self.inner.workload_view(workload)?;
         Some(Arc::new(CountingStore {

@@ -194,6 +194,43 @@ fn columns(row: Option<&Row>) -> Vec<Bytes> {
     out
 }
 
+/// The deltas of newly stored events, a row per day, and the days to fold after them.
+#[derive(Debug, Default)]
+pub struct Deltas {
+    pub rows: Vec<RowMutation>,
+    pub folds: Vec<Bytes>,
+}
+
+/// The deltas of these newly stored events ([`Aggregates::add`] writes them).
+pub fn deltas(app: &str, stored: &[Stored<'_>]) -> Result<Deltas> {
+    let mut rows: BTreeMap<Bytes, Vec<Mutation>> = BTreeMap::new();
+    let mut folds = Vec::new();
+    for s in stored {
+        let ts = s.event.timestamp * 1000;
+        let day = keys::day(app, s.event.user(), day_of(s.event.timestamp));
+        let cells = rows.entry(day.clone()).or_default();
+        for (facet, counts) in &s.counts {
+            let q = events::qualifier(s.event.event_type, &s.event.event_name, facet);
+            let delta = keys::aggregate_delta(&q, &s.key);
+            cells.push(Mutation::set(FAMILY, delta, ts, json(counts)?));
+        }
+        cells.push(Mutation::set(
+            FAMILY,
+            LAST,
+            ts,
+            s.event.timestamp.to_string(),
+        ));
+        if folds_day(&s.key) {
+            folds.push(day);
+        }
+    }
+    let rows = rows
+        .into_iter()
+        .map(|(key, cells)| RowMutation::new(key, cells))
+        .collect();
+    Ok(Deltas { rows, folds })
+}
+
 /// Counters of the changes this node made to users' aggregate rows, for a node that is the
 /// only one on its store: a profile refresh that saw no counter of its users move between its
 /// read and its write knows its profile is the newest without reading the rows again
@@ -289,37 +326,24 @@ impl Aggregates {
     /// Add newly stored events to their days' aggregates: their deltas, in one write for the
     /// whole batch; then fold the days of the events chosen to ([`FOLD_EVERY`]).
     pub async fn add(&self, app: &str, stored: &[Stored<'_>]) -> Result<()> {
-        let mut rows: BTreeMap<Bytes, Vec<Mutation>> = BTreeMap::new();
-        let mut folds = Vec::new();
-        for s in stored {
-            let ts = s.event.timestamp * 1000;
-            let day = keys::day(app, s.event.user(), day_of(s.event.timestamp));
-            let cells = rows.entry(day.clone()).or_default();
-            for (facet, counts) in &s.counts {
-                let q = events::qualifier(s.event.event_type, &s.event.event_name, facet);
-                let delta = keys::aggregate_delta(&q, &s.key);
-                cells.push(Mutation::set(FAMILY, delta, ts, json(counts)?));
-            }
-            cells.push(Mutation::set(
-                FAMILY,
-                LAST,
-                ts,
-                s.event.timestamp.to_string(),
-            ));
-            if folds_day(&s.key) {
-                folds.push(day);
-            }
-        }
-        let rows = rows
-            .into_iter()
-            .map(|(key, cells)| RowMutation::new(key, cells))
-            .collect();
-        let written = self.store.mutate_all(AGGREGATES_TABLE, rows).await;
+        let deltas = deltas(app, stored)?;
+        let written = self.store.mutate_all(AGGREGATES_TABLE, deltas.rows).await;
         self.changed(app, stored.iter().map(|s| s.event.user()));
         written?;
-        folds.sort_unstable();
-        folds.dedup();
-        let folds: Vec<_> = folds.into_iter().map(|day| self.fold(day)).collect();
+        self.fold_days(deltas.folds).await
+    }
+
+    /// After the caller wrote these events' [`deltas`] (in an atomic write of its own): note
+    /// the change, and fold the days of the events chosen to.
+    pub async fn added(&self, app: &str, stored: &[Stored<'_>], folds: Vec<Bytes>) -> Result<()> {
+        self.changed(app, stored.iter().map(|s| s.event.user()));
+        self.fold_days(folds).await
+    }
+
+    async fn fold_days(&self, mut days: Vec<Bytes>) -> Result<()> {
+        days.sort_unstable();
+        days.dedup();
+        let folds: Vec<_> = days.into_iter().map(|day| self.fold(day)).collect();
         crate::writes::concurrently(folds).await
     }
 

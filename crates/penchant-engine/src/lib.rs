@@ -179,6 +179,11 @@ pub struct Engine {
     placement_refresh: std::time::Duration,
     /// Ingestion and rebuilds of a user's days kept apart on this node.
     user_locks: Arc<pending::UserLocks>,
+    /// Whether a batch of events is written in one atomic write (this node alone on a store
+    /// that has them): see [`Engine::push_events`].
+    atomic_ingestion: bool,
+    /// The attempts of one request, one at a time (with `atomic_ingestion`).
+    attempts: Arc<pending::Attempts>,
     /// Whether this node is the only one on its store.
     exclusive_store: bool,
     /// Events stored waiting for their items, and counted later, per app.
@@ -301,6 +306,8 @@ impl Engine {
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
             user_locks: Arc::default(),
+            atomic_ingestion: config.exclusive_store && store.atomic_writes(),
+            attempts: Arc::default(),
             exclusive_store: config.exclusive_store,
             waiting_counts: Arc::default(),
             schedule_cache: api::schedule_cache(config.strategy_cache_ttl, clock.clone()),

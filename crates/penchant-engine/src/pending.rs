@@ -48,19 +48,43 @@ use crate::{Result, keys};
 /// UTF-8, so never a user's.
 const RETRIED: &[u8] = b"\xff";
 
-/// The cells of an intent that name its users (not its [`RETRIED`] mark: a row whose users
-/// were all repaired is gone even if it was marked).
+/// The qualifier of the cell that says a batch is counted already (written atomically with its
+/// events, [`Pending::counted`]); its value lists the batch's event row keys. Not UTF-8.
+const COUNTED: &[u8] = b"\xfe";
+
+/// The cells of an intent that name its users (not its [`COUNTED`] list nor its [`RETRIED`]
+/// mark: a row whose users were all repaired is gone even if it was marked).
 fn users_of_intent() -> RowFilter {
     RowFilter::ColumnRange {
         family: FAMILY.to_owned(),
         start: std::ops::Bound::Unbounded,
-        end: std::ops::Bound::Excluded(Bytes::from_static(RETRIED)),
+        end: std::ops::Bound::Excluded(Bytes::from_static(COUNTED)),
     }
+}
+
+/// Row keys, each with its length (u16 BE) first.
+fn encode_keys<'k>(keys: impl IntoIterator<Item = &'k Bytes>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for key in keys {
+        out.extend_from_slice(&(key.len().min(usize::from(u16::MAX)) as u16).to_be_bytes());
+        out.extend_from_slice(key);
+    }
+    out
+}
+
+fn decode_keys(mut bytes: &[u8]) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    while let [a, b, rest @ ..] = bytes {
+        let len = usize::from(u16::from_be_bytes([*a, *b])).min(rest.len());
+        out.push(Bytes::copy_from_slice(&rest[..len]));
+        bytes = &rest[len..];
+    }
+    out
 }
 
 /// The id of a request's batch of events: a hash of the app and the events, the same for every
 /// attempt of the request.
-fn batch_id(app: &str, events: &[Event]) -> Result<u64> {
+pub fn batch_id(app: &str, events: &[Event]) -> Result<u64> {
     let json = serde_json::to_vec(events).map_err(|e| crate::internal("serialization", e))?;
     Ok(xxhash_rust::xxh3::xxh3_64_with_seed(
         &json,
@@ -84,6 +108,9 @@ pub struct Intent {
     pub app: String,
     pub user: String,
     pub days: Vec<i64>,
+    /// For a batch counted already ([`Pending::counted`]): the user's event rows in it, whose
+    /// profile refresh and seen marks are all that is owed.
+    pub counted: Option<Vec<Bytes>>,
     row: Bytes,
     stamp: i64,
 }
@@ -119,6 +146,21 @@ impl Pending {
             batch,
             first: !found,
         })
+    }
+
+    /// The intent of a batch whose events and deltas are written in one atomic write with it
+    /// (the embedded store): what it owes is only its users' profile refresh and seen marks,
+    /// which the repair redoes from the event rows it lists if this node dies before them.
+    pub fn counted(&self, app: &str, batch: u64, events: &[Event], keys: &[Bytes]) -> RowMutation {
+        let mut intent = self.intent(app, batch, events);
+        let now = self.clock.now_ms() * 1000;
+        intent.mutations.push(Mutation::set(
+            FAMILY,
+            Bytes::from_static(COUNTED),
+            now,
+            encode_keys(keys),
+        ));
+        intent
     }
 
     /// Record the intent of work on these events that is no request's (a settlement of waiting
@@ -235,6 +277,9 @@ impl Pending {
             let request = ReadRows::new(RowSet::prefix(keys::intents(app))).filter(old);
             let mut rows = store.read_rows(EVENTS_TABLE, request).await?;
             while let Some(row) = rows.try_next().await? {
+                let counted = row
+                    .latest(FAMILY, COUNTED)
+                    .map(|cell| decode_keys(&cell.value));
                 for cell in row.family(FAMILY) {
                     let Ok(user) = std::str::from_utf8(&cell.qualifier) else {
                         continue;
@@ -249,6 +294,13 @@ impl Pending {
                                 i64::from(u32::from_be_bytes(d.try_into().unwrap_or_default()))
                             })
                             .collect(),
+                        counted: counted.as_ref().map(|keys| {
+                            let mine = keys::user(app, user);
+                            keys.iter()
+                                .filter(|k| k.starts_with(&mine))
+                                .cloned()
+                                .collect()
+                        }),
                         row: row.key.clone(),
                         stamp: cell.timestamp,
                     });
@@ -268,7 +320,47 @@ impl Pending {
         self.store
             .mutate_row(EVENTS_TABLE, intent.row.clone(), vec![delete])
             .await?;
+        // A counted batch's row goes with its last user (an uncounted one keeps its marks: a
+        // first attempt still in flight reads them).
+        if intent.counted.is_some() {
+            let users = users_of_intent().and(RowFilter::StripValue);
+            let row = self
+                .store
+                .read_row(EVENTS_TABLE, intent.row.clone(), Some(users))
+                .await?;
+            if row.is_none() {
+                self.store
+                    .mutate_row(
+                        EVENTS_TABLE,
+                        intent.row.clone(),
+                        vec![Mutation::DeleteFromRow],
+                    )
+                    .await?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// Stripes of locks on batch ids, on this node: the attempts of one request written one at a
+/// time where a batch is written atomically, so a later attempt finds the events stored.
+#[derive(Debug)]
+pub struct Attempts {
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+impl Default for Attempts {
+    fn default() -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+        }
+    }
+}
+
+impl Attempts {
+    /// Hold the stripe of a batch.
+    pub async fn lock(&self, batch: u64) -> tokio::sync::MutexGuard<'_, ()> {
+        self.stripes[(batch % STRIPES as u64) as usize].lock().await
     }
 }
 

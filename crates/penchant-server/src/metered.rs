@@ -172,6 +172,13 @@ impl Store for MeteredStore {
     async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
         self.timed("checkpoint", self.inner.checkpoint(dest)).await
     }
+    fn atomic_writes(&self) -> bool {
+        self.inner.atomic_writes()
+    }
+    async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
+        self.timed("mutate_atomically", self.inner.mutate_atomically(writes))
+            .await
+    }
     fn gauges(&self) -> Vec<penchant_store::Gauge> {
         self.inner.gauges()
     }

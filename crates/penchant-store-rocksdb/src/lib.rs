@@ -328,6 +328,15 @@ impl Store for RocksStore {
         write::flush(self).await
     }
 
+    fn atomic_writes(&self) -> bool {
+        true
+    }
+
+    /// One `WriteBatch` (one write to the log, one fsync) for every row of every table.
+    async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
+        write::mutate_atomically(self, writes).await
+    }
+
     /// RocksDB's checkpoint: the memtables flushed, then the live files hard-linked into
     /// `dest` (copied when it is on another file system) — a store that opens as of that
     /// moment, while writes go on.

@@ -2,7 +2,9 @@
 //! version limits enforced as cells are written, and the store's write calls (mutations,
 //! check-and-mutate, read-modify-write, flush).
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -409,6 +411,51 @@ pub(crate) async fn mutate_rows(
                 }
             }
             Ok(statuses)
+        })
+        .await
+}
+
+pub(crate) async fn mutate_atomically(
+    store: &RocksStore,
+    writes: Vec<penchant_store::TableMutation>,
+) -> Result<()> {
+    penchant_store::check_atomic(&writes)?;
+    // A row named twice gets its mutations in order, in one entry: the encoding of a batch
+    // sees the store as it was before the batch.
+    let mut rows: Vec<(Arc<Table>, Bytes, Vec<Mutation>)> = Vec::new();
+    let mut at: HashMap<(&'static str, Bytes), usize> = HashMap::new();
+    for w in writes {
+        match at.get(&(w.table, w.row.row_key.clone())) {
+            Some(&i) => rows[i].2.extend(w.row.mutations),
+            None => {
+                let t = store.inner.table(w.table)?;
+                at.insert((w.table, w.row.row_key.clone()), rows.len());
+                rows.push((t, w.row.row_key, w.row.mutations));
+            }
+        }
+    }
+    for (t, key, mutations) in &rows {
+        validate::check_mutations(&t.schema, key, mutations)?;
+    }
+    store
+        .blocking(move |inner| {
+            let mut stripes: Vec<usize> = rows
+                .iter()
+                .map(|(t, key, _)| inner.stripe(t.meta.id, key))
+                .collect();
+            stripes.sort_unstable();
+            stripes.dedup();
+            let _locks: Vec<_> = stripes
+                .into_iter()
+                .map(|i| inner.stripes[i].lock())
+                .collect();
+            let now = now_micros();
+            let mut batch = WriteBatch::default();
+            let mut stored = StoredKeys::new(inner);
+            for (t, key, mutations) in &rows {
+                inner.add_mutations(&mut batch, &mut stored, t, key, mutations, now)?;
+            }
+            inner.write(batch)
         })
         .await
 }

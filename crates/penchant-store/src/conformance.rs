@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
             admin_tables, admin_rejects_bad_names, admin_families,
             set_and_read_cells, server_timestamps, versions_and_order,
             delete_from_column, delete_from_family_and_row, mutation_is_atomic,
+            atomic_writes_across_tables,
             bad_input_is_rejected, mutate_rows_statuses, row_sets_and_order,
             prefix_scans_with_special_bytes, read_limits, filters_family_and_qualifier,
             filters_time_value_and_limits, filters_chain_interleave_condition,
@@ -476,6 +477,55 @@ pub async fn mutation_is_atomic(store: &dyn Store) {
         cells(&read(store, ReadRows::default()).await),
         vec!["r/a:keep@1=k"]
     );
+}
+
+/// `mutate_atomically`: rows of two tables written together, a row named twice gets both its
+/// entries in order, and one bad entry leaves every row as it was. A store without atomic
+/// writes refuses them.
+pub async fn atomic_writes_across_tables(store: &dyn Store) {
+    use crate::TableMutation;
+    simple_table(store).await;
+    const U: &str = "u";
+    let families = BTreeMap::from([("a".to_owned(), GcRule::None)]);
+    store.create_table(U, families).await.expect("create table");
+    let set = |table: &'static str, row: &str, q: &str, v: &str| {
+        TableMutation::new(
+            table,
+            RowMutation::new(b(row), vec![Mutation::set("a", b(q), MS, b(v))]),
+        )
+    };
+    let writes = vec![set(T, "r1", "x", "1"), set(U, "r1", "y", "2")];
+    if !store.atomic_writes() {
+        let r = store.mutate_atomically(writes).await;
+        assert!(matches!(r, Err(StoreError::FailedPrecondition(_))), "{r:?}");
+        return;
+    }
+    store.mutate_atomically(writes).await.expect("atomic write");
+    let named_twice = vec![
+        set(T, "r2", "x", "1"),
+        TableMutation::new(T, RowMutation::new(b("r2"), vec![Mutation::DeleteFromRow])),
+        set(T, "r2", "z", "3"),
+    ];
+    store
+        .mutate_atomically(named_twice)
+        .await
+        .expect("atomic write");
+    let bad = vec![
+        set(T, "r1", "x", "changed"),
+        set(T, "r3", "x", "new"),
+        TableMutation::new(
+            U,
+            RowMutation::new(b("r1"), vec![Mutation::set("nope", b("y"), MS, b("2"))]),
+        ),
+    ];
+    let r = store.mutate_atomically(bad).await;
+    assert!(matches!(r, Err(StoreError::FamilyNotFound { .. })), "{r:?}");
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r1/a:x@1=1", "r2/a:z@1=3"]
+    );
+    let other = store.read_all(U, ReadRows::default()).await.expect("read");
+    assert_eq!(cells(&other), vec!["r1/a:y@1=2"]);
 }
 
 pub async fn bad_input_is_rejected(store: &dyn Store) {

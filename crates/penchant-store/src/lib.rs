@@ -37,7 +37,7 @@ pub use affinity::{AffineStore, STRONG_READ_UNAVAILABLE, affinity_key, with_cons
 pub use error::{Result, StoreError};
 pub use filter::{CompiledFilter, RowFilter, in_bounds};
 pub use memory::{
-    MemStore, cell_to_mutation, change_families, check_batch_size, check_conditional,
+    MemStore, cell_to_mutation, change_families, check_atomic, check_batch_size, check_conditional,
     check_new_table,
 };
 pub use placement::{PlacedStore, Route, unit_range};
@@ -82,6 +82,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Apply mutations to many rows, each row atomically, returning one status per entry.
     /// The outer error is for failures of the whole request (unknown table, too many mutations).
     async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>>;
+
+    /// Whether [`Store::mutate_atomically`] is supported: one write across rows and tables,
+    /// all or nothing, durable together (the embedded store; Bigtable has no such write).
+    fn atomic_writes(&self) -> bool {
+        false
+    }
+
+    /// Apply row mutations across tables as one write: every one of them or none, even across a
+    /// crash. The same row may be named more than once (its mutations apply in order). Stores
+    /// without [`Store::atomic_writes`] refuse with [`StoreError::FailedPrecondition`].
+    async fn mutate_atomically(&self, writes: Vec<TableMutation>) -> Result<()> {
+        let _ = writes;
+        Err(StoreError::FailedPrecondition(
+            "this store has no atomic writes across rows".into(),
+        ))
+    }
 
     /// Stream the rows of a row set in key order, filtered inside the store.
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream>;
@@ -214,6 +230,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
                 return Ok(deleted);
             }
         }
+    }
+}
+
+/// One row's mutations in a table, for [`Store::mutate_atomically`].
+#[derive(Debug, Clone)]
+pub struct TableMutation {
+    pub table: &'static str,
+    pub row: RowMutation,
+}
+
+impl TableMutation {
+    pub fn new(table: &'static str, row: RowMutation) -> Self {
+        Self { table, row }
     }
 }
 

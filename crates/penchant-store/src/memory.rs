@@ -378,6 +378,45 @@ impl Store for MemStore {
     async fn flush(&self) -> Result<()> {
         Ok(())
     }
+
+    fn atomic_writes(&self) -> bool {
+        true
+    }
+
+    async fn mutate_atomically(&self, writes: Vec<crate::TableMutation>) -> Result<()> {
+        check_atomic(&writes)?;
+        let mut tables = self.tables.write();
+        for w in &writes {
+            let t = tables
+                .get(w.table)
+                .ok_or_else(|| StoreError::TableNotFound(w.table.to_owned()))?;
+            validate::check_mutations(&t.schema, &w.row.row_key, &w.row.mutations)?;
+        }
+        let now = now_micros();
+        for w in writes {
+            if let Some(t) = tables.get_mut(w.table) {
+                t.apply(&w.row.row_key, &w.row.mutations, now);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuse an atomic write with no mutation, or more than a batch may hold.
+pub fn check_atomic(writes: &[crate::TableMutation]) -> Result<()> {
+    let total: usize = writes.iter().map(|w| w.row.mutations.len()).sum();
+    if total == 0 {
+        return Err(StoreError::InvalidArgument(
+            "an atomic write needs at least one mutation".into(),
+        ));
+    }
+    if total > validate::MAX_MUTATIONS {
+        return Err(StoreError::InvalidArgument(format!(
+            "{total} mutations in one request, the limit is {}",
+            validate::MAX_MUTATIONS
+        )));
+    }
+    Ok(())
 }
 
 /// A `SetCell` that writes exactly this cell.

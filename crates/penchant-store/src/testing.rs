@@ -26,6 +26,8 @@ pub enum Op {
     Conditional,
     /// `read_modify_write_row`.
     Increment,
+    /// `mutate_atomically` (the hook is called once per table the write names).
+    Atomic,
     /// Tables and their families: create, modify, get, list (table `""`), delete, drop a row
     /// range, sample row keys.
     Schema,
@@ -165,6 +167,17 @@ impl<H: Hook> Store for Hooked<H> {
     async fn flush(&self) -> Result<()> {
         self.hook.before(Op::Flush, "").await?;
         self.inner.flush().await
+    }
+    fn atomic_writes(&self) -> bool {
+        self.inner.atomic_writes()
+    }
+    async fn mutate_atomically(&self, writes: Vec<crate::TableMutation>) -> Result<()> {
+        let tables: std::collections::BTreeSet<&'static str> =
+            writes.iter().map(|w| w.table).collect();
+        for table in tables {
+            self.hook.before(Op::Atomic, table).await?;
+        }
+        self.inner.mutate_atomically(writes).await
     }
 }
 

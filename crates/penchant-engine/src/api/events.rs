@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use penchant_store::TableMutation;
 
 use crate::events::waiting;
 use crate::{
@@ -31,6 +32,9 @@ impl Engine {
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
+        }
+        if self.atomic_ingestion {
+            return self.push_atomically(app, events).await;
         }
         let recorded = self.pending.record(app, events).await?;
         let batch = recorded.batch;
@@ -98,6 +102,86 @@ impl Engine {
         futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
         // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
         // that is already done, which changes nothing.
+        let (pending, app) = (self.pending.clone(), app.to_owned());
+        self.supervisor.spawn(async move {
+            if let Err(e) = pending.done(&app, batch).await {
+                tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
+            }
+        });
+        Ok(())
+    }
+
+    /// [`Engine::push_events`] where the store writes atomically and this node is alone on it
+    /// (the embedded store): the batch's event rows, their deltas and its intent in one write,
+    /// so a batch is counted whole or not at all. The attempts of one request take turns
+    /// ([`pending::Attempts`]): a later one finds the events stored — counted, then — and
+    /// writes nothing. What the intent leaves owed (profiles, seen marks) every attempt does,
+    /// and the repair redoes from the batch's own event rows if the node dies first: its cost
+    /// follows the batch, not the users' history.
+    async fn push_atomically(&self, app: &str, events: &[events::Event]) -> Result<()> {
+        let batch = pending::batch_id(app, events)?;
+        let negative = self.seen.settings(app).await?;
+        let layouts = self.tenancy.events_of(app).await?.written();
+        let (ingested, folds) = {
+            let _turn = self.attempts.lock(batch).await;
+            // Rebuilds of these users' days (a settlement's) stay apart from the write.
+            let _users = self
+                .user_locks
+                .shared(app, events.iter().map(events::Event::user))
+                .await;
+            let mut prepared = self.events.prepare(app, events, &layouts).await?;
+            let mut folds = Vec::new();
+            if !prepared.ingested.stored.is_empty() {
+                let deltas = aggregates::deltas(app, &prepared.ingested.stored)?;
+                folds = deltas.folds;
+                let mut writes = prepared.writes();
+                let keys: Vec<Bytes> = prepared
+                    .ingested
+                    .stored
+                    .iter()
+                    .map(|s| s.key.clone())
+                    .collect();
+                writes.extend(
+                    deltas
+                        .rows
+                        .into_iter()
+                        .map(|row| TableMutation::new(aggregates::AGGREGATES_TABLE, row)),
+                );
+                let intent = self.pending.counted(app, batch, events, &keys);
+                writes.push(TableMutation::new(events::EVENTS_TABLE, intent));
+                self.store.mutate_atomically(writes).await?;
+            }
+            (prepared.ingested, folds)
+        };
+        let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
+        let trending: Vec<&events::Event> = counted
+            .iter()
+            .copied()
+            .filter(|e| !negative.is_negative(&e.event_name))
+            .collect();
+        let waiting: HashMap<Bytes, usize> = ingested
+            .stored
+            .iter()
+            .filter(|s| s.waiting > 0)
+            .map(|s| (s.key.clone(), s.waiting))
+            .collect();
+        self.waiting_counts.add(app, waiting.len() as u64, 0);
+        let profiles = async {
+            self.aggregates.added(app, &ingested.stored, folds).await?;
+            if !waiting.is_empty() {
+                let keys: Vec<Bytes> = waiting.keys().cloned().collect();
+                self.settle_waiting(app, &keys, &[], &waiting).await?;
+            }
+            recommend::trending::count(&self.store, app, &trending).await?;
+            let started = std::time::Instant::now();
+            self.refresh_users(app, events).await?;
+            self.refresh_latency.observe(started.elapsed());
+            Ok(())
+        };
+        self.traffic.add(app, &counted, self.clock.now_ms());
+        self.abtests.attribute(app, &counted).await?;
+        futures::try_join!(profiles, self.mark_events_seen(app, events))?;
+        // This attempt did all the intent owes (a later attempt too: the first may have died).
         let (pending, app) = (self.pending.clone(), app.to_owned());
         self.supervisor.spawn(async move {
             if let Err(e) = pending.done(&app, batch).await {
@@ -256,6 +340,9 @@ impl Engine {
 
     /// Finish one user's share of an interrupted batch.
     async fn finish(&self, intent: &pending::Intent) -> Result<()> {
+        if let Some(keys) = &intent.counted {
+            return self.finish_counted(intent, keys).await;
+        }
         self.pending.mark_left_behind(intent).await?;
         let mut stored = Vec::new();
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
@@ -291,6 +378,34 @@ impl Engine {
         }
         // A settlement that stopped after counting its items left their marks.
         waiting::reconcile(&*self.store, &intent.app, &intent.user).await?;
+        self.pending.resolve(intent).await
+    }
+
+    /// Finish one user's share of a batch counted already: refresh the profile and mark the
+    /// batch's items seen, from the user's event rows in it (`keys`).
+    async fn finish_counted(&self, intent: &pending::Intent, keys: &[Bytes]) -> Result<()> {
+        let mut stored = Vec::with_capacity(keys.len());
+        if !keys.is_empty() {
+            let request =
+                penchant_store::ReadRows::new(penchant_store::RowSet::keys(keys.iter().cloned()))
+                    .filter(penchant_store::RowFilter::column(
+                        events::FAMILY,
+                        events::EVENT_COLUMN,
+                    ));
+            for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
+                if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
+                    stored.push(
+                        serde_json::from_slice::<events::Event>(&cell.value)
+                            .map_err(|e| internal("corrupt event", e))?,
+                    );
+                }
+            }
+        }
+        let (app, users) = (&intent.app, [intent.user.as_str()]);
+        futures::try_join!(
+            self.profiles.refresh_many(app, &users),
+            self.mark_events_seen(app, &stored)
+        )?;
         self.pending.resolve(intent).await
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use penchant_store::{Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store};
+use penchant_store::{Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store, TableMutation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -215,6 +215,22 @@ impl Events {
         events: &'e [Event],
         layouts: &[Layout],
     ) -> Result<Ingested<'e>> {
+        let prepared = self.prepare(app, events, layouts).await?;
+        if !prepared.marks.is_empty() {
+            prepared.marks.write(&*self.store).await?;
+        }
+        self.store.mutate_all(EVENTS_TABLE, prepared.rows).await?;
+        Ok(prepared.ingested)
+    }
+
+    /// What [`Events::ingest`] would write for these events, written by the caller (in one
+    /// atomic write with the events' deltas, on a store that has them).
+    pub async fn prepare<'e>(
+        &self,
+        app: &str,
+        events: &'e [Event],
+        layouts: &[Layout],
+    ) -> Result<Prepared<'e>> {
         let jsons = events.iter().map(canonical).collect::<Result<Vec<_>>>()?;
         let keys: Vec<Bytes> = events
             .iter()
@@ -253,11 +269,11 @@ impl Events {
                 waiting: missing.len(),
             });
         }
-        if !marks.is_empty() {
-            marks.write(&*self.store).await?;
-        }
-        self.store.mutate_all(EVENTS_TABLE, rows).await?;
-        Ok(Ingested { stored, retried })
+        Ok(Prepared {
+            ingested: Ingested { stored, retried },
+            rows,
+            marks,
+        })
     }
 
     /// Which of these event rows exist (one read, keys only).
@@ -266,6 +282,26 @@ impl Events {
             .filter(RowFilter::column(FAMILY, EVENT_COLUMN).and(RowFilter::StripValue));
         let rows = self.store.read_all(EVENTS_TABLE, request).await?;
         Ok(rows.into_iter().map(|r| r.key).collect())
+    }
+}
+
+/// What [`Events::prepare`] found for a batch: the events to store, and the rows to write.
+#[derive(Debug)]
+pub struct Prepared<'e> {
+    pub ingested: Ingested<'e>,
+    rows: Vec<RowMutation>,
+    marks: waiting::Marks,
+}
+
+impl Prepared<'_> {
+    /// Its writes (event rows, waiting marks), to make part of one atomic write.
+    pub fn writes(&mut self) -> Vec<TableMutation> {
+        let mut writes: Vec<TableMutation> = std::mem::take(&mut self.rows)
+            .into_iter()
+            .map(|row| TableMutation::new(EVENTS_TABLE, row))
+            .collect();
+        writes.extend(std::mem::take(&mut self.marks).into_writes());
+        writes
     }
 }
 

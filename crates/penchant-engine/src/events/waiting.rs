@@ -21,7 +21,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
+use penchant_store::{
+    Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TableMutation,
+};
 
 use super::{EVENT_COLUMN, EVENTS_TABLE, Event, FAMILY, Facets, Layout, RETENTION, Target};
 use crate::catalog::Catalog;
@@ -71,6 +73,19 @@ impl Marks {
 
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// Them, as part of an atomic write.
+    pub fn into_writes(self) -> Vec<TableMutation> {
+        let index = self
+            .index
+            .into_iter()
+            .map(|row| TableMutation::new(WAITING_TABLE, row));
+        let profiles = self
+            .profiles
+            .into_iter()
+            .map(|(key, cells)| TableMutation::new(PROFILES_TABLE, RowMutation::new(key, cells)));
+        index.chain(profiles).collect()
     }
 
     /// Write them (both tables at once).

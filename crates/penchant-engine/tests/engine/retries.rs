@@ -134,3 +134,108 @@ async fn a_retry_in_flight_on_another_node_counts_once() {
     let b = Engine::open(store.clone(), config()).await.unwrap();
     both_attempts_count_once(store, a, b).await;
 }
+
+/// A node alone on a store with atomic writes (the embedded store): a batch's events, deltas
+/// and intent in one write.
+fn alone() -> EngineConfig {
+    EngineConfig {
+        exclusive_store: true,
+        ..EngineConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_in_flight_counts_once_where_a_batch_is_written_atomically() {
+    let store: Arc<dyn Store> = Arc::new(Hooked::new(Jitter));
+    let engine =
+        support::engine_with_app(store.clone(), alone(), APP, support::views(10, 10)).await;
+    both_attempts_count_once(store, engine.clone(), engine).await;
+}
+
+/// The node dies the moment its atomic write of a batch is done: every store call after it
+/// fails.
+#[derive(Debug, Default)]
+struct DiesAfterItsAtomicWrite {
+    wrote: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl support::Hook for DiesAfterItsAtomicWrite {
+    async fn before(&self, op: Op, _: &str) -> penchant_store::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if op == Op::Atomic {
+            self.wrote.store(true, SeqCst);
+        } else if self.wrote.load(SeqCst) && op.is_data() {
+            return Err(penchant_store::StoreError::Unavailable("dead".into()));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_written_atomically_is_finished_by_the_repair_from_its_own_events() {
+    use penchant_engine::events::{self, EventType, Target};
+    // A first batch lands whole (a heavy day of the user's); then the node dies right after
+    // writing a second one.
+    let store = Arc::new(Hooked::new(DiesAfterItsAtomicWrite::default()));
+    let now = penchant_store::validate::now_micros() / 1000;
+    let bought = |user: &str, item: usize, at: i64| Event {
+        target: Target::ObjectIds(vec![format!("item{item}")]),
+        ..support::event(EventType::Conversion, "Bought", user, at, &[])
+    };
+    let heavy: Vec<Event> = (0..300)
+        .map(|i| support::view("u1", &format!("b{}", i % 3), now - 60_000 + i))
+        .collect();
+    let batch: Vec<Event> = (0..20)
+        .map(|i| {
+            let user = ["u1", "u2"][i % 2];
+            if i % 4 < 2 {
+                bought(user, i, now - 30_000 + i as i64)
+            } else {
+                support::view(user, "b9", now - 30_000 + i as i64)
+            }
+        })
+        .collect();
+    {
+        let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
+        let engine = support::engine_with_app(shop, alone(), APP, support::views(10, 10)).await;
+        engine.push_events(APP, &heavy).await.unwrap();
+    }
+    let dying = Engine::open(store.clone(), alone()).await.unwrap();
+    let died = dying.push_events(APP, &batch).await;
+    assert!(died.is_err(), "the node died after its write: {died:?}");
+    drop(dying);
+    // The restarted node: counted already, the batch owes its profiles and seen marks.
+    let engine = Engine::open(Arc::new(Hooked::on(store.inner.clone(), ())), alone())
+        .await
+        .unwrap();
+    let brand = events::qualifier(EventType::View, "Viewed", "brand");
+    let u1 = engine.aggregates().counts(APP, "u1").await.unwrap();
+    assert_eq!(u1.get(&brand).and_then(|c| c.get("b9")), Some(&5));
+    assert_eq!(engine.repair(std::time::Duration::ZERO).await.unwrap(), 2);
+    assert_eq!(engine.repair(std::time::Duration::ZERO).await.unwrap(), 0);
+    for user in ["u1", "u2"] {
+        let stored = engine.profiles().stored_profile(APP, user).await.unwrap();
+        let recomputed = engine.profiles().recompute_one(APP, user).await.unwrap();
+        assert_eq!(stored.map(|s| s.0), recomputed, "{user}");
+    }
+    // Each event counted once, the repair included.
+    let u1 = engine.aggregates().counts(APP, "u1").await.unwrap();
+    assert_eq!(u1.get(&brand).and_then(|c| c.get("b9")), Some(&5));
+    assert_eq!(u1.get(&brand).and_then(|c| c.get("b0")), Some(&100));
+    let items: Vec<String> = (0..20).map(|i| format!("item{i}")).collect();
+    for (user, parity) in [("u1", 0), ("u2", 1)] {
+        let seen = engine
+            .seen()
+            .exists(APP, user, &items, penchant_engine::Consistency::Strong)
+            .await
+            .unwrap();
+        let bought: Vec<bool> = (0..20).map(|i| i % 2 == parity && i % 4 < 2).collect();
+        for (i, (seen, bought)) in seen.into_iter().zip(bought).enumerate() {
+            if bought {
+                assert!(seen, "{user} bought item{i}: seen after the repair");
+            }
+        }
+    }
+    assert_days_sum_their_raw_events(&*store.inner, 320).await;
+}
