@@ -1376,7 +1376,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
         .map(|c| c.timed_out_outside)
         .sum();
     row(
-        "requests timed out outside restarts (not failed on yet)",
+        "requests timed out outside restarts",
         Cell::int(timed_out as f64),
     );
     row(
@@ -1570,10 +1570,12 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
         ));
     }
     for (name, c) in classes.iter() {
-        if c.failed_outside > 0 || c.unexpected_4xx > 0 {
+        if c.failed_outside > 0 || c.timed_out_outside > 0 || c.unexpected_4xx > 0 {
             failures.push(format!(
-                "{name}: {} failed outside restarts, {} unexpected 4xx ({})",
+                "{name}: {} failed outside restarts, {} timed out outside restarts, {} unexpected \
+                 4xx ({})",
                 c.failed_outside,
+                c.timed_out_outside,
                 c.unexpected_4xx,
                 c.examples.join("; ")
             ));

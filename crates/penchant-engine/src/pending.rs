@@ -28,6 +28,13 @@
 //! On one node, [`UserLocks`] keep a user's rebuild apart from the ingestion of the user's
 //! events: an ingestion holds its users' stripes shared from its raw write until its deltas are
 //! written; a rebuild holds its user's stripe alone.
+//!
+//! **A batch written atomically** (a node alone on a store with atomic writes, the embedded
+//! one): the intent goes in one write with the batch's events and deltas, with a [`COUNTED`]
+//! cell listing the batch's event rows ([`Pending::counted`]). Such a batch is counted; all its
+//! intent owes is its users' profile refresh and seen marks, which the repair redoes from those
+//! rows alone ([`Intent::counted`]), and the row goes with its last user. Attempts of one
+//! request take turns ([`Attempts`]), so a later one finds the events stored and writes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
