@@ -54,6 +54,8 @@ const CLOSED_WHILE_SENDING: &str = "the connection closed while the body was sen
 /// How a request that got no answer within the client's timeout (30 s for writes, as Algolia's
 /// clients wait) is told apart.
 const TIMED_OUT: &str = "timed out";
+/// How a request that never reached the node (connection refused) fails.
+const NOT_CONNECTED: &str = "not connected";
 /// A's readers and B's attacker alternate in slices this long (B on in odd ones).
 const SLICE: Duration = Duration::from_secs(10);
 
@@ -80,6 +82,11 @@ pub struct SoakBenchArgs {
     /// The share of A's batches sent twice at the same moment, on two connections.
     #[arg(long, default_value_t = 0.2)]
     pub in_flight_retries: f64,
+    /// The share of A's attempts that reached the node and failed (a kill mid-request) after
+    /// which the client gives up on its batch instead of retrying it (a client that crashed or
+    /// moved on): what such a batch stored, the node's repair must finish.
+    #[arg(long, default_value_t = 0.5)]
+    pub give_up: f64,
     /// Light users whose stored profile is compared with a recompute (heavy users and the bot
     /// always are).
     #[arg(long, default_value_t = 20_000)]
@@ -435,6 +442,7 @@ async fn call(
     }
     match req.send().await {
         Err(e) if e.is_timeout() => Outcome::Failed(format!("{TIMED_OUT}: {e}")),
+        Err(e) if e.is_connect() => Outcome::Failed(format!("{NOT_CONNECTED}: {e}")),
         Err(e) => Outcome::Failed(format!("{e}")),
         Ok(resp) => {
             let status = resp.status().as_u16();
@@ -536,6 +544,9 @@ struct Writes {
     batches: AtomicU64,
     twice_at_once: AtomicU64,
     retried_after_failure: AtomicU64,
+    /// Batches given up after a failed attempt: the first event's timestamp (the others follow
+    /// it, a millisecond each) and the events.
+    abandoned: Mutex<Vec<(i64, Vec<Sent>)>>,
     /// Recently acknowledged users, for the readers.
     recent: Mutex<Vec<u32>>,
 }
@@ -551,9 +562,25 @@ struct Ctx {
     limited_key: String,
 }
 
+/// What a writer does with its batches.
+#[derive(Debug, Clone, Copy)]
+struct Sending {
+    /// Events a second.
+    per_s: f64,
+    /// The share of batches sent twice at once.
+    twice: f64,
+    /// The share of failed attempts after which the batch is given up.
+    give_up: f64,
+}
+
 /// One writer: batches of [`BATCH`] events at `per_s` events a second until stopped, each sent
-/// until acknowledged, some twice at once.
-async fn writer(ctx: Arc<Ctx>, per_s: f64, twice: f64, seed: u64, clock: Arc<AtomicI64>) {
+/// until acknowledged (or given up after a failure), some twice at once.
+async fn writer(ctx: Arc<Ctx>, sending: Sending, seed: u64, clock: Arc<AtomicI64>) {
+    let Sending {
+        per_s,
+        twice,
+        give_up,
+    } = sending;
     let mut rng = StdRng::seed_from_u64(seed);
     // Two clients: two connection pools, so a second attempt never waits for the first's
     // connection.
@@ -626,6 +653,14 @@ async fn writer(ctx: Arc<Ctx>, per_s: f64, twice: f64, seed: u64, clock: Arc<Ato
                 Outcome::Ok(_) => break true,
                 // Counted as unexpected; nothing of it was stored.
                 Outcome::Client(..) => break false,
+                // The node may have stored it before it died: its repair must finish it.
+                Outcome::Failed(why)
+                    if !why.starts_with(NOT_CONNECTED) && rng.random_bool(give_up) =>
+                {
+                    let mut abandoned = ctx.writes.abandoned.lock().expect("not poisoned");
+                    abandoned.push((stamp, events.clone()));
+                    break false;
+                }
                 Outcome::Failed(_) => {
                     attempt += 1;
                     ctx.writes
@@ -1217,10 +1252,14 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     const WRITERS: usize = 4;
     let mut tasks = Vec::new();
     for w in 0..WRITERS {
+        let sending = Sending {
+            per_s: f64::from(args.rate) / WRITERS as f64,
+            twice: args.in_flight_retries,
+            give_up: args.give_up,
+        };
         tasks.push(tokio::spawn(writer(
             ctx.clone(),
-            f64::from(args.rate) / WRITERS as f64,
-            args.in_flight_retries,
+            sending,
             args.seed + w as u64,
             clock.clone(),
         )));
@@ -1325,7 +1364,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     };
     let check = check_store(store, shape, &ctx.writes, args.profiles_checked).await?;
     let restored = match &backup {
-        Some(b) => Some(check_backup(b, &root, shape, &ctx.writes).await?),
+        Some(b) => Some(check_backup(b, &root, shape, &ctx.writes, &check.abandoned_stored).await?),
         None => None,
     };
 
@@ -1347,6 +1386,18 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     row(
         "attempts retried after a failure",
         Cell::int(writes.retried_after_failure.load(Ordering::SeqCst) as f64),
+    );
+    row(
+        "batches given up after a failure (never retried)",
+        Cell::int(check.abandoned_batches as f64),
+    );
+    row(
+        "their events stored (so counted)",
+        Cell::int(check.abandoned_stored.len() as f64),
+    );
+    row(
+        "given-up batches stored in part",
+        Cell::int(check.abandoned_in_part as f64),
     );
     row("users checked", Cell::int(check.users as f64));
     row("events lost", Cell::int(check.lost as f64));
@@ -1378,6 +1429,14 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     row(
         "requests timed out outside restarts",
         Cell::int(timed_out as f64),
+    );
+    row(
+        "seen filters checked (light users)",
+        Cell::int(check.seen_users as f64),
+    );
+    row(
+        "items of counted events missing from the seen filter",
+        Cell::int(check.unseen.len() as f64),
     );
     row(
         "recommendations checked for seen items (users)",
@@ -1539,11 +1598,24 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
             first_few(&check.wrong_users, "; ")
         ));
     }
+    // On the embedded store a batch is one write: stored whole or not at all.
+    if args.store == SoakStore::Embedded && check.abandoned_in_part > 0 {
+        failures.push(format!(
+            "{} batches given up by their client were stored in part",
+            check.abandoned_in_part
+        ));
+    }
     if !check.profile_mismatches.is_empty() {
         failures.push(format!(
             "{} stored profiles unlike a recompute: {}",
             check.profile_mismatches.len(),
             first_few(&check.profile_mismatches, ", ")
+        ));
+    }
+    if !check.unseen.is_empty() {
+        failures.push(format!(
+            "items of counted events not marked seen: {}",
+            first_few(&check.unseen, "; ")
         ));
     }
     if !seen_check.violations.is_empty() {
@@ -1769,6 +1841,7 @@ async fn check_backup(
     root: &Path,
     shape: Shape,
     writes: &Writes,
+    abandoned_stored: &[Sent],
 ) -> anyhow::Result<Restored> {
     let into = root.join("restored");
     penchant_engine::backup::restore(&backup.path, |target| {
@@ -1779,8 +1852,10 @@ async fn check_backup(
         penchant_engine::Engine::open(Arc::new(store), penchant_engine::EngineConfig::default())
             .await?;
     engine.repair(Duration::ZERO).await?;
-    let acknowledged = writes.acknowledged.lock().expect("not poisoned").clone();
+    let mut acknowledged = writes.acknowledged.lock().expect("not poisoned").clone();
     let before = reference(&acknowledged[..backup.before]);
+    // Events of given-up batches that the node stored may be in the backup, or not.
+    acknowledged.extend_from_slice(abandoned_stored);
     let all = reference(&acknowledged);
     let mut restored = Restored::default();
     let bar = crate::report::bar("soak: the restored backup's users", all.len() as u64);
@@ -1877,6 +1952,57 @@ struct Checked {
     profiles: usize,
     profile_mismatches: Vec<String>,
     repaired: usize,
+    /// Batches given up by their client, and those of their events the node stored (counted
+    /// then, as every stored event is).
+    abandoned_batches: usize,
+    abandoned_stored: Vec<Sent>,
+    /// Given-up batches stored in part (a batch is one write on the embedded store).
+    abandoned_in_part: usize,
+    /// Light users whose seen filter was read, and items of their counted events it lacks.
+    seen_users: usize,
+    unseen: Vec<String>,
+}
+
+/// Which of a batch's events (the first stamped `stamp` ms, the others a millisecond apart) are
+/// stored: one read of their rows' keys.
+async fn stored_of(
+    store: &dyn penchant_store::Store,
+    shape: Shape,
+    stamp: i64,
+    events: &[Sent],
+) -> anyhow::Result<Vec<Sent>> {
+    use penchant_engine::{events as ev, keys};
+    let tokens: Vec<String> = events
+        .iter()
+        .map(|e| user_token(shape.users, e.user))
+        .collect();
+    let mut rows = penchant_store::RowSet::default();
+    for (i, token) in tokens.iter().enumerate() {
+        let at = stamp + i as i64;
+        rows.ranges
+            .extend(keys::events_between(SHOP, token, at, at + 1).ranges);
+    }
+    let keys_only = penchant_store::RowFilter::column(ev::FAMILY, ev::EVENT_COLUMN)
+        .and(penchant_store::RowFilter::StripValue);
+    let request = penchant_store::ReadRows::new(rows).filter(keys_only);
+    let mut found = std::collections::HashSet::new();
+    for row in store.read_all(ev::EVENTS_TABLE, request).await? {
+        // `app 0 · user 0 · ms (u64 BE) · discriminator (u64 BE)`
+        if let (Some(user), Some(ms)) = (
+            keys::user_of(SHOP, &row.key),
+            row.key.len().checked_sub(16).map(|at| &row.key[at..at + 8]),
+        ) {
+            let ms = i64::from_be_bytes(ms.try_into().expect("8 bytes"));
+            found.insert((user.to_owned(), ms));
+        }
+    }
+    Ok(events
+        .iter()
+        .zip(&tokens)
+        .enumerate()
+        .filter(|(i, (_, token))| found.contains(&((*token).clone(), stamp + *i as i64)))
+        .map(|(_, (e, _))| *e)
+        .collect())
 }
 
 /// Open the node's store here, finish what a node would finish at its next start (the repair
@@ -1889,12 +2015,32 @@ async fn check_store(
     profiles: usize,
 ) -> anyhow::Result<Checked> {
     let engine =
-        penchant_engine::Engine::open(store, penchant_engine::EngineConfig::default()).await?;
+        penchant_engine::Engine::open(store.clone(), penchant_engine::EngineConfig::default())
+            .await?;
     let mut checked = Checked {
         repaired: engine.repair(Duration::ZERO).await?,
         ..Checked::default()
     };
-    let reference = reference(&writes.acknowledged.lock().expect("not poisoned"));
+    let abandoned = writes.abandoned.lock().expect("not poisoned").clone();
+    checked.abandoned_batches = abandoned.len();
+    for (stamp, events) in &abandoned {
+        let stored = stored_of(&*store, shape, *stamp, events).await?;
+        if !stored.is_empty() && stored.len() < events.len() {
+            checked.abandoned_in_part += 1;
+        }
+        checked.abandoned_stored.extend(stored);
+    }
+    let mut counted = writes.acknowledged.lock().expect("not poisoned").clone();
+    counted.extend_from_slice(&checked.abandoned_stored);
+    let reference = reference(&counted);
+    // A light user's items: a heavy user's filter may rotate its oldest generation out.
+    let mut items: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for e in counted.iter().filter(|e| e.user < shape.users) {
+        items
+            .entry(e.user)
+            .or_default()
+            .push(format!("i{}", e.item));
+    }
     let bar = crate::report::bar("soak: users checked", reference.len() as u64);
     let mut light_profiles = 0;
     for (user, expected) in &reference {
@@ -1907,6 +2053,18 @@ async fn check_store(
         let wrong = lost > 0 || doubled > 0;
         if wrong && checked.wrong_users.len() < 1000 {
             checked.wrong_users.push(token.clone());
+        }
+        if let Some(items) = items.get(user) {
+            let seen = engine
+                .seen()
+                .exists(SHOP, &token, items, penchant_engine::Consistency::Strong)
+                .await?;
+            checked.seen_users += 1;
+            for (item, seen) in items.iter().zip(seen) {
+                if !seen && checked.unseen.len() < 1000 {
+                    checked.unseen.push(format!("{token}: {item}"));
+                }
+            }
         }
         let light = *user < shape.users;
         if !light || light_profiles < profiles {
