@@ -23,11 +23,14 @@
 //!
 //! **Exact under retries and several nodes.** A delta is named by its event (a rewrite of the
 //! same event writes the same cell); an event whose raw row exists already adds no delta
-//! ([`crate::events::Events::ingest`]); deltas of different events commute, whichever node writes
-//! them; and a fold deletes exactly the deltas it summed. The one rebuild from raw rows
-//! ([`Aggregates::rebuild_day`], after a crash left a batch half-done, or on a retry of it)
-//! turns the base back into one delta per raw event — the same cells the ingestion writes, so a
-//! delta still in flight lands on its own copy instead of being counted twice.
+//! ([`crate::events::Events::prepare`]); deltas of different events commute, whichever node
+//! writes them; and a fold deletes exactly the deltas it summed. A fold leaves out the deltas of
+//! batches still in flight ([`crate::pending::held`]), so a later attempt of a batch or the
+//! repair writes them again ([`Aggregates::recount`]) without counting one twice. The rebuild
+//! from raw rows ([`Aggregates::rebuild_day`], for a settlement of waiting events, or an
+//! attempt stalled past the repair) turns the base back into one delta per raw event — the same
+//! cells the ingestion writes, so a delta still in flight lands on its own copy instead of
+//! being counted twice.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,7 +38,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange};
 
-use crate::events::{self, EVENTS_TABLE, Layout, RETENTION, Stored};
+use crate::events::{self, EVENTS_TABLE, Event, Layout, RETENTION, Stored};
 use crate::tables::{Gc, Rows, Table};
 use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result, keys};
@@ -194,6 +197,25 @@ fn columns(row: Option<&Row>) -> Vec<Bytes> {
     out
 }
 
+/// Cells to write: qualifier and value.
+type Cells = Vec<(Bytes, Vec<u8>)>;
+
+/// A raw event row's time (µs, every cell's) and its deltas, a cell per facet counted; `None`
+/// for a row with no cell.
+fn raw_deltas(layout: Layout, raw_row: &Row) -> Result<Option<(i64, Cells)>> {
+    let Some(ts) = raw_row.cells.first().map(|c| c.timestamp) else {
+        return Ok(None);
+    };
+    let mut deltas = Vec::new();
+    if let Some((event_type, name, counts)) = layout.read_counts(raw_row)? {
+        for (facet, values) in counts {
+            let q = events::qualifier(event_type, &name, &facet);
+            deltas.push((keys::aggregate_delta(&q, &raw_row.key), json(&values)?));
+        }
+    }
+    Ok(Some((ts, deltas)))
+}
+
 /// The deltas of newly stored events, a row per day, and the days to fold after them.
 #[derive(Debug, Default)]
 pub struct Deltas {
@@ -281,11 +303,24 @@ impl LocalChanges {
 pub struct Aggregates {
     store: Arc<dyn Store>,
     local: Option<Arc<LocalChanges>>,
+    holds: bool,
 }
 
 impl Aggregates {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, local: None }
+        Self {
+            store,
+            local: None,
+            holds: false,
+        }
+    }
+
+    /// Leave the deltas that batches in flight hold ([`crate::pending::held`]) out of folds:
+    /// where a batch is not written atomically, its attempts and the repair may write its
+    /// deltas again ([`Aggregates::recount`]).
+    pub fn with_holds(mut self) -> Self {
+        self.holds = true;
+        self
     }
 
     /// Bump `changes` after every write that changes a user's sums (this node is the only one
@@ -348,19 +383,39 @@ impl Aggregates {
     }
 
     /// Fold a day's deltas into its base, if no other fold changed the row meanwhile (then it
-    /// leaves the row as it is: folding is an optimization, never owed).
+    /// leaves the row as it is: folding is an optimization, never owed). Deltas that a batch in
+    /// flight holds stay deltas.
     pub async fn fold(&self, day: Bytes) -> Result<bool> {
         let row = self
             .store
             .read_row(AGGREGATES_TABLE, day.clone(), None)
             .await?;
+        let cells = || row.iter().flat_map(|r| r.family(FAMILY));
+        if !cells().any(|c| keys::aggregate_delta_base(&c.qualifier).is_some()) {
+            return Ok(false);
+        }
+        // Read after the row: a delta in it was written after its batch's intent.
+        let held = match keys::app_and_user_of(&day) {
+            Some((app, user)) if self.holds => {
+                crate::pending::held(&*self.store, app, user).await?
+            }
+            _ => Default::default(),
+        };
         let mut sums = Sums::default();
         let mut deltas = 0;
-        for cell in row.iter().flat_map(|r| r.family(FAMILY)) {
+        let mut kept = std::collections::HashSet::new();
+        for cell in cells() {
             if cell.qualifier == LAST || cell.qualifier == VERSION {
                 continue;
             }
             let qualifier = match keys::aggregate_delta_base(&cell.qualifier) {
+                Some(_)
+                    if keys::aggregate_delta_event(&cell.qualifier)
+                        .is_some_and(|id| held.contains(id)) =>
+                {
+                    kept.insert(cell.qualifier.clone());
+                    continue;
+                }
                 Some(base) => {
                     deltas += 1;
                     base
@@ -376,8 +431,49 @@ impl Aggregates {
         let last = row.as_ref().and_then(|r| r.latest(FAMILY, LAST));
         sums.last = sums.last.max(last.map(|c| c.timestamp));
         let v = version(row.as_ref());
-        let mutations = sums.into_base(&columns(row.as_ref()))?;
+        let mut old = columns(row.as_ref());
+        old.retain(|q| !kept.contains(q));
+        let mutations = sums.into_base(&old)?;
         write_if_version(&*self.store, AGGREGATES_TABLE, day, FAMILY, v, mutations).await
+    }
+
+    /// Write the deltas of these stored events from their raw rows, the very cells their
+    /// ingestion writes: the events of a batch whose deltas its intent holds, which the batch's
+    /// later attempts and the repair write again since which of them were written is unknown.
+    /// Returns the events read (rows that do not exist were never stored: nothing to count).
+    pub async fn recount(&self, app: &str, layout: Layout, rows: &[Bytes]) -> Result<Vec<Event>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Whole rows: the event, and its counts in the layout.
+        let request = ReadRows::new(RowSet::keys(rows.iter().cloned()));
+        let raw = self.store.read_all(EVENTS_TABLE, request).await?;
+        let mut days: BTreeMap<Bytes, Vec<Mutation>> = BTreeMap::new();
+        let mut stored = Vec::with_capacity(raw.len());
+        for raw_row in &raw {
+            let Some(event) = events::stored_event(raw_row)? else {
+                continue;
+            };
+            if let Some((ts, deltas)) = raw_deltas(layout, raw_row)? {
+                let day = keys::day(app, event.user(), day_of(ts / 1000));
+                let cells = days.entry(day).or_default();
+                cells.extend(
+                    deltas
+                        .into_iter()
+                        .map(|(q, v)| Mutation::set(FAMILY, q, ts, v)),
+                );
+                cells.push(Mutation::set(FAMILY, LAST, ts, (ts / 1000).to_string()));
+            }
+            stored.push(event);
+        }
+        let rows = days
+            .into_iter()
+            .map(|(key, cells)| RowMutation::new(key, cells))
+            .collect();
+        let written = self.store.mutate_all(AGGREGATES_TABLE, rows).await;
+        self.changed(app, stored.iter().map(Event::user));
+        written?;
+        Ok(stored)
     }
 
     /// Rebuild one user's day from its raw events (finishing a batch that stopped half-way, or
@@ -431,17 +527,11 @@ impl Aggregates {
             let mut deltas = Vec::new();
             let mut last: Option<i64> = None;
             for raw_row in &raw {
-                let Some(ts) = raw_row.cells.first().map(|c| c.timestamp) else {
+                let Some((ts, cells)) = raw_deltas(layout, raw_row)? else {
                     continue;
                 };
                 last = last.max(Some(ts));
-                let Some((event_type, name, counts)) = layout.read_counts(raw_row)? else {
-                    continue;
-                };
-                for (facet, values) in counts {
-                    let q = events::qualifier(event_type, &name, &facet);
-                    let delta = keys::aggregate_delta(&q, &raw_row.key);
-                    let value = json(&values)?;
+                for (delta, value) in cells {
                     if present.get(&delta[..]) != Some(&&value[..]) {
                         deltas.push(Mutation::set(FAMILY, delta, ts, value));
                     }

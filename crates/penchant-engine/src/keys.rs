@@ -111,6 +111,17 @@ pub fn user_of<'k>(app_id: &str, key: &'k [u8]) -> Option<&'k str> {
     std::str::from_utf8(&rest[..end]).ok()
 }
 
+/// The app and user of a row keyed `app 0 · user 0 · ...` (events, aggregates).
+pub fn app_and_user_of(key: &[u8]) -> Option<(&str, &str)> {
+    let app_end = key.iter().position(|b| *b == 0)?;
+    let rest = &key[app_end + 1..];
+    let user_end = rest.iter().position(|b| *b == 0)?;
+    Some((
+        std::str::from_utf8(&key[..app_end]).ok()?,
+        std::str::from_utf8(&rest[..user_end]).ok()?,
+    ))
+}
+
 /// The prefix of an app's ingestion intents in table `events`: `app 0 · 0xFF`, past every user
 /// of the app (no user token holds the byte 0xFF), inside the app's prefix.
 pub fn intents(app_id: &str) -> Bytes {
@@ -364,18 +375,37 @@ pub fn parse_event_qualifier(qualifier: &[u8]) -> Option<[String; 3]> {
 /// an [`event_qualifier`].
 pub const AGGREGATE_DELTA: u8 = 0xFF;
 /// The length of an event's id in an aggregate delta: its row's time and discriminator.
-const EVENT_ID_BYTES: usize = 16;
+pub const EVENT_ID_BYTES: usize = 16;
 
 /// One event's counts for one qualifier in a day's aggregate: `qualifier · 0xFF · event id`,
 /// the id being the last 16 bytes of the event's row key ([`event`]) — named by the event, so a
 /// rewrite of the same event writes the same cell.
 pub fn aggregate_delta(qualifier: &[u8], event_key: &[u8]) -> Bytes {
-    let id = &event_key[event_key.len().saturating_sub(EVENT_ID_BYTES)..];
+    let id = event_id(event_key);
     let mut q = Vec::with_capacity(qualifier.len() + 1 + id.len());
     q.extend_from_slice(qualifier);
     q.push(AGGREGATE_DELTA);
     q.extend_from_slice(id);
     Bytes::from(q)
+}
+
+/// The id of an event within its user's rows: the last bytes of its row key (its time and
+/// discriminator), the end of its aggregate deltas' qualifiers.
+pub fn event_id(event_key: &[u8]) -> &[u8] {
+    &event_key[event_key.len().saturating_sub(EVENT_ID_BYTES)..]
+}
+
+/// A user's event row key from the event's [`event_id`].
+pub fn event_with_id(app_id: &str, user_token: &str, id: &[u8]) -> Bytes {
+    let mut key = user(app_id, user_token).to_vec();
+    key.extend_from_slice(id);
+    Bytes::from(key)
+}
+
+/// The event id an aggregate delta names, or `None` for a qualifier that is not a delta.
+pub fn aggregate_delta_event(qualifier: &[u8]) -> Option<&[u8]> {
+    let at = qualifier.len().checked_sub(EVENT_ID_BYTES + 1)?;
+    (qualifier[at] == AGGREGATE_DELTA).then(|| &qualifier[at + 1..])
 }
 
 /// The qualifier an aggregate delta counts for, or `None` for a qualifier that is not a delta.
@@ -535,6 +565,9 @@ mod tests {
         let q = event_qualifier("view", "Viewed", "brand");
         let delta = aggregate_delta(&q, &event);
         assert_eq!(aggregate_delta_base(&delta), Some(&q[..]));
+        assert_eq!(aggregate_delta_event(&delta), Some(event_id(&event)));
+        assert_eq!(app_and_user_of(&event), Some(("app", "u")));
+        assert_eq!(event_with_id("app", "u", event_id(&event)), event);
         assert_eq!(&delta[delta.len() - 16..], &event[event.len() - 16..]);
         assert_eq!(aggregate_delta_base(&q), None);
         assert_eq!(aggregate_delta_base(b"short"), None);

@@ -227,6 +227,11 @@ impl Engine {
         if let Some(local) = local_changes {
             aggregates = aggregates.with_local_changes(local);
         }
+        let atomic_ingestion = config.exclusive_store && store.atomic_writes();
+        if !atomic_ingestion {
+            aggregates = aggregates.with_holds();
+        }
+        profiles = profiles.with_aggregates(aggregates.clone());
         let supervisor = Arc::new(Supervisor::default());
         let leases = Leases::new(store.clone(), clock.clone(), config.lease_ttl);
         let runtime = jobs::Runtime::new(
@@ -306,7 +311,7 @@ impl Engine {
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
             user_locks: Arc::default(),
-            atomic_ingestion: config.exclusive_store && store.atomic_writes(),
+            atomic_ingestion,
             attempts: Arc::default(),
             exclusive_store: config.exclusive_store,
             waiting_counts: Arc::default(),

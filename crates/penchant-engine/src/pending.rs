@@ -3,27 +3,38 @@
 //!
 //! A batch's intent row (table `events`, row [`keys::intent`] `app 0 · 0xFF · batch id`, past
 //! every user of the app) is written before its events: a cell per user, the qualifier the user
-//! token, the value the days the batch touches for the user (u32 BE each). It comes first, in a
-//! write of its own, because a store may apply a multi-row write in any order (Bigtable's
-//! `MutateRows`): no event row may exist without the intent that would finish it. Once the
-//! batch's aggregates, profiles and seen marks are written, the row is deleted. An intent row
-//! still there afterwards is a batch that stopped half-way (a crash, a killed node):
-//! [`Pending::left_behind`] lists its users, and the engine redoes their work — rebuild the
-//! days' aggregates from their raw events (which deltas were written is unknown), refresh the
-//! profile, mark the days' items seen — which is harmless to redo, every step being idempotent.
+//! token, the value the days the batch touches for the user and the ids of the user's events
+//! the attempt stores (those not stored already). It comes first, in a write of its own,
+//! because a store may apply a multi-row write in any order (Bigtable's `MutateRows`): no event
+//! row may exist without the intent that would finish it. Once the batch's deltas, profiles and
+//! seen marks are written, the row is deleted. An intent row still there afterwards is a batch
+//! that stopped half-way (a crash, a killed node): [`Pending::left_behind`] lists its users,
+//! and the engine redoes their work — write the batch's deltas again from its raw rows, refresh
+//! the profile, mark the items seen — which is harmless to redo, every step being idempotent.
+//!
+//! **Held deltas.** A delta names its event, so writing it again writes the same cell; but once
+//! a fold has summed it into its day's base and deleted it, writing it again would count the
+//! event twice. So while an intent lists an event, the event's delta is *held*: folds leave it
+//! a delta ([`held`], read by [`crate::aggregates::Aggregates::fold`] after the day row, so a
+//! delta it sees was written after its intent). Whoever finishes a batch — a later attempt, the
+//! repair — rewrites only that batch's deltas ([`crate::aggregates::Aggregates::recount`]): its
+//! cost follows the batch, never the user's history (a bot's day of 20,000 events).
 //!
 //! **A retry in flight with its first attempt.** A batch's id is a hash of its events, so
 //! every attempt of one request names the same intent row, and only one of them creates it
 //! (a conditional write). Another attempt that finds the row there — the first one still in
-//! flight, on this node or another, or left behind by a crash — waits for it to go: the first
-//! attempt answered (or the repair finished it), so the events are stored and counted, and the
-//! later attempt answers at once. If the row stays (a slow or dead first attempt), the later one marks it
-//! ([`RETRIED`]) and counts nothing itself: it stores the raw events the first may not have
-//! stored yet and rebuilds their days from the raw events. The first attempt reads its row
-//! again once its deltas are written: marked, it rebuilds its days too — so a delta of its that
-//! landed after the other attempt's rebuild and a fold of the day (which would count the event
-//! twice) is folded into an exact rebuild; unmarked, the other's rebuild comes after its
-//! deltas.
+//! flight, on this node or another, or left behind by a crash — waits a while for it to go: the
+//! first attempt answered (or the repair finished it), so the events are stored and counted,
+//! and the later attempt answers at once. If the row stays, the later one marks it
+//! ([`RETRIED`], only if it is still there), stores the events the first may not have stored,
+//! and writes the held deltas again. A marked intent is no longer the first attempt's to
+//! delete ([`Pending::done_alone`]): the repair forgets it after its age, once no attempt can
+//! still be writing.
+//!
+//! **A node stalled past the repair's age.** The repair marks an intent ([`LEFT`]) before it
+//! redoes its work and forgets it, and its deltas may then be folded; an attempt that wrote its
+//! deltas only after that reads the mark ([`Pending::repaired_meanwhile`]) and rebuilds its
+//! days from the raw events — the one case that still costs a day.
 //!
 //! On one node, [`UserLocks`] keep a user's rebuild apart from the ingestion of the user's
 //! events: an ingestion holds its users' stripes shared from its raw write until its deltas are
@@ -36,7 +47,7 @@
 //! rows alone ([`Intent::counted`]), and the row goes with its last user. Attempts of one
 //! request take turns ([`Attempts`]), so a later one finds the events stored and writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,14 +70,79 @@ const RETRIED: &[u8] = b"\xff";
 /// events, [`Pending::counted`]); its value lists the batch's event row keys. Not UTF-8.
 const COUNTED: &[u8] = b"\xfe";
 
-/// The cells of an intent that name its users (not its [`COUNTED`] list nor its [`RETRIED`]
-/// mark: a row whose users were all repaired is gone even if it was marked).
+/// The qualifier of the mark the repair leaves on an intent before it redoes its work.
+const LEFT: &[u8] = b"\xfd";
+
+/// The first byte of a user's cell that lists, after the days, the ids of the events whose
+/// deltas the batch holds ([`held`]); a cell of days alone starts with 0 (days since the epoch
+/// fit in 24 bits).
+const HOLDS: u8 = 1;
+
+/// The cells of an intent that name its users (not its [`COUNTED`] list nor its marks: a row
+/// whose users were all repaired is gone even if it was marked).
 fn users_of_intent() -> RowFilter {
     RowFilter::ColumnRange {
         family: FAMILY.to_owned(),
         start: std::ops::Bound::Unbounded,
-        end: std::ops::Bound::Excluded(Bytes::from_static(COUNTED)),
+        end: std::ops::Bound::Excluded(Bytes::from_static(LEFT)),
     }
+}
+
+/// The marks of an intent ([`RETRIED`], [`LEFT`]).
+fn marks() -> RowFilter {
+    RowFilter::qualifiers([Bytes::from_static(RETRIED), Bytes::from_static(LEFT)])
+}
+
+/// A user's cell of an intent: the days (u32 BE each), and with [`HOLDS`] first, their count
+/// (u16 BE) before them and the held events' ids after them.
+fn encode_user(days: &BTreeSet<i64>, held: Option<&[&[u8]]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if held.is_some() {
+        out.push(HOLDS);
+        out.extend_from_slice(&(days.len().min(usize::from(u16::MAX)) as u16).to_be_bytes());
+    }
+    for day in days {
+        out.extend_from_slice(&((*day).clamp(0, i64::from(u32::MAX)) as u32).to_be_bytes());
+    }
+    for id in held.into_iter().flatten() {
+        out.extend_from_slice(id);
+    }
+    out
+}
+
+/// A user's cell of an intent: its days, and the ids of the events it holds if it lists them.
+fn decode_user(value: &[u8]) -> (Vec<i64>, Option<Vec<&[u8]>>) {
+    let days = |bytes: &[u8]| {
+        bytes
+            .chunks_exact(4)
+            .map(|d| i64::from(u32::from_be_bytes(d.try_into().unwrap_or_default())))
+            .collect()
+    };
+    match value {
+        [HOLDS, a, b, rest @ ..] => {
+            let n = (usize::from(u16::from_be_bytes([*a, *b])) * 4).min(rest.len());
+            let ids = rest[n..].chunks_exact(keys::EVENT_ID_BYTES);
+            (days(&rest[..n]), Some(ids.collect()))
+        }
+        _ => (days(value), None),
+    }
+}
+
+/// The ids of a user's events whose deltas a batch in flight holds: an intent that lists them
+/// is still there. A fold leaves them as they are ([`crate::aggregates`]), so that the attempts
+/// of the batch and the repair may write them again, the same cells, without counting one
+/// twice.
+pub async fn held(store: &dyn Store, app: &str, user: &str) -> Result<HashSet<Bytes>> {
+    let request = ReadRows::new(RowSet::prefix(keys::intents(app)))
+        .filter(RowFilter::column(FAMILY, user.as_bytes().to_vec()));
+    let mut out = HashSet::new();
+    for row in store.read_all(EVENTS_TABLE, request).await? {
+        for cell in row.family(FAMILY) {
+            let (_, ids) = decode_user(&cell.value);
+            out.extend(ids.into_iter().flatten().map(Bytes::copy_from_slice));
+        }
+    }
+    Ok(out)
 }
 
 /// Row keys, each with its length (u16 BE) first.
@@ -99,22 +175,15 @@ pub fn batch_id(app: &str, events: &[Event]) -> Result<u64> {
     ))
 }
 
-/// What [`Pending::record`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
-    /// The batch's id.
-    pub batch: u64,
-    /// Whether this attempt recorded the intent (else another attempt had, and this one marked
-    /// it).
-    pub first: bool,
-}
-
 /// One batch's intent for one user, left behind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Intent {
     pub app: String,
     pub user: String,
     pub days: Vec<i64>,
+    /// For a batch that lists the events it stored ([`Pending::record`]): the user's event row
+    /// keys among them, whose deltas are all the batch may have left unwritten.
+    pub held: Option<Vec<Bytes>>,
     /// For a batch counted already ([`Pending::counted`]): the user's event rows in it, whose
     /// profile refresh and seen marks are all that is owed.
     pub counted: Option<Vec<Bytes>>,
@@ -134,11 +203,18 @@ impl Pending {
         Self { store, clock }
     }
 
-    /// Record the intent of an ingested batch (before its events are written), unless another
-    /// attempt of the same request recorded it already: then mark that one [`RETRIED`].
-    pub async fn record(&self, app: &str, events: &[Event]) -> Result<Recorded> {
-        let batch = batch_id(app, events)?;
-        let intent = self.intent(app, batch, events);
+    /// Record the intent of an ingested batch before its events are written, listing the
+    /// event rows this attempt is to store (`stored`: the others exist already): until the
+    /// intent is gone, their deltas are held ([`held`]). Unless another attempt of the same
+    /// request recorded it already: whether this one did.
+    pub async fn record(
+        &self,
+        app: &str,
+        batch: u64,
+        events: &[Event],
+        stored: &[Bytes],
+    ) -> Result<bool> {
+        let intent = self.intent(app, batch, events, Some(stored));
         let found = self
             .store
             .check_and_mutate_row(
@@ -149,17 +225,14 @@ impl Pending {
                 intent.mutations,
             )
             .await?;
-        Ok(Recorded {
-            batch,
-            first: !found,
-        })
+        Ok(!found)
     }
 
     /// The intent of a batch whose events and deltas are written in one atomic write with it
     /// (the embedded store): what it owes is only its users' profile refresh and seen marks,
     /// which the repair redoes from the event rows it lists if this node dies before them.
     pub fn counted(&self, app: &str, batch: u64, events: &[Event], keys: &[Bytes]) -> RowMutation {
-        let mut intent = self.intent(app, batch, events);
+        let mut intent = self.intent(app, batch, events, None);
         let now = self.clock.now_ms() * 1000;
         intent.mutations.push(Mutation::set(
             FAMILY,
@@ -174,7 +247,7 @@ impl Pending {
     /// events); returns its id.
     pub async fn record_work(&self, app: &str, events: &[Event]) -> Result<u64> {
         let batch: u64 = rand::random();
-        let intent = self.intent(app, batch, events);
+        let intent = self.intent(app, batch, events, None);
         self.store
             .mutate_row(EVENTS_TABLE, intent.row_key, intent.mutations)
             .await?;
@@ -207,55 +280,132 @@ impl Pending {
     }
 
     /// Mark a batch's intent: another attempt of the request goes on without waiting for the
-    /// one that recorded it.
-    pub async fn mark_retried(&self, app: &str, batch: u64) -> Result<()> {
-        self.mark(keys::intent(app, batch)).await
-    }
-
-    /// Mark a left-behind intent before its work is redone: should its batch still be in
-    /// flight (a node stalled past the repair's age), its own rebuild then follows its deltas.
-    pub async fn mark_left_behind(&self, intent: &Intent) -> Result<()> {
-        self.mark(intent.row.clone()).await
-    }
-
-    async fn mark(&self, row: Bytes) -> Result<()> {
+    /// one that recorded it, which then leaves the intent to the repair. Whether it was there
+    /// to mark (else the batch is done).
+    pub async fn mark_retried(&self, app: &str, batch: u64) -> Result<bool> {
         let retried = Mutation::set_now(FAMILY, Bytes::from_static(RETRIED), Bytes::new());
+        let marked = self
+            .store
+            .check_and_mutate_row(
+                EVENTS_TABLE,
+                keys::intent(app, batch),
+                Some(users_of_intent().and(RowFilter::StripValue)),
+                vec![retried],
+                vec![],
+            )
+            .await?;
+        Ok(marked)
+    }
+
+    /// Mark a left-behind intent before its work is redone: should an attempt of its batch
+    /// still be in flight (a node stalled past the repair's age), it rebuilds its days after
+    /// its deltas ([`Pending::repaired_meanwhile`]).
+    pub async fn mark_left_behind(&self, intent: &Intent) -> Result<()> {
+        let left = Mutation::set_now(FAMILY, Bytes::from_static(LEFT), Bytes::new());
         self.store
-            .mutate_row(EVENTS_TABLE, row, vec![retried])
+            .mutate_row(EVENTS_TABLE, intent.row.clone(), vec![left])
             .await?;
         Ok(())
     }
 
-    /// Whether another attempt of the batch marked its intent since it was recorded.
-    pub async fn retried_meanwhile(&self, app: &str, batch: u64) -> Result<bool> {
-        let marker = RowFilter::column(FAMILY, Bytes::from_static(RETRIED));
+    /// Whether the repair took a batch's intent for left behind since it was recorded (its
+    /// mark, or its users gone): then the deltas of an attempt that wrote them only now may
+    /// have landed after the repair's and a fold of their day, and its days are rebuilt.
+    pub async fn repaired_meanwhile(&self, app: &str, batch: u64) -> Result<bool> {
         let row = self
             .store
-            .read_row(EVENTS_TABLE, keys::intent(app, batch), Some(marker))
+            .read_row(
+                EVENTS_TABLE,
+                keys::intent(app, batch),
+                Some(RowFilter::StripValue),
+            )
             .await?;
-        Ok(row.is_some())
+        let Some(row) = row else {
+            return Ok(true);
+        };
+        let left = row.latest(FAMILY, LEFT).is_some();
+        let users = row
+            .family(FAMILY)
+            .any(|c| std::str::from_utf8(&c.qualifier).is_ok());
+        Ok(left || !users)
     }
 
-    /// A batch's intent row.
-    fn intent(&self, app: &str, batch: u64, events: &[Event]) -> RowMutation {
+    /// The event rows a batch's intent holds: those its first attempt was to store.
+    pub async fn held_by(&self, app: &str, batch: u64) -> Result<Vec<Bytes>> {
+        let row = self
+            .store
+            .read_row(
+                EVENTS_TABLE,
+                keys::intent(app, batch),
+                Some(users_of_intent()),
+            )
+            .await?;
+        let mut out = Vec::new();
+        for cell in row.iter().flat_map(|r| r.family(FAMILY)) {
+            let Ok(user) = std::str::from_utf8(&cell.qualifier) else {
+                continue;
+            };
+            let (_, ids) = decode_user(&cell.value);
+            out.extend(
+                ids.into_iter()
+                    .flatten()
+                    .map(|id| keys::event_with_id(app, user, id)),
+            );
+        }
+        Ok(out)
+    }
+
+    /// A batch's intent row; `stored`, the event rows it holds (for a batch whose attempts and
+    /// repair may write their deltas again).
+    fn intent(
+        &self,
+        app: &str,
+        batch: u64,
+        events: &[Event],
+        stored: Option<&[Bytes]>,
+    ) -> RowMutation {
         let mut days: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
         for e in events {
             days.entry(e.user())
                 .or_default()
                 .insert(day_of(e.timestamp));
         }
+        let mut held: BTreeMap<&str, Vec<&[u8]>> = BTreeMap::new();
+        for key in stored.into_iter().flatten() {
+            if let Some((_, user)) = keys::app_and_user_of(key) {
+                held.entry(user).or_default().push(keys::event_id(key));
+            }
+        }
         let now = self.clock.now_ms() * 1000;
         let cells = days
             .into_iter()
             .map(|(user, days)| {
-                let value: Vec<u8> = days
-                    .iter()
-                    .flat_map(|d| ((*d).clamp(0, i64::from(u32::MAX)) as u32).to_be_bytes())
-                    .collect();
-                Mutation::set(FAMILY, user.as_bytes().to_vec(), now, value)
+                let ids = stored.map(|_| held.get(user).map_or(&[][..], Vec::as_slice));
+                Mutation::set(
+                    FAMILY,
+                    user.as_bytes().to_vec(),
+                    now,
+                    encode_user(&days, ids),
+                )
             })
             .collect();
         RowMutation::new(keys::intent(app, batch), cells)
+    }
+
+    /// Forget a batch's intent, its work done by the one attempt that recorded it: unless
+    /// another attempt or the repair marked it (then the repair, which redoes the batch's work
+    /// from its held rows, forgets it once no attempt is in flight).
+    pub async fn done_alone(&self, app: &str, batch: u64) -> Result<()> {
+        self.store
+            .check_and_mutate_row(
+                EVENTS_TABLE,
+                keys::intent(app, batch),
+                Some(marks().and(RowFilter::StripValue)),
+                vec![],
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
+        Ok(())
     }
 
     /// Forget a batch's intents (its work is done).
@@ -291,16 +441,16 @@ impl Pending {
                     let Ok(user) = std::str::from_utf8(&cell.qualifier) else {
                         continue;
                     };
+                    let (days, held) = decode_user(&cell.value);
                     out.push(Intent {
                         app: app.clone(),
                         user: user.to_owned(),
-                        days: cell
-                            .value
-                            .chunks_exact(4)
-                            .map(|d| {
-                                i64::from(u32::from_be_bytes(d.try_into().unwrap_or_default()))
-                            })
-                            .collect(),
+                        days,
+                        held: held.map(|ids| {
+                            ids.into_iter()
+                                .map(|id| keys::event_with_id(app, user, id))
+                                .collect()
+                        }),
                         counted: counted.as_ref().map(|keys| {
                             let mine = keys::user(app, user);
                             keys.iter()

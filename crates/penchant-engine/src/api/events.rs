@@ -7,9 +7,7 @@ use bytes::Bytes;
 use penchant_store::TableMutation;
 
 use crate::events::waiting;
-use crate::{
-    Engine, Result, aggregates, events, internal, keys, pending, recommend, stats, tenancy,
-};
+use crate::{Engine, Result, aggregates, events, keys, pending, recommend, stats, tenancy};
 
 /// The global leases of the repair and the purge.
 const PURGE_LEASE: &str = "purge";
@@ -24,11 +22,10 @@ impl Engine {
     /// profiles from them (the streaming path), while their items are marked seen: a profile
     /// read after this returns reflects the events. Each step is one write for the whole batch,
     /// whichever users it holds. An intent recorded before the events ([`pending`]) lets
-    /// [`Engine::repair`] finish the work if this stops half-way; a retried request (its events
-    /// stored already) rebuilds their days itself, so an acknowledged event always counts; and
-    /// an attempt of a request whose earlier attempt is still in flight waits for its answer,
-    /// or goes on beside it counting nothing itself ([`pending`]: retries in flight), so no
-    /// event counts twice.
+    /// [`Engine::repair`] finish the work if this stops half-way, and holds the batch's deltas
+    /// out of folds meanwhile, so that an attempt of the request beside this one still in
+    /// flight (or dead) writes them again without counting an event twice ([`pending`]:
+    /// retries in flight).
     pub async fn push_events(&self, app: &str, events: &[events::Event]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -36,21 +33,7 @@ impl Engine {
         if self.atomic_ingestion {
             return self.push_atomically(app, events).await;
         }
-        let recorded = self.pending.record(app, events).await?;
-        let batch = recorded.batch;
-        if !recorded.first {
-            // Another attempt of this request is in flight, or died half-way.
-            if self
-                .pending
-                .wait_gone(app, batch, FIRST_ATTEMPT_WAIT)
-                .await?
-            {
-                // It answered (or the repair finished it): its events are stored and counted.
-                return Ok(());
-            }
-            self.pending.mark_retried(app, batch).await?;
-            return self.push_beside_first_attempt(app, events).await;
-        }
+        let batch = pending::batch_id(app, events)?;
         let negative = self.seen.settings(app).await?;
         let layouts = self.tenancy.events_of(app).await?.written();
         // From the raw write until the deltas are written, no rebuild of these users runs here.
@@ -58,7 +41,20 @@ impl Engine {
             .user_locks
             .shared(app, events.iter().map(events::Event::user))
             .await;
-        let ingested = self.events.ingest(app, events, &layouts).await?;
+        let mut prepared = self.events.prepare(app, events, &layouts).await?;
+        let keys: Vec<Bytes> = prepared
+            .ingested
+            .stored
+            .iter()
+            .map(|s| s.key.clone())
+            .collect();
+        if !self.pending.record(app, batch, events, &keys).await? {
+            // Another attempt of this request is in flight, or died half-way.
+            drop(users);
+            return self.push_beside_first_attempt(app, batch, prepared).await;
+        }
+        self.events.write(&mut prepared).await?;
+        let ingested = prepared.ingested;
         let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
         // "Not for me" events are no interaction: they count in no trend.
         let trending: Vec<&events::Event> = counted
@@ -77,15 +73,11 @@ impl Engine {
             let added = self.aggregates.add(app, &ingested.stored).await;
             drop(users);
             added?;
-            // Another attempt of this request went on without waiting for this one: its
-            // rebuild may have come before these deltas.
-            let rebuild: Vec<&events::Event> = if self.pending.retried_meanwhile(app, batch).await?
-            {
-                events.iter().collect()
-            } else {
-                ingested.retried.clone()
-            };
-            self.rebuild_days(app, &rebuild).await?;
+            // A node stalled past the repair's age: the repair's deltas and a fold of them may
+            // have come before these.
+            if self.pending.repaired_meanwhile(app, batch).await? {
+                self.rebuild_days(app, &counted).await?;
+            }
             if !waiting.is_empty() {
                 // A record written since the catalog was read for these events.
                 let keys: Vec<Bytes> = waiting.keys().cloned().collect();
@@ -104,7 +96,7 @@ impl Engine {
         // that is already done, which changes nothing.
         let (pending, app) = (self.pending.clone(), app.to_owned());
         self.supervisor.spawn(async move {
-            if let Err(e) = pending.done(&app, batch).await {
+            if let Err(e) = pending.done_alone(&app, batch).await {
                 tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
             }
         });
@@ -191,19 +183,43 @@ impl Engine {
         Ok(())
     }
 
-    /// An attempt of a request whose first attempt is still in flight (or died): store the
-    /// events the first may not have stored yet, then count them all from the raw events —
-    /// their days rebuilt, profiles refreshed, items marked seen. The tallies that are counted
-    /// per stored event (trends, traffic, A/B tests) are the first attempt's to count. The
-    /// first attempt's intent covers this work if this stops half-way.
-    async fn push_beside_first_attempt(&self, app: &str, events: &[events::Event]) -> Result<()> {
-        let layouts = self.tenancy.events_of(app).await?.written();
-        self.events.ingest(app, events, &layouts).await?;
-        let all: Vec<&events::Event> = events.iter().collect();
-        self.rebuild_days(app, &all).await?;
+    /// An attempt of a request whose first attempt is still in flight (or died): wait a
+    /// while for its answer; else mark its intent, store the events the first may not have
+    /// stored yet, and write the deltas of every event the intent holds again (the same cells:
+    /// none was folded, [`pending::held`]), then refresh the profiles and mark the items seen.
+    /// The intent stays for the repair to forget (the first attempt may still write). The
+    /// tallies that are counted per stored event (trends, traffic, A/B tests) are the first
+    /// attempt's to count.
+    async fn push_beside_first_attempt(
+        &self,
+        app: &str,
+        batch: u64,
+        mut prepared: events::Prepared<'_>,
+    ) -> Result<()> {
+        let gone = self
+            .pending
+            .wait_gone(app, batch, FIRST_ATTEMPT_WAIT)
+            .await?;
+        // Gone: it answered (or the repair finished it), its events stored and counted.
+        if gone || !self.pending.mark_retried(app, batch).await? {
+            return Ok(());
+        }
+        let events: Vec<&events::Event> =
+            prepared.ingested.stored.iter().map(|s| s.event).collect();
+        let mut keys = self.pending.held_by(app, batch).await?;
+        keys.extend(prepared.ingested.stored.iter().map(|s| s.key.clone()));
+        keys.sort_unstable();
+        keys.dedup();
+        self.events.write(&mut prepared).await?;
+        let layout = self.tenancy.events_of(app).await?.layout;
+        let counted = self.aggregates.recount(app, layout, &keys).await?;
+        if self.pending.repaired_meanwhile(app, batch).await? {
+            let all: Vec<&events::Event> = counted.iter().chain(events).collect();
+            self.rebuild_days(app, &all).await?;
+        }
         futures::try_join!(
-            self.refresh_users(app, events),
-            self.mark_events_seen(app, events)
+            self.refresh_users(app, &counted),
+            self.mark_events_seen(app, &counted)
         )?;
         Ok(())
     }
@@ -344,8 +360,13 @@ impl Engine {
             return self.finish_counted(intent, keys).await;
         }
         self.pending.mark_left_behind(intent).await?;
-        let mut stored = Vec::new();
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
+        if let Some(held) = &intent.held {
+            // The batch's own deltas, written again: cheap whatever the user's history.
+            let stored = self.aggregates.recount(&intent.app, layout, held).await?;
+            return self.finish_with(intent, &stored).await;
+        }
+        let mut stored = Vec::new();
         for day in &intent.days {
             {
                 let _alone = self.user_locks.exclusive(&intent.app, &intent.user).await;
@@ -360,22 +381,22 @@ impl Engine {
                         events::EVENT_COLUMN,
                     ));
             for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
-                if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
-                    stored.push(
-                        serde_json::from_slice::<events::Event>(&cell.value)
-                            .map_err(|e| internal("corrupt event", e))?,
-                    );
-                }
+                stored.extend(events::stored_event(&row)?);
             }
         }
+        self.finish_with(intent, &stored).await
+    }
+
+    /// Refresh the profile of an intent's user and mark its events seen, then forget it.
+    async fn finish_with(&self, intent: &pending::Intent, stored: &[events::Event]) -> Result<()> {
         if !stored.is_empty() {
             tracing::info!(app = %intent.app, user = %intent.user, events = stored.len(),
                 "finishing an interrupted ingestion");
-            futures::try_join!(
-                self.refresh_users(&intent.app, &stored),
-                self.mark_events_seen(&intent.app, &stored)
-            )?;
         }
+        futures::try_join!(
+            self.refresh_users(&intent.app, stored),
+            self.mark_events_seen(&intent.app, stored)
+        )?;
         // A settlement that stopped after counting its items left their marks.
         waiting::reconcile(&*self.store, &intent.app, &intent.user).await?;
         self.pending.resolve(intent).await
@@ -393,12 +414,7 @@ impl Engine {
                         events::EVENT_COLUMN,
                     ));
             for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
-                if let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) {
-                    stored.push(
-                        serde_json::from_slice::<events::Event>(&cell.value)
-                            .map_err(|e| internal("corrupt event", e))?,
-                    );
-                }
+                stored.extend(events::stored_event(&row)?);
             }
         }
         let (app, users) = (&intent.app, [intent.user.as_str()]);

@@ -123,6 +123,14 @@ pub fn qualifier(event_type: EventType, event_name: &str, facet: &str) -> Bytes 
     keys::event_qualifier(event_type.as_str(), event_name, facet)
 }
 
+/// The event a raw row keeps (its `e:event` cell), if the row was read with it.
+pub fn stored_event(row: &penchant_store::Row) -> Result<Option<Event>> {
+    row.latest(FAMILY, EVENT_COLUMN)
+        .map(|cell| serde_json::from_slice(&cell.value))
+        .transpose()
+        .map_err(|e| crate::internal("corrupt event", e))
+}
+
 /// The row key of an event at `position` in its request.
 pub fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
     Ok(row_key_of(app, event, &canonical(event)?, position))
@@ -215,12 +223,20 @@ impl Events {
         events: &'e [Event],
         layouts: &[Layout],
     ) -> Result<Ingested<'e>> {
-        let prepared = self.prepare(app, events, layouts).await?;
-        if !prepared.marks.is_empty() {
-            prepared.marks.write(&*self.store).await?;
-        }
-        self.store.mutate_all(EVENTS_TABLE, prepared.rows).await?;
+        let mut prepared = self.prepare(app, events, layouts).await?;
+        self.write(&mut prepared).await?;
         Ok(prepared.ingested)
+    }
+
+    /// Write what [`Events::prepare`] found: the waiting marks, then the event rows.
+    pub async fn write(&self, prepared: &mut Prepared<'_>) -> Result<()> {
+        let marks = std::mem::take(&mut prepared.marks);
+        if !marks.is_empty() {
+            marks.write(&*self.store).await?;
+        }
+        let rows = std::mem::take(&mut prepared.rows);
+        self.store.mutate_all(EVENTS_TABLE, rows).await?;
+        Ok(())
     }
 
     /// What [`Events::ingest`] would write for these events, written by the caller (in one

@@ -157,6 +157,8 @@ pub struct Profiles {
     clock: Clock,
     /// Where this node is the only one on its store: its changes to aggregates.
     local: Option<Arc<aggregates::LocalChanges>>,
+    /// What folds the crowded days a refresh reads.
+    aggregates: aggregates::Aggregates,
 }
 
 impl Profiles {
@@ -167,12 +169,20 @@ impl Profiles {
         clock: Clock,
     ) -> Self {
         Self {
+            aggregates: aggregates::Aggregates::new(store.clone()),
             store,
             strategies,
             tenancy,
             clock,
             local: None,
         }
+    }
+
+    /// Fold the crowded days a refresh reads with these aggregates (which may hold deltas of
+    /// batches in flight out of folds).
+    pub fn with_aggregates(mut self, aggregates: aggregates::Aggregates) -> Self {
+        self.aggregates = aggregates;
+        self
     }
 
     /// Trust `changes` to name every change to aggregates (this node is the only one on its
@@ -369,10 +379,9 @@ impl Profiles {
         }
         crowded.sort_unstable();
         crowded.dedup();
-        let aggregates = aggregates::Aggregates::new(self.store.clone());
         let folds: Vec<_> = crowded
             .into_iter()
-            .map(|day| aggregates.fold(day))
+            .map(|day| self.aggregates.fold(day))
             .collect();
         crate::writes::concurrently(folds).await?;
         Ok(users.iter().filter_map(|u| profiles.remove(u)).collect())

@@ -181,9 +181,11 @@ async fn a_fold_that_read_before_a_rebuild_does_not_write_over_it() {
     let row = penchant_engine::keys::day(APP, USER, day);
     let events: Vec<Event> = (0..5).map(|i| view("a", start + i)).collect();
     engine.push_events(APP, &events).await.unwrap();
+    support::intents_forgotten(&*store, APP).await;
     engine.aggregates().fold(row.clone()).await.unwrap();
     let more: Vec<Event> = (0..3).map(|i| view("a", start + 10 + i)).collect();
     engine.push_events(APP, &more).await.unwrap();
+    support::intents_forgotten(&*store, APP).await;
     // A fold reads the base and the three deltas, and waits before its conditional write.
     let (fold_waits, go) = store.hook.arm().await;
     let fold = {

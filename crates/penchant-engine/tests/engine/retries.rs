@@ -152,20 +152,37 @@ async fn a_retry_in_flight_counts_once_where_a_batch_is_written_atomically() {
     both_attempts_count_once(store, engine.clone(), engine).await;
 }
 
-/// The node dies the moment its atomic write of a batch is done: every store call after it
-/// fails.
-#[derive(Debug, Default)]
-struct DiesAfterItsAtomicWrite {
-    wrote: std::sync::atomic::AtomicBool,
+/// The node dies the moment its first operation `op` on `table` is done: every store call
+/// after it fails.
+#[derive(Debug)]
+struct DiesAfter {
+    op: Op,
+    table: &'static str,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl DiesAfter {
+    fn new(op: Op, table: &'static str) -> Self {
+        Self {
+            op,
+            table,
+            done: Default::default(),
+        }
+    }
 }
 
 #[async_trait::async_trait]
-impl support::Hook for DiesAfterItsAtomicWrite {
-    async fn before(&self, op: Op, _: &str) -> penchant_store::Result<()> {
+impl support::Hook for DiesAfter {
+    async fn before(&self, op: Op, table: &str) -> penchant_store::Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
-        if op == Op::Atomic {
-            self.wrote.store(true, SeqCst);
-        } else if self.wrote.load(SeqCst) && op.is_data() {
+        // (An atomic write calls the hook once per table it names.)
+        if op == self.op && (table == self.table || op == Op::Atomic) {
+            if table == self.table {
+                self.done.store(true, SeqCst);
+            }
+            return Ok(());
+        }
+        if self.done.load(SeqCst) && op.is_data() {
             return Err(penchant_store::StoreError::Unavailable("dead".into()));
         }
         Ok(())
@@ -177,7 +194,10 @@ async fn a_batch_written_atomically_is_finished_by_the_repair_from_its_own_event
     use penchant_engine::events::{self, EventType, Target};
     // A first batch lands whole (a heavy day of the user's); then the node dies right after
     // writing a second one.
-    let store = Arc::new(Hooked::new(DiesAfterItsAtomicWrite::default()));
+    let store = Arc::new(Hooked::new(DiesAfter::new(
+        Op::Atomic,
+        events::EVENTS_TABLE,
+    )));
     let now = penchant_store::validate::now_micros() / 1000;
     let bought = |user: &str, item: usize, at: i64| Event {
         target: Target::ObjectIds(vec![format!("item{item}")]),
@@ -198,8 +218,10 @@ async fn a_batch_written_atomically_is_finished_by_the_repair_from_its_own_event
         .collect();
     {
         let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
-        let engine = support::engine_with_app(shop, alone(), APP, support::views(10, 10)).await;
+        let engine =
+            support::engine_with_app(shop.clone(), alone(), APP, support::views(10, 10)).await;
         engine.push_events(APP, &heavy).await.unwrap();
+        support::intents_forgotten(&*shop, APP).await;
     }
     let dying = Engine::open(store.clone(), alone()).await.unwrap();
     let died = dying.push_events(APP, &batch).await;
@@ -238,4 +260,111 @@ async fn a_batch_written_atomically_is_finished_by_the_repair_from_its_own_event
         }
     }
     assert_days_sum_their_raw_events(&*store.inner, 320).await;
+}
+
+/// A shop's heavy user (300 views today), and a batch of 20 events for them and another user.
+fn heavy_day_and_batch() -> (Vec<Event>, Vec<Event>) {
+    let now = penchant_store::validate::now_micros() / 1000;
+    let heavy = (0..300)
+        .map(|i| support::view("u1", &format!("b{}", i % 3), now - 60_000 + i))
+        .collect();
+    let batch = (0..20)
+        .map(|i| support::view(["u1", "u2"][i % 2], "b9", now - 30_000 + i as i64))
+        .collect();
+    (heavy, batch)
+}
+
+/// Each of the batch's views counted once (10 of `b9` per user), the heavy day's too, and
+/// every profile the one a recompute gives.
+async fn assert_counted_once(engine: &Engine, store: &dyn Store) {
+    use penchant_engine::events::{self, EventType};
+    let brand = events::qualifier(EventType::View, "Viewed", "brand");
+    for (user, b9) in [("u1", 10), ("u2", 10)] {
+        let counts = engine.aggregates().counts(APP, user).await.unwrap();
+        assert_eq!(
+            counts.get(&brand).and_then(|c| c.get("b9")),
+            Some(&b9),
+            "{user}"
+        );
+        let stored = engine.profiles().stored_profile(APP, user).await.unwrap();
+        let recomputed = engine.profiles().recompute_one(APP, user).await.unwrap();
+        assert_eq!(stored.map(|s| s.0), recomputed, "{user}");
+    }
+    assert_days_sum_their_raw_events(store, 320).await;
+}
+
+/// The delta cells of a user's day row.
+async fn deltas_of_day(store: &dyn Store, user: &str, at: i64) -> usize {
+    use penchant_engine::{aggregates, keys};
+    let day = keys::day(APP, user, aggregates::day_of(at));
+    let row = store
+        .read_row(aggregates::AGGREGATES_TABLE, day, None)
+        .await
+        .unwrap()
+        .unwrap();
+    row.family(aggregates::FAMILY)
+        .filter(|c| keys::aggregate_delta_base(&c.qualifier).is_some())
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_left_behind_by_a_node_is_finished_from_its_own_deltas_across_a_fold() {
+    use penchant_engine::aggregates;
+    // Two nodes of one store (no atomic writes): node A dies right after writing a batch's
+    // deltas, before its profiles; node B folds the heavy user's day, then repairs the batch.
+    let store = Arc::new(Hooked::new(DiesAfter::new(
+        Op::WriteRows,
+        aggregates::AGGREGATES_TABLE,
+    )));
+    let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
+    let b = support::engine_with_app(shop.clone(), config(), APP, support::views(10, 10)).await;
+    let (heavy, batch) = heavy_day_and_batch();
+    b.push_events(APP, &heavy).await.unwrap();
+    let a = Engine::open(store.clone(), config()).await.unwrap();
+    let died = a.push_events(APP, &batch).await;
+    assert!(died.is_err(), "the node died after its deltas: {died:?}");
+    drop(a);
+    // A profile read folds the day: the batch's deltas, held by its intent, stay deltas.
+    let day = penchant_engine::keys::day(APP, "u1", aggregates::day_of(batch[0].timestamp));
+    b.aggregates().fold(day).await.unwrap();
+    assert_eq!(deltas_of_day(&*shop, "u1", batch[0].timestamp).await, 10);
+    // The repair writes the batch's deltas again — the same cells — and no more than them: the
+    // 300 events folded before stay in the base, not rebuilt.
+    assert_eq!(b.repair(std::time::Duration::ZERO).await.unwrap(), 2);
+    assert_eq!(deltas_of_day(&*shop, "u1", batch[0].timestamp).await, 10);
+    assert_counted_once(&b, &*shop).await;
+    // Forgotten: a fold now takes them in.
+    let day = penchant_engine::keys::day(APP, "u1", aggregates::day_of(batch[0].timestamp));
+    b.aggregates().fold(day).await.unwrap();
+    assert_eq!(deltas_of_day(&*shop, "u1", batch[0].timestamp).await, 0);
+    assert_counted_once(&b, &*shop).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_attempt_stalled_past_the_repair_rebuilds_its_days_after_its_deltas() {
+    use penchant_engine::{aggregates, keys};
+    // Node A's first write of deltas waits at the gate past the repair's age; node B repairs
+    // the batch (its deltas from the raw rows), forgets it, and folds the day.
+    let store = Arc::new(Hooked::new(Gate::new(
+        Op::WriteRows,
+        aggregates::AGGREGATES_TABLE,
+    )));
+    let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
+    let b = support::engine_with_app(shop.clone(), config(), APP, support::views(10, 10)).await;
+    let (heavy, batch) = heavy_day_and_batch();
+    b.push_events(APP, &heavy).await.unwrap();
+    let a = Engine::open(store.clone(), config()).await.unwrap();
+    let (first_waits, go) = store.hook.arm().await;
+    let first = {
+        let (a, batch) = (a.clone(), batch.clone());
+        tokio::spawn(async move { a.push_events(APP, &batch).await })
+    };
+    first_waits.await.unwrap();
+    assert_eq!(b.repair(std::time::Duration::ZERO).await.unwrap(), 2);
+    let day = keys::day(APP, "u1", aggregates::day_of(batch[0].timestamp));
+    b.aggregates().fold(day).await.unwrap();
+    // The first attempt goes on: its deltas land on a base that holds them, so it rebuilds.
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    assert_counted_once(&b, &*shop).await;
 }

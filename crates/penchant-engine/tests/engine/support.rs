@@ -212,6 +212,21 @@ pub async fn wait_until(what: &str, within: Duration, mut done: impl AsyncFnMut(
     }
 }
 
+/// Wait until the ingestions of `app` forgot their intents (in the background, after they
+/// answer): until then, a fold leaves their deltas alone.
+pub async fn intents_forgotten(store: &dyn Store, app: &str) {
+    use penchant_store::{ReadRows, RowSet};
+    let request = ReadRows::new(RowSet::prefix(penchant_engine::keys::intents(app)));
+    wait_until("intents forgotten", Duration::from_secs(10), async || {
+        let rows = store
+            .read_all(penchant_engine::events::EVENTS_TABLE, request.clone())
+            .await
+            .unwrap();
+        rows.is_empty()
+    })
+    .await;
+}
+
 /// Events `0..count` (`event(n)`), the same to each of `apps`, in requests of `chunk`.
 pub async fn feed(
     engine: &Engine,
