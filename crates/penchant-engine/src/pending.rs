@@ -25,14 +25,15 @@
 //! (a conditional write). Another attempt that finds the row there — the first one still in
 //! flight, on this node or another, or left behind by a crash — waits a while for it to go: the
 //! first attempt answered (or the repair finished it), so the events are stored and counted,
-//! and the later attempt answers at once. If the row stays, the later one marks it
-//! ([`RETRIED`], only if it is still there), stores the events the first may not have stored,
-//! and writes the held deltas again. A marked intent is no longer the first attempt's to
-//! delete ([`Pending::done_alone`]): the repair forgets it after its age, once no attempt can
-//! still be writing.
+//! and the later attempt answers at once. If the row stays, the later one joins it (an
+//! attempt's cell, [`Pending::join`], only if it is still there), stores the events the first
+//! may not have stored, and writes the held deltas again. Each attempt takes its cell away when
+//! done, and the last one deletes the row ([`Pending::leave`]); a row whose attempt died is the
+//! repair's to forget, after its age.
 //!
 //! **A node stalled past the repair's age.** The repair marks an intent ([`LEFT`]) before it
-//! redoes its work and forgets it, and its deltas may then be folded; an attempt that wrote its
+//! redoes its work and forgets it (its attempts no longer may), and its deltas may then be
+//! folded; an attempt that wrote its
 //! deltas only after that reads the mark ([`Pending::repaired_meanwhile`]) and rebuilds its
 //! days from the raw events — the one case that still costs a day.
 //!
@@ -62,35 +63,46 @@ use crate::clock::Clock;
 use crate::events::{EVENTS_TABLE, Event, FAMILY};
 use crate::{Result, keys};
 
-/// The qualifier of the mark a second attempt of a batch leaves on the batch's intent: not
-/// UTF-8, so never a user's.
-const RETRIED: &[u8] = b"\xff";
+/// The first byte of the cell of an attempt in flight (`0xFC · attempt id`): not UTF-8, so
+/// never a user's. The intent goes with its last attempt ([`Pending::leave`]).
+const ATTEMPT: u8 = 0xfc;
+
+/// The qualifier of the mark the repair leaves on an intent before it redoes its work.
+const LEFT: &[u8] = b"\xfd";
 
 /// The qualifier of the cell that says a batch is counted already (written atomically with its
 /// events, [`Pending::counted`]); its value lists the batch's event row keys. Not UTF-8.
 const COUNTED: &[u8] = b"\xfe";
-
-/// The qualifier of the mark the repair leaves on an intent before it redoes its work.
-const LEFT: &[u8] = b"\xfd";
 
 /// The first byte of a user's cell that lists, after the days, the ids of the events whose
 /// deltas the batch holds ([`held`]); a cell of days alone starts with 0 (days since the epoch
 /// fit in 24 bits).
 const HOLDS: u8 = 1;
 
-/// The cells of an intent that name its users (not its [`COUNTED`] list nor its marks: a row
-/// whose users were all repaired is gone even if it was marked).
+/// The cells of an intent that name its users (not its attempts, its mark nor its [`COUNTED`]
+/// list: a row whose users were all repaired is gone).
 fn users_of_intent() -> RowFilter {
     RowFilter::ColumnRange {
         family: FAMILY.to_owned(),
         start: std::ops::Bound::Unbounded,
-        end: std::ops::Bound::Excluded(Bytes::from_static(LEFT)),
+        end: std::ops::Bound::Excluded(Bytes::from_static(&[ATTEMPT])),
     }
 }
 
-/// The marks of an intent ([`RETRIED`], [`LEFT`]).
-fn marks() -> RowFilter {
-    RowFilter::qualifiers([Bytes::from_static(RETRIED), Bytes::from_static(LEFT)])
+/// The cells of an intent that keep it: its attempts in flight, and the repair's mark.
+fn kept() -> RowFilter {
+    RowFilter::ColumnRange {
+        family: FAMILY.to_owned(),
+        start: std::ops::Bound::Included(Bytes::from_static(&[ATTEMPT])),
+        end: std::ops::Bound::Excluded(Bytes::from_static(COUNTED)),
+    }
+}
+
+/// An attempt's cell.
+fn attempt_cell(attempt: u64) -> Mutation {
+    let mut qualifier = vec![ATTEMPT];
+    qualifier.extend_from_slice(&attempt.to_be_bytes());
+    Mutation::set_now(FAMILY, qualifier, Bytes::new())
 }
 
 /// A user's cell of an intent: the days (u32 BE each), and with [`HOLDS`] first, their count
@@ -206,26 +218,29 @@ impl Pending {
     /// Record the intent of an ingested batch before its events are written, listing the
     /// event rows this attempt is to store (`stored`: the others exist already): until the
     /// intent is gone, their deltas are held ([`held`]). Unless another attempt of the same
-    /// request recorded it already: whether this one did.
+    /// request recorded it already. Returns this attempt's id if it recorded the intent (it
+    /// [`Pending::leave`]s it when done).
     pub async fn record(
         &self,
         app: &str,
         batch: u64,
         events: &[Event],
         stored: &[Bytes],
-    ) -> Result<bool> {
-        let intent = self.intent(app, batch, events, Some(stored));
+    ) -> Result<Option<u64>> {
+        let attempt: u64 = rand::random();
+        let mut intent = self.intent(app, batch, events, Some(stored));
+        intent.mutations.push(attempt_cell(attempt));
         let found = self
             .store
             .check_and_mutate_row(
                 EVENTS_TABLE,
                 intent.row_key,
-                Some(users_of_intent()),
+                Some(users_of_intent().and(RowFilter::StripValue)),
                 vec![],
                 intent.mutations,
             )
             .await?;
-        Ok(!found)
+        Ok((!found).then_some(attempt))
     }
 
     /// The intent of a batch whose events and deltas are written in one atomic write with it
@@ -279,33 +294,66 @@ impl Pending {
         }
     }
 
-    /// Mark a batch's intent: another attempt of the request goes on without waiting for the
-    /// one that recorded it, which then leaves the intent to the repair. Whether it was there
-    /// to mark (else the batch is done).
-    pub async fn mark_retried(&self, app: &str, batch: u64) -> Result<bool> {
-        let retried = Mutation::set_now(FAMILY, Bytes::from_static(RETRIED), Bytes::new());
-        let marked = self
+    /// Join a batch's intent as another attempt of its request (it [`Pending::leave`]s it
+    /// when done), if the intent is still there (else the batch is done): this attempt's id.
+    pub async fn join(&self, app: &str, batch: u64) -> Result<Option<u64>> {
+        let attempt: u64 = rand::random();
+        let joined = self
             .store
             .check_and_mutate_row(
                 EVENTS_TABLE,
                 keys::intent(app, batch),
                 Some(users_of_intent().and(RowFilter::StripValue)),
-                vec![retried],
+                vec![attempt_cell(attempt)],
+                vec![],
+            )
+            .await?;
+        Ok(joined.then_some(attempt))
+    }
+
+    /// An attempt's work is done: forget the batch's intent if no other attempt is in flight
+    /// and the repair is not redoing it (one whose node died keeps it until the repair, which
+    /// redoes the batch's work from its held rows and forgets it).
+    pub async fn leave(&self, app: &str, batch: u64, attempt: u64) -> Result<()> {
+        let row = keys::intent(app, batch);
+        let mut qualifier = vec![ATTEMPT];
+        qualifier.extend_from_slice(&attempt.to_be_bytes());
+        self.store
+            .mutate_row(
+                EVENTS_TABLE,
+                row.clone(),
+                vec![Mutation::delete_column(FAMILY, qualifier)],
+            )
+            .await?;
+        self.store
+            .check_and_mutate_row(
+                EVENTS_TABLE,
+                row,
+                Some(kept().and(RowFilter::StripValue)),
+                vec![],
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Mark a left-behind intent before its work is redone, if it is still there (else its
+    /// attempts finished it since it was read): should an attempt of its batch still be in
+    /// flight (a node stalled past the repair's age), it rebuilds its days after its deltas
+    /// ([`Pending::repaired_meanwhile`]), and it no longer forgets the intent.
+    pub async fn mark_left_behind(&self, intent: &Intent) -> Result<bool> {
+        let left = Mutation::set_now(FAMILY, Bytes::from_static(LEFT), Bytes::new());
+        let marked = self
+            .store
+            .check_and_mutate_row(
+                EVENTS_TABLE,
+                intent.row.clone(),
+                Some(users_of_intent().and(RowFilter::StripValue)),
+                vec![left],
                 vec![],
             )
             .await?;
         Ok(marked)
-    }
-
-    /// Mark a left-behind intent before its work is redone: should an attempt of its batch
-    /// still be in flight (a node stalled past the repair's age), it rebuilds its days after
-    /// its deltas ([`Pending::repaired_meanwhile`]).
-    pub async fn mark_left_behind(&self, intent: &Intent) -> Result<()> {
-        let left = Mutation::set_now(FAMILY, Bytes::from_static(LEFT), Bytes::new());
-        self.store
-            .mutate_row(EVENTS_TABLE, intent.row.clone(), vec![left])
-            .await?;
-        Ok(())
     }
 
     /// Whether the repair took a batch's intent for left behind since it was recorded (its
@@ -392,22 +440,6 @@ impl Pending {
         RowMutation::new(keys::intent(app, batch), cells)
     }
 
-    /// Forget a batch's intent, its work done by the one attempt that recorded it: unless
-    /// another attempt or the repair marked it (then the repair, which redoes the batch's work
-    /// from its held rows, forgets it once no attempt is in flight).
-    pub async fn done_alone(&self, app: &str, batch: u64) -> Result<()> {
-        self.store
-            .check_and_mutate_row(
-                EVENTS_TABLE,
-                keys::intent(app, batch),
-                Some(marks().and(RowFilter::StripValue)),
-                vec![],
-                vec![Mutation::DeleteFromRow],
-            )
-            .await?;
-        Ok(())
-    }
-
     /// Forget a batch's intents (its work is done).
     pub async fn done(&self, app: &str, batch: u64) -> Result<()> {
         self.store
@@ -477,24 +509,18 @@ impl Pending {
         self.store
             .mutate_row(EVENTS_TABLE, intent.row.clone(), vec![delete])
             .await?;
-        // A counted batch's row goes with its last user (an uncounted one keeps its marks: a
-        // first attempt still in flight reads them).
-        if intent.counted.is_some() {
-            let users = users_of_intent().and(RowFilter::StripValue);
-            let row = self
-                .store
-                .read_row(EVENTS_TABLE, intent.row.clone(), Some(users))
-                .await?;
-            if row.is_none() {
-                self.store
-                    .mutate_row(
-                        EVENTS_TABLE,
-                        intent.row.clone(),
-                        vec![Mutation::DeleteFromRow],
-                    )
-                    .await?;
-            }
-        }
+        // The row goes with its last user, marks and all: an attempt still in flight reads a
+        // row gone as repaired. (Conditional: a new attempt of the request may have recorded
+        // its users since.)
+        self.store
+            .check_and_mutate_row(
+                EVENTS_TABLE,
+                intent.row.clone(),
+                Some(users_of_intent().and(RowFilter::StripValue)),
+                vec![],
+                vec![Mutation::DeleteFromRow],
+            )
+            .await?;
         Ok(())
     }
 }

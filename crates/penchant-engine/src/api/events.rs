@@ -48,11 +48,11 @@ impl Engine {
             .iter()
             .map(|s| s.key.clone())
             .collect();
-        if !self.pending.record(app, batch, events, &keys).await? {
+        let Some(attempt) = self.pending.record(app, batch, events, &keys).await? else {
             // Another attempt of this request is in flight, or died half-way.
             drop(users);
             return self.push_beside_first_attempt(app, batch, prepared).await;
-        }
+        };
         self.events.write(&mut prepared).await?;
         let ingested = prepared.ingested;
         let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
@@ -92,15 +92,19 @@ impl Engine {
         self.traffic.add(app, &counted, self.clock.now_ms());
         self.abtests.attribute(app, &counted).await?;
         futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
-        // Forgetting the intent need not delay the answer: if it is lost, the repair redoes work
-        // that is already done, which changes nothing.
+        self.leave_intent(app, batch, attempt);
+        Ok(())
+    }
+
+    /// This attempt of a batch is done: forgetting its intent need not delay the answer (if it
+    /// is lost, the repair redoes work that is already done, which changes nothing).
+    fn leave_intent(&self, app: &str, batch: u64, attempt: u64) {
         let (pending, app) = (self.pending.clone(), app.to_owned());
         self.supervisor.spawn(async move {
-            if let Err(e) = pending.done_alone(&app, batch).await {
+            if let Err(e) = pending.leave(&app, batch, attempt).await {
                 tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
             }
         });
-        Ok(())
     }
 
     /// [`Engine::push_events`] where the store writes atomically and this node is alone on it
@@ -184,10 +188,10 @@ impl Engine {
     }
 
     /// An attempt of a request whose first attempt is still in flight (or died): wait a
-    /// while for its answer; else mark its intent, store the events the first may not have
+    /// while for its answer; else join its intent, store the events the first may not have
     /// stored yet, and write the deltas of every event the intent holds again (the same cells:
     /// none was folded, [`pending::held`]), then refresh the profiles and mark the items seen.
-    /// The intent stays for the repair to forget (the first attempt may still write). The
+    /// The last attempt to leave the intent forgets it; the repair, if the other died. The
     /// tallies that are counted per stored event (trends, traffic, A/B tests) are the first
     /// attempt's to count.
     async fn push_beside_first_attempt(
@@ -201,9 +205,12 @@ impl Engine {
             .wait_gone(app, batch, FIRST_ATTEMPT_WAIT)
             .await?;
         // Gone: it answered (or the repair finished it), its events stored and counted.
-        if gone || !self.pending.mark_retried(app, batch).await? {
+        if gone {
             return Ok(());
         }
+        let Some(attempt) = self.pending.join(app, batch).await? else {
+            return Ok(());
+        };
         let events: Vec<&events::Event> =
             prepared.ingested.stored.iter().map(|s| s.event).collect();
         let mut keys = self.pending.held_by(app, batch).await?;
@@ -221,6 +228,7 @@ impl Engine {
             self.refresh_users(app, &counted),
             self.mark_events_seen(app, &counted)
         )?;
+        self.leave_intent(app, batch, attempt);
         Ok(())
     }
 
@@ -359,7 +367,10 @@ impl Engine {
         if let Some(keys) = &intent.counted {
             return self.finish_counted(intent, keys).await;
         }
-        self.pending.mark_left_behind(intent).await?;
+        if !self.pending.mark_left_behind(intent).await? {
+            // Its attempts finished it since it was read.
+            return Ok(());
+        }
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
         if let Some(held) = &intent.held {
             // The batch's own deltas, written again: cheap whatever the user's history.
