@@ -5,3 +5,4 @@ mod conformance;
 mod faults;
 mod folds;
 mod placement;
+mod streams;
