@@ -2,8 +2,8 @@
 //! active day instead of one per event. Raw events stay the source of truth: a day's aggregate
 //! sums them exactly, and can always be rebuilt from them.
 //!
-//! Table `aggregates`, family `a` (the raw events' retention), row [`keys::day`] `app 0 · user 0 ·
-//! day (u32 BE, days since the epoch)`. Cells:
+//! Table `aggregates`, families `a` and `h` (the raw events' retention), row [`keys::day`]
+//! `app 0 · user 0 · day (u32 BE, days since the epoch)`. Cells:
 //!
 //! | qualifier | value | timestamp |
 //! |---|---|---|
@@ -11,6 +11,7 @@
 //! | `CSV(type, name, facet) · 0xFF · event id` (a delta, [`keys::aggregate_delta`]) | one event's counts | the event's |
 //! | `_last` | the event's time (ms); a version per event until a fold keeps the newest | the event's |
 //! | `v` | the fold version | when folded |
+//! | `h:` batch id (u64 BE) (a hold, [`HOLDS`]) | none: a batch in flight holds some of the deltas | the row's newest in that write |
 //!
 //! **Per-event cost independent of history.** Ingesting an event writes its deltas — a few small
 //! cells, no read — in one write with every other event of the batch, whichever users they are
@@ -25,14 +26,14 @@
 //! same event writes the same cell); an event whose raw row exists already adds no delta
 //! ([`crate::events::Events::prepare`]); deltas of different events commute, whichever node
 //! writes them; and a fold deletes exactly the deltas it summed. A fold leaves out the deltas of
-//! batches still in flight ([`crate::pending::held`]), so a later attempt of a batch or the
+//! batches still in flight (their hold cells, [`hold`]), so a later attempt of a batch or the
 //! repair writes them again ([`Aggregates::recount`]) without counting one twice. The rebuild
 //! from raw rows ([`Aggregates::rebuild_day`], for a settlement of waiting events, or an
 //! attempt stalled past the repair) turns the base back into one delta per raw event — the same
 //! cells the ingestion writes, so a delta still in flight lands on its own copy instead of
 //! being counted twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -45,6 +46,8 @@ use crate::{EngineError, Result, keys};
 
 pub const AGGREGATES_TABLE: &str = "aggregates";
 pub const FAMILY: &str = "a";
+/// A day row's hold cells: one per batch in flight whose deltas it holds ([`hold`]).
+pub const HOLDS: &str = "h";
 pub const LAST: &[u8] = b"_last";
 pub const DAY_MS: i64 = 86_400_000;
 /// A day row whose profile read shows this many deltas is folded after the read
@@ -62,7 +65,7 @@ const REBUILD_CHUNK: usize = 20_000;
 /// Per-day aggregates of users' events.
 pub const AGGREGATES: Table = Table {
     name: AGGREGATES_TABLE,
-    families: &[(FAMILY, Gc::Age(RETENTION))],
+    families: &[(FAMILY, Gc::Age(RETENTION)), (HOLDS, Gc::Age(RETENTION))],
     rows: Rows::User,
 };
 
@@ -253,6 +256,33 @@ pub fn deltas(app: &str, stored: &[Stored<'_>]) -> Result<Deltas> {
     Ok(Deltas { rows, folds })
 }
 
+/// Add to each day row's write of deltas the hold cell of their batch: family [`HOLDS`],
+/// qualifier the batch id (u64 BE), no value, stamped like the row's newest cell. While the
+/// batch's intent lists the events, folds of the row leave their deltas as they are, so that the
+/// batch's other attempts and the repair may write them again; the first fold after the intent
+/// is gone folds them and deletes the cell. In the row's own write, so a fold that sees a held
+/// delta sees its hold.
+fn hold(rows: &mut [RowMutation], batch: u64) {
+    for row in rows {
+        let newest = row
+            .mutations
+            .iter()
+            .filter_map(|m| match m {
+                Mutation::SetCell {
+                    timestamp: penchant_store::Timestamp::Micros(ts),
+                    ..
+                } => Some(*ts),
+                _ => None,
+            })
+            .max();
+        if let Some(ts) = newest {
+            let qualifier = batch.to_be_bytes().to_vec();
+            row.mutations
+                .push(Mutation::set(HOLDS, qualifier, ts, Bytes::new()));
+        }
+    }
+}
+
 /// Counters of the changes this node made to users' aggregate rows, for a node that is the
 /// only one on its store: a profile refresh that saw no counter of its users move between its
 /// read and its write knows its profile is the newest without reading the rows again
@@ -303,24 +333,11 @@ impl LocalChanges {
 pub struct Aggregates {
     store: Arc<dyn Store>,
     local: Option<Arc<LocalChanges>>,
-    holds: bool,
 }
 
 impl Aggregates {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self {
-            store,
-            local: None,
-            holds: false,
-        }
-    }
-
-    /// Leave the deltas that batches in flight hold ([`crate::pending::held`]) out of folds:
-    /// where a batch is not written atomically, its attempts and the repair may write its
-    /// deltas again ([`Aggregates::recount`]).
-    pub fn with_holds(mut self) -> Self {
-        self.holds = true;
-        self
+        Self { store, local: None }
     }
 
     /// Bump `changes` after every write that changes a user's sums (this node is the only one
@@ -358,10 +375,12 @@ impl Aggregates {
         Ok(sums.counts)
     }
 
-    /// Add newly stored events to their days' aggregates: their deltas, in one write for the
-    /// whole batch; then fold the days of the events chosen to ([`FOLD_EVERY`]).
-    pub async fn add(&self, app: &str, stored: &[Stored<'_>]) -> Result<()> {
-        let deltas = deltas(app, stored)?;
+    /// Add newly stored events of `batch` to their days' aggregates: their deltas, held while
+    /// the batch is in flight ([`hold`]), in one write for the whole batch; then fold the days of
+    /// the events chosen to ([`FOLD_EVERY`]).
+    pub async fn add(&self, app: &str, batch: u64, stored: &[Stored<'_>]) -> Result<()> {
+        let mut deltas = deltas(app, stored)?;
+        hold(&mut deltas.rows, batch);
         let written = self.store.mutate_all(AGGREGATES_TABLE, deltas.rows).await;
         self.changed(app, stored.iter().map(|s| s.event.user()));
         written?;
@@ -394,16 +413,10 @@ impl Aggregates {
         if !cells().any(|c| keys::aggregate_delta_base(&c.qualifier).is_some()) {
             return Ok(false);
         }
-        // Read after the row: a delta in it was written after its batch's intent.
-        let held = match keys::app_and_user_of(&day) {
-            Some((app, user)) if self.holds => {
-                crate::pending::held(&*self.store, app, user).await?
-            }
-            _ => Default::default(),
-        };
+        let (held, done) = self.holds(&day, row.as_ref()).await?;
         let mut sums = Sums::default();
         let mut deltas = 0;
-        let mut kept = std::collections::HashSet::new();
+        let mut kept = HashSet::new();
         for cell in cells() {
             if cell.qualifier == LAST || cell.qualifier == VERSION {
                 continue;
@@ -433,15 +446,57 @@ impl Aggregates {
         let v = version(row.as_ref());
         let mut old = columns(row.as_ref());
         old.retain(|q| !kept.contains(q));
-        let mutations = sums.into_base(&old)?;
+        let mut mutations = sums.into_base(&old)?;
+        mutations.extend(done.into_iter().map(|q| Mutation::delete_column(HOLDS, q)));
         write_if_version(&*self.store, AGGREGATES_TABLE, day, FAMILY, v, mutations).await
     }
 
-    /// Write the deltas of these stored events from their raw rows, the very cells their
-    /// ingestion writes: the events of a batch whose deltas its intent holds, which the batch's
-    /// later attempts and the repair write again since which of them were written is unknown.
-    /// Returns the events read (rows that do not exist were never stored: nothing to count).
-    pub async fn recount(&self, app: &str, layout: Layout, rows: &[Bytes]) -> Result<Vec<Event>> {
+    /// The deltas of a day row that batches in flight hold — those its hold cells name, whose
+    /// intents still list them ([`crate::pending::held_in`], read after the row: a delta the row
+    /// holds was written after its intent) — and the hold cells of batches gone.
+    async fn holds(&self, day: &[u8], row: Option<&Row>) -> Result<(HashSet<Bytes>, Vec<Bytes>)> {
+        let (mut held, mut done) = (HashSet::new(), Vec::new());
+        let Some((app, user)) = keys::app_and_user_of(day) else {
+            return Ok((held, done));
+        };
+        let mut batches: Vec<&Bytes> = row
+            .iter()
+            .flat_map(|r| r.family(HOLDS))
+            .map(|c| &c.qualifier)
+            .collect();
+        batches.dedup();
+        let intents = batches.iter().map(|q| async move {
+            match <[u8; 8]>::try_from(&q[..]) {
+                Ok(id) => {
+                    crate::pending::held_in(&*self.store, app, u64::from_be_bytes(id), user).await
+                }
+                Err(_) => Ok(None),
+            }
+        });
+        for (q, ids) in batches
+            .iter()
+            .zip(futures::future::try_join_all(intents).await?)
+        {
+            match ids {
+                Some(ids) => held.extend(ids),
+                None => done.push((*q).clone()),
+            }
+        }
+        Ok((held, done))
+    }
+
+    /// Write the deltas of these stored events of `batch` from their raw rows, the very cells
+    /// their ingestion writes, held as it holds them ([`hold`]): the events of a batch whose
+    /// deltas its intent holds, which the batch's later attempts and the repair write again
+    /// since which of them were written is unknown. Returns the events read (rows that do not
+    /// exist were never stored: nothing to count).
+    pub async fn recount(
+        &self,
+        app: &str,
+        batch: u64,
+        layout: Layout,
+        rows: &[Bytes],
+    ) -> Result<Vec<Event>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -466,10 +521,11 @@ impl Aggregates {
             }
             stored.push(event);
         }
-        let rows = days
+        let mut rows: Vec<RowMutation> = days
             .into_iter()
             .map(|(key, cells)| RowMutation::new(key, cells))
             .collect();
+        hold(&mut rows, batch);
         let written = self.store.mutate_all(AGGREGATES_TABLE, rows).await;
         self.changed(app, stored.iter().map(Event::user));
         written?;
@@ -539,6 +595,16 @@ impl Aggregates {
             }
             if let Some(ts) = last {
                 first.push(Mutation::set(FAMILY, LAST, ts, (ts / 1000).to_string()));
+                // The deltas of batches in flight among these: held as their own writes hold
+                // them ([`hold`]). Their intents were written before their raw rows, so read
+                // after them.
+                let ids: HashSet<&[u8]> = raw.iter().map(|r| keys::event_id(&r.key)).collect();
+                for (batch, held) in crate::pending::holding(&*self.store, app, user).await? {
+                    if held.iter().any(|id| ids.contains(&id[..])) {
+                        let qualifier = batch.to_be_bytes().to_vec();
+                        first.push(Mutation::set(HOLDS, qualifier, ts, Bytes::new()));
+                    }
+                }
             }
             // Bigtable takes at most 100,000 mutations per row write: a bot's day is written in
             // several, the first one conditional. A crash in between leaves deltas missing, and

@@ -133,6 +133,12 @@ pub fn intent(app_id: &str, batch: u64) -> Bytes {
     Bytes::from(app_and(app_id, &[b"\xff", &batch.to_be_bytes()]))
 }
 
+/// The batch id of an intent row's key ([`intent`]).
+pub fn batch_of_intent(app_id: &str, key: &[u8]) -> Option<u64> {
+    let id = key.strip_prefix(&intents(app_id)[..])?;
+    Some(u64::from_be_bytes(id.try_into().ok()?))
+}
+
 /// An API key's row: the app, and the key's SHA-256.
 pub fn api_key(app_id: &str, digest: &[u8; 32]) -> Bytes {
     Bytes::from(app_and(app_id, &[digest]))

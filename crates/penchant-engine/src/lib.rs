@@ -228,9 +228,6 @@ impl Engine {
             aggregates = aggregates.with_local_changes(local);
         }
         let atomic_ingestion = config.exclusive_store && store.atomic_writes();
-        if !atomic_ingestion {
-            aggregates = aggregates.with_holds();
-        }
         profiles = profiles.with_aggregates(aggregates.clone());
         let supervisor = Arc::new(Supervisor::default());
         let leases = Leases::new(store.clone(), clock.clone(), config.lease_ttl);

@@ -14,11 +14,14 @@
 //!
 //! **Held deltas.** A delta names its event, so writing it again writes the same cell; but once
 //! a fold has summed it into its day's base and deleted it, writing it again would count the
-//! event twice. So while an intent lists an event, the event's delta is *held*: folds leave it
-//! a delta ([`held`], read by [`crate::aggregates::Aggregates::fold`] after the day row, so a
-//! delta it sees was written after its intent). Whoever finishes a batch — a later attempt, the
-//! repair — rewrites only that batch's deltas ([`crate::aggregates::Aggregates::recount`]): its
-//! cost follows the batch, never the user's history (a bot's day of 20,000 events).
+//! event twice. So while an intent lists an event, the event's delta is *held*: the day row's
+//! write of the batch's deltas carries a hold cell naming the batch, and a fold that finds one
+//! reads that batch's intent ([`held_in`], after the day row, so a delta it sees was written
+//! after its intent) and leaves the deltas it lists as they are
+//! ([`crate::aggregates::Aggregates::fold`]). A fold's cost follows the holds in its row, not the
+//! batches in flight elsewhere. Whoever finishes a batch — a later attempt, the repair —
+//! rewrites only that batch's deltas ([`crate::aggregates::Aggregates::recount`]): its cost
+//! follows the batch, never the user's history (a bot's day of 20,000 events).
 //!
 //! **A retry in flight with its first attempt.** A batch's id is a hash of its events, so
 //! every attempt of one request names the same intent row, and only one of them creates it
@@ -48,7 +51,7 @@
 //! rows alone ([`Intent::counted`]), and the row goes with its last user. Attempts of one
 //! request take turns ([`Attempts`]), so a later one finds the events stored and writes nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,7 +78,7 @@ const LEFT: &[u8] = b"\xfd";
 const COUNTED: &[u8] = b"\xfe";
 
 /// The first byte of a user's cell that lists, after the days, the ids of the events whose
-/// deltas the batch holds ([`held`]); a cell of days alone starts with 0 (days since the epoch
+/// deltas the batch holds ([`held_in`]); a cell of days alone starts with 0 (days since the epoch
 /// fit in 24 bits).
 const HOLDS: u8 = 1;
 
@@ -140,18 +143,53 @@ fn decode_user(value: &[u8]) -> (Vec<i64>, Option<Vec<&[u8]>>) {
     }
 }
 
-/// The ids of a user's events whose deltas a batch in flight holds: an intent that lists them
-/// is still there. A fold leaves them as they are ([`crate::aggregates`]), so that the attempts
-/// of the batch and the repair may write them again, the same cells, without counting one
-/// twice.
-pub async fn held(store: &dyn Store, app: &str, user: &str) -> Result<HashSet<Bytes>> {
+/// The ids of a user's events whose deltas a batch holds while it is in flight: `None` once its
+/// intent no longer names the user (the batch is finished, or its user repaired). A fold leaves
+/// held deltas as they are ([`crate::aggregates`]), so that the attempts of the batch and the
+/// repair may write them again, the same cells, without counting one twice.
+pub async fn held_in(
+    store: &dyn Store,
+    app: &str,
+    batch: u64,
+    user: &str,
+) -> Result<Option<Vec<Bytes>>> {
+    let filter = RowFilter::column(FAMILY, user.as_bytes().to_vec());
+    let row = store
+        .read_row(EVENTS_TABLE, keys::intent(app, batch), Some(filter))
+        .await?;
+    Ok(row.and_then(|row| {
+        let cell = row.latest(FAMILY, user.as_bytes())?;
+        let (_, ids) = decode_user(&cell.value);
+        Some(
+            ids.into_iter()
+                .flatten()
+                .map(Bytes::copy_from_slice)
+                .collect(),
+        )
+    }))
+}
+
+/// The batches in flight that hold some of a user's events: every intent of the app naming the
+/// user, by batch (a scan of the app's intents: for the rare rebuild of a day, which must hold
+/// what they hold, [`crate::aggregates`]).
+pub async fn holding(store: &dyn Store, app: &str, user: &str) -> Result<Vec<(u64, Vec<Bytes>)>> {
     let request = ReadRows::new(RowSet::prefix(keys::intents(app)))
         .filter(RowFilter::column(FAMILY, user.as_bytes().to_vec()));
-    let mut out = HashSet::new();
+    let mut out = Vec::new();
     for row in store.read_all(EVENTS_TABLE, request).await? {
+        let Some(batch) = keys::batch_of_intent(app, &row.key) else {
+            continue;
+        };
         for cell in row.family(FAMILY) {
             let (_, ids) = decode_user(&cell.value);
-            out.extend(ids.into_iter().flatten().map(Bytes::copy_from_slice));
+            let ids: Vec<Bytes> = ids
+                .into_iter()
+                .flatten()
+                .map(Bytes::copy_from_slice)
+                .collect();
+            if !ids.is_empty() {
+                out.push((batch, ids));
+            }
         }
     }
     Ok(out)
@@ -203,6 +241,13 @@ pub struct Intent {
     stamp: i64,
 }
 
+impl Intent {
+    /// The id of the intent's batch.
+    pub fn batch(&self) -> u64 {
+        keys::batch_of_intent(&self.app, &self.row).unwrap_or_default()
+    }
+}
+
 /// The intents of every app.
 #[derive(Debug, Clone)]
 pub struct Pending {
@@ -217,7 +262,7 @@ impl Pending {
 
     /// Record the intent of an ingested batch before its events are written, listing the
     /// event rows this attempt is to store (`stored`: the others exist already): until the
-    /// intent is gone, their deltas are held ([`held`]). Unless another attempt of the same
+    /// intent is gone, their deltas are held ([`held_in`]). Unless another attempt of the same
     /// request recorded it already. Returns this attempt's id if it recorded the intent (it
     /// [`Pending::leave`]s it when done).
     pub async fn record(

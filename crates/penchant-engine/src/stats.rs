@@ -6,7 +6,7 @@
 //! [`FLUSH_EVERY`], at shutdown, and before it answers a read. Family `m`, row `app 0 · hour
 //! (u32 BE)`: one counter cell per event type and minute of the hour (qualifier `type 0 ·
 //! minute`, the minute a byte), each flush one atomic increment per row, so the nodes' counts add
-//! up. Like trending, counts follow [`crate::events::Events::ingest`]: a retried request is not
+//! up. Like trending, counts follow [`crate::events::Events::prepare`]: a retried request is not
 //! counted again. A node that crashes loses the counts of its last seconds (up to
 //! `FLUSH_EVERY`): the chart is a gauge of traffic, not an account.
 

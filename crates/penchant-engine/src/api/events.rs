@@ -34,7 +34,6 @@ impl Engine {
             return self.push_atomically(app, events).await;
         }
         let batch = pending::batch_id(app, events)?;
-        let negative = self.seen.settings(app).await?;
         let layouts = self.tenancy.events_of(app).await?.written();
         // From the raw write until the deltas are written, no rebuild of these users runs here.
         let users = self
@@ -42,42 +41,58 @@ impl Engine {
             .shared(app, events.iter().map(events::Event::user))
             .await;
         let mut prepared = self.events.prepare(app, events, &layouts).await?;
-        let keys: Vec<Bytes> = prepared
-            .ingested
-            .stored
-            .iter()
-            .map(|s| s.key.clone())
-            .collect();
+        let keys = prepared.ingested.keys();
         let Some(attempt) = self.pending.record(app, batch, events, &keys).await? else {
             // Another attempt of this request is in flight, or died half-way.
             drop(users);
             return self.push_beside_first_attempt(app, batch, prepared).await;
         };
         self.events.write(&mut prepared).await?;
-        let ingested = prepared.ingested;
-        let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
+        let stored = &prepared.ingested.stored;
+        let deltas = async {
+            let added = self.aggregates.add(app, batch, stored).await;
+            drop(users);
+            added?;
+            // A node stalled past the repair's age: the repair's deltas and a fold of them may
+            // have come before these.
+            if self.pending.repaired_meanwhile(app, batch).await? {
+                let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
+                self.rebuild_days(app, &counted).await?;
+            }
+            Ok(())
+        };
+        self.count_stored(app, events, stored, deltas).await?;
+        self.leave_intent(app, batch, attempt);
+        Ok(())
+    }
+
+    /// What a batch owes once its events are stored, on both paths: `deltas` (writing the
+    /// aggregates' deltas, each path its own way), then settle the events that wait for their
+    /// items, count trends and refresh the users' profiles; beside them, count traffic and A/B
+    /// tests and mark the items seen.
+    async fn count_stored(
+        &self,
+        app: &str,
+        events: &[events::Event],
+        stored: &[events::Stored<'_>],
+        deltas: impl Future<Output = Result<()>>,
+    ) -> Result<()> {
+        let negative = self.seen.settings(app).await?;
+        let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
         // "Not for me" events are no interaction: they count in no trend.
         let trending: Vec<&events::Event> = counted
             .iter()
             .copied()
             .filter(|e| !negative.is_negative(&e.event_name))
             .collect();
-        let waiting: HashMap<Bytes, usize> = ingested
-            .stored
+        let waiting: HashMap<Bytes, usize> = stored
             .iter()
             .filter(|s| s.waiting > 0)
             .map(|s| (s.key.clone(), s.waiting))
             .collect();
         self.waiting_counts.add(app, waiting.len() as u64, 0);
-        let aggregates_then_profiles = async {
-            let added = self.aggregates.add(app, &ingested.stored).await;
-            drop(users);
-            added?;
-            // A node stalled past the repair's age: the repair's deltas and a fold of them may
-            // have come before these.
-            if self.pending.repaired_meanwhile(app, batch).await? {
-                self.rebuild_days(app, &counted).await?;
-            }
+        let profiles = async {
+            deltas.await?;
             if !waiting.is_empty() {
                 // A record written since the catalog was read for these events.
                 let keys: Vec<Bytes> = waiting.keys().cloned().collect();
@@ -91,8 +106,7 @@ impl Engine {
         };
         self.traffic.add(app, &counted, self.clock.now_ms());
         self.abtests.attribute(app, &counted).await?;
-        futures::try_join!(aggregates_then_profiles, self.mark_events_seen(app, events))?;
-        self.leave_intent(app, batch, attempt);
+        futures::try_join!(profiles, self.mark_events_seen(app, events))?;
         Ok(())
     }
 
@@ -116,7 +130,6 @@ impl Engine {
     /// follows the batch, not the users' history.
     async fn push_atomically(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let batch = pending::batch_id(app, events)?;
-        let negative = self.seen.settings(app).await?;
         let layouts = self.tenancy.events_of(app).await?.written();
         let (ingested, folds) = {
             let _turn = self.attempts.lock(batch).await;
@@ -131,12 +144,7 @@ impl Engine {
                 let deltas = aggregates::deltas(app, &prepared.ingested.stored)?;
                 folds = deltas.folds;
                 let mut writes = prepared.writes();
-                let keys: Vec<Bytes> = prepared
-                    .ingested
-                    .stored
-                    .iter()
-                    .map(|s| s.key.clone())
-                    .collect();
+                let keys = prepared.ingested.keys();
                 writes.extend(
                     deltas
                         .rows
@@ -149,34 +157,9 @@ impl Engine {
             }
             (prepared.ingested, folds)
         };
-        let counted: Vec<&events::Event> = ingested.stored.iter().map(|s| s.event).collect();
-        let trending: Vec<&events::Event> = counted
-            .iter()
-            .copied()
-            .filter(|e| !negative.is_negative(&e.event_name))
-            .collect();
-        let waiting: HashMap<Bytes, usize> = ingested
-            .stored
-            .iter()
-            .filter(|s| s.waiting > 0)
-            .map(|s| (s.key.clone(), s.waiting))
-            .collect();
-        self.waiting_counts.add(app, waiting.len() as u64, 0);
-        let profiles = async {
-            self.aggregates.added(app, &ingested.stored, folds).await?;
-            if !waiting.is_empty() {
-                let keys: Vec<Bytes> = waiting.keys().cloned().collect();
-                self.settle_waiting(app, &keys, &[], &waiting).await?;
-            }
-            recommend::trending::count(&self.store, app, &trending).await?;
-            let started = std::time::Instant::now();
-            self.refresh_users(app, events).await?;
-            self.refresh_latency.observe(started.elapsed());
-            Ok(())
-        };
-        self.traffic.add(app, &counted, self.clock.now_ms());
-        self.abtests.attribute(app, &counted).await?;
-        futures::try_join!(profiles, self.mark_events_seen(app, events))?;
+        let deltas = self.aggregates.added(app, &ingested.stored, folds);
+        self.count_stored(app, events, &ingested.stored, deltas)
+            .await?;
         // This attempt did all the intent owes (a later attempt too: the first may have died).
         let (pending, app) = (self.pending.clone(), app.to_owned());
         self.supervisor.spawn(async move {
@@ -190,7 +173,7 @@ impl Engine {
     /// An attempt of a request whose first attempt is still in flight (or died): wait a
     /// while for its answer; else join its intent, store the events the first may not have
     /// stored yet, and write the deltas of every event the intent holds again (the same cells:
-    /// none was folded, [`pending::held`]), then refresh the profiles and mark the items seen.
+    /// none was folded, [`pending::held_in`]), then refresh the profiles and mark the items seen.
     /// The last attempt to leave the intent forgets it; the repair, if the other died. The
     /// tallies that are counted per stored event (trends, traffic, A/B tests) are the first
     /// attempt's to count.
@@ -214,12 +197,12 @@ impl Engine {
         let events: Vec<&events::Event> =
             prepared.ingested.stored.iter().map(|s| s.event).collect();
         let mut keys = self.pending.held_by(app, batch).await?;
-        keys.extend(prepared.ingested.stored.iter().map(|s| s.key.clone()));
+        keys.extend(prepared.ingested.keys());
         keys.sort_unstable();
         keys.dedup();
         self.events.write(&mut prepared).await?;
         let layout = self.tenancy.events_of(app).await?.layout;
-        let counted = self.aggregates.recount(app, layout, &keys).await?;
+        let counted = self.aggregates.recount(app, batch, layout, &keys).await?;
         if self.pending.repaired_meanwhile(app, batch).await? {
             let all: Vec<&events::Event> = counted.iter().chain(events).collect();
             self.rebuild_days(app, &all).await?;
@@ -374,7 +357,10 @@ impl Engine {
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
         if let Some(held) = &intent.held {
             // The batch's own deltas, written again: cheap whatever the user's history.
-            let stored = self.aggregates.recount(&intent.app, layout, held).await?;
+            let stored = self
+                .aggregates
+                .recount(&intent.app, intent.batch(), layout, held)
+                .await?;
             return self.finish_with(intent, &stored).await;
         }
         let mut stored = Vec::new();

@@ -7,7 +7,7 @@
 //! are one contiguous key range in time order. The user is the `authenticatedUserToken` when
 //! there is one, else the `userToken`. The discriminator is a hash of the event and its place in
 //! the request: a retried request whose events carry their `timestamp` names the same rows, which
-//! [`Events::ingest`] finds stored and skips (no double counting; an event without one is
+//! [`Events::prepare`] finds stored and skips (no double counting; an event without one is
 //! stamped when it arrives), two identical events of one request stay two. Column `e:event` keeps the event itself; its
 //! counts — each facet's values as a JSON object (`{"Apple": 2}`), resolved from the catalog
 //! (objectIDs) or the filters when the event arrives — are stored in the app's [`Layout`] (in
@@ -211,23 +211,6 @@ impl Events {
             .collect())
     }
 
-    /// Store valid events of an app, their counts in each of `layouts` (the app's, or both
-    /// during a migration), in one write (after the batch's intent, [`crate::pending`]).
-    /// Returns the events stored now and those whose row exists already (a retried request
-    /// whose events carry their `timestamp`): those are not written again, and their deltas are
-    /// not added here — whether the first attempt added them is unknown, so the caller
-    /// rebuilds their days.
-    pub async fn ingest<'e>(
-        &self,
-        app: &str,
-        events: &'e [Event],
-        layouts: &[Layout],
-    ) -> Result<Ingested<'e>> {
-        let mut prepared = self.prepare(app, events, layouts).await?;
-        self.write(&mut prepared).await?;
-        Ok(prepared.ingested)
-    }
-
     /// Write what [`Events::prepare`] found: the waiting marks, then the event rows.
     pub async fn write(&self, prepared: &mut Prepared<'_>) -> Result<()> {
         let marks = std::mem::take(&mut prepared.marks);
@@ -239,8 +222,10 @@ impl Events {
         Ok(())
     }
 
-    /// What [`Events::ingest`] would write for these events, written by the caller (in one
-    /// atomic write with the events' deltas, on a store that has them).
+    /// What storing these events writes: the rows of those not stored yet (one read finds
+    /// those a retried request stored already), their counts in each of `layouts` (the app's,
+    /// or both during a migration) and their waiting marks. [`Events::write`] writes them, or
+    /// the caller does, in one atomic write with their deltas on a store that has one.
     pub async fn prepare<'e>(
         &self,
         app: &str,
@@ -258,14 +243,12 @@ impl Events {
         let facets = self.facets(app, events).await?;
         let mut rows = Vec::with_capacity(events.len());
         let mut stored = Vec::with_capacity(events.len());
-        let mut retried = Vec::new();
         let mut marks = waiting::Marks::default();
         for (((event, key), (counts, missing)), json) in
             events.iter().zip(keys).zip(facets).zip(jsons)
         {
             if existing.contains(&key) {
-                retried.push(event);
-                continue;
+                continue; // Stored by an earlier attempt of the request.
             }
             let ts = event.timestamp * 1000;
             let mut mutations = Vec::with_capacity(counts.len() + 2);
@@ -286,7 +269,7 @@ impl Events {
             });
         }
         Ok(Prepared {
-            ingested: Ingested { stored, retried },
+            ingested: Ingested { stored },
             rows,
             marks,
         })
@@ -321,16 +304,21 @@ impl Prepared<'_> {
     }
 }
 
-/// What [`Events::ingest`] did with a batch.
+/// What storing a batch stores ([`Events::prepare`]).
 #[derive(Debug)]
 pub struct Ingested<'e> {
     /// The events stored now.
     pub stored: Vec<Stored<'e>>,
-    /// The events stored already, by an earlier attempt of the request.
-    pub retried: Vec<&'e Event>,
 }
 
-/// An event stored by [`Events::ingest`]: its row key, its counts per facet and value, and
+impl Ingested<'_> {
+    /// The raw rows' keys of the events stored now.
+    pub fn keys(&self) -> Vec<Bytes> {
+        self.stored.iter().map(|s| s.key.clone()).collect()
+    }
+}
+
+/// An event a batch stores ([`Events::prepare`]): its row key, its counts per facet and value, and
 /// how many items it waits for.
 #[derive(Debug, Clone)]
 pub struct Stored<'e> {

@@ -8,7 +8,7 @@
 //! one hot row. A read scans the index's last [`WINDOW_DAYS`] days (`SHARDS` rows a day, one
 //! range) and weighs each day by `0.5^(age / HALF_LIFE_DAYS)`.
 //!
-//! Counts follow [`crate::events::Events::ingest`]: an event stored again (a retried request)
+//! Counts follow [`crate::events::Events::prepare`]: an event stored again (a retried request)
 //! is not counted again. A batch interrupted between storing its events and counting them
 //! (a crash) is not counted: trending is an estimate, not an account.
 

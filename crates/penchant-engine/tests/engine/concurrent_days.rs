@@ -115,7 +115,7 @@ pub async fn assert_days_sum_their_raw_events(store: &dyn Store, rows_expected: 
     let all = || ReadRows::new(RowSet::all());
     let mut aggregated = Sums::new();
     for row in store.read_all("aggregates", all()).await.unwrap() {
-        for cell in &row.cells {
+        for cell in row.family(aggregates::FAMILY) {
             if cell.qualifier.contains(&b',') {
                 let q = keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
                 add(&mut aggregated, row.key.clone(), q, &cell.value);

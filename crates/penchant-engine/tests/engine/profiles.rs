@@ -261,7 +261,7 @@ async fn check_sums(store: &dyn Store, layout: Layout) {
     let all = || ReadRows::new(RowSet::all());
     let mut aggregated = Sums::new();
     for row in store.read_all("aggregates", all()).await.unwrap() {
-        for cell in &row.cells {
+        for cell in row.family(aggregates::FAMILY) {
             if cell.qualifier.contains(&b',') {
                 let q = keys::aggregate_delta_base(&cell.qualifier).unwrap_or(&cell.qualifier);
                 add(&mut aggregated, row.key.clone(), q, &cell.value);

@@ -264,16 +264,25 @@ async fn a_batch_written_atomically_is_finished_by_the_repair_from_its_own_event
     assert_days_sum_their_raw_events(&*store.inner, 320).await;
 }
 
-/// A shop's heavy user (300 views today), and a batch of 20 events for them and another user.
-fn heavy_day_and_batch() -> (Vec<Event>, Vec<Event>) {
+/// Two nodes of one store (no atomic writes) on a shop whose heavy user viewed 300 items today:
+/// node A's store calls go through `hook`, node B's do not. Returns the hooked store, the
+/// shop's store, A, B, and a batch of 20 views for the heavy user and another, still to send.
+async fn two_nodes_and_a_heavy_day<H: support::Hook + 'static>(
+    hook: H,
+) -> (Arc<Hooked<H>>, Arc<dyn Store>, Engine, Engine, Vec<Event>) {
+    let store = Arc::new(Hooked::new(hook));
+    let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
+    let b = support::engine_with_app(shop.clone(), config(), APP, support::views(10, 10)).await;
     let now = penchant_store::validate::now_micros() / 1000;
-    let heavy = (0..300)
+    let heavy: Vec<Event> = (0..300)
         .map(|i| support::view("u1", &format!("b{}", i % 3), now - 60_000 + i))
         .collect();
+    b.push_events(APP, &heavy).await.unwrap();
     let batch = (0..20)
         .map(|i| support::view(["u1", "u2"][i % 2], "b9", now - 30_000 + i as i64))
         .collect();
-    (heavy, batch)
+    let a = Engine::open(store.clone(), config()).await.unwrap();
+    (store, shop, a, b, batch)
 }
 
 /// Each of the batch's views counted once (10 of `b9` per user), the heavy day's too, and
@@ -314,15 +323,9 @@ async fn a_batch_left_behind_by_a_node_is_finished_from_its_own_deltas_across_a_
     use penchant_engine::aggregates;
     // Two nodes of one store (no atomic writes): node A dies right after writing a batch's
     // deltas, before its profiles; node B folds the heavy user's day, then repairs the batch.
-    let store = Arc::new(Hooked::new(DiesAfter::new(
-        Op::WriteRows,
-        aggregates::AGGREGATES_TABLE,
-    )));
-    let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
-    let b = support::engine_with_app(shop.clone(), config(), APP, support::views(10, 10)).await;
-    let (heavy, batch) = heavy_day_and_batch();
-    b.push_events(APP, &heavy).await.unwrap();
-    let a = Engine::open(store.clone(), config()).await.unwrap();
+    let (_, shop, a, b, batch) =
+        two_nodes_and_a_heavy_day(DiesAfter::new(Op::WriteRows, aggregates::AGGREGATES_TABLE))
+            .await;
     let died = a.push_events(APP, &batch).await;
     assert!(died.is_err(), "the node died after its deltas: {died:?}");
     drop(a);
@@ -347,15 +350,8 @@ async fn a_first_attempt_stalled_past_the_repair_rebuilds_its_days_after_its_del
     use penchant_engine::{aggregates, keys};
     // Node A's first write of deltas waits at the gate past the repair's age; node B repairs
     // the batch (its deltas from the raw rows), forgets it, and folds the day.
-    let store = Arc::new(Hooked::new(Gate::new(
-        Op::WriteRows,
-        aggregates::AGGREGATES_TABLE,
-    )));
-    let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
-    let b = support::engine_with_app(shop.clone(), config(), APP, support::views(10, 10)).await;
-    let (heavy, batch) = heavy_day_and_batch();
-    b.push_events(APP, &heavy).await.unwrap();
-    let a = Engine::open(store.clone(), config()).await.unwrap();
+    let (store, shop, a, b, batch) =
+        two_nodes_and_a_heavy_day(Gate::new(Op::WriteRows, aggregates::AGGREGATES_TABLE)).await;
     let (first_waits, go) = store.hook.arm().await;
     let first = {
         let (a, batch) = (a.clone(), batch.clone());
