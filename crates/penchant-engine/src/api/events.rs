@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use penchant_store::TableMutation;
 
 use crate::events::waiting;
@@ -12,6 +13,8 @@ use crate::{Engine, Result, aggregates, events, keys, pending, recommend, stats,
 /// The global leases of the repair and the purge.
 const PURGE_LEASE: &str = "purge";
 const REPAIR_LEASE: &str = "repair";
+/// The (batch, user) intents the repair finishes at once.
+const REPAIRS_AT_ONCE: usize = 8;
 /// How long an attempt of a request waits for an earlier attempt still in flight to answer
 /// before it goes on beside it.
 const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -312,10 +315,10 @@ impl Engine {
     }
 
     /// Finish the work of event batches that stopped half-way more than `age` ago (a crash
-    /// between storing events and acknowledging them): rebuild their days' aggregates from the
-    /// raw events (which of their deltas were written is unknown), refresh their users'
-    /// profiles, mark their items seen. Returns how many (batch, user) intents it finished; one
-    /// that fails is left for the next repair.
+    /// between storing events and acknowledging them): write their deltas again from their raw
+    /// rows (which of them were written is unknown; they are held, [`pending`]), refresh their
+    /// users' profiles, mark their items seen, [`REPAIRS_AT_ONCE`] (batch, user) intents at a
+    /// time. Returns how many it finished; one that fails is left for the next repair.
     pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {
         let apps: Vec<String> = self
             .tenancy
@@ -325,14 +328,12 @@ impl Engine {
             .map(|a| a.app_id)
             .collect();
         let intents = self.pending.left_behind(&apps, age).await?;
-        let mut finished = 0;
-        for intent in &intents {
-            match self.finish(intent).await {
-                Ok(()) => finished += 1,
-                Err(e) => tracing::warn!(app = %intent.app, user = %intent.user, error = %e,
-                    "cannot finish an interrupted ingestion; the next repair will"),
-            }
-        }
+        // Several at once: each is a handful of store calls, one after the other.
+        let work: Vec<_> = intents.iter().map(|i| self.finish_or_leave(i)).collect();
+        let finished = futures::stream::iter(work)
+            .buffer_unordered(REPAIRS_AT_ONCE)
+            .fold(0, |n, finished| async move { n + usize::from(finished) })
+            .await;
         Ok(finished)
     }
 
@@ -343,6 +344,16 @@ impl Engine {
             .run("", REPAIR_LEASE, self.repair(age))
             .await?
             .is_some())
+    }
+
+    /// [`Engine::finish`], or leave the intent to the next repair: whether it finished.
+    async fn finish_or_leave(&self, intent: &pending::Intent) -> bool {
+        let finished = self.finish(intent).await;
+        if let Err(e) = &finished {
+            tracing::warn!(app = %intent.app, user = %intent.user, error = %e,
+                "cannot finish an interrupted ingestion; the next repair will");
+        }
+        finished.is_ok()
     }
 
     /// Finish one user's share of an interrupted batch.
