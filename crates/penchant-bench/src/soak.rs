@@ -42,6 +42,8 @@ const SHOP: &str = "SHOP";
 const HOSTILE: &str = "HOSTILE";
 const INDEX: &str = "shop";
 const ROOT_KEY: &str = "soak-root-key";
+/// The nodes' setting of the background jobs' budget on the store.
+const PACE: &str = "PENCHANT_STORE__BATCH_ROWS_PER_SECOND";
 const HEAVY_USERS: u32 = 50;
 const BRANDS: u32 = 50;
 const CATEGORIES: u32 = 20;
@@ -104,6 +106,10 @@ pub struct SoakBenchArgs {
     /// killed at a time while the other serves).
     #[arg(long, value_enum, default_value_t = SoakStore::Embedded)]
     pub store: SoakStore,
+    /// The nodes' `store.batch_rows_per_second`: the background jobs' budget of store rows a
+    /// second, a node (0: none, the server's default).
+    #[arg(long, default_value_t = 0)]
+    pub batch_rows_per_second: u32,
 }
 
 /// Where the soak's nodes keep their data.
@@ -1188,10 +1194,14 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     // Two nodes on one Bigtable emulator, or one on the embedded store.
     let emulator = (args.store == SoakStore::Bigtable)
         .then(penchant_store_bigtable::emulator::Emulator::start);
+    let pace = args.batch_rows_per_second;
     let nodes = match &emulator {
         None => {
             let backups = root.join("backups").display().to_string();
-            let env = vec![("PENCHANT_STORE__BACKUP_DIR".to_owned(), backups)];
+            let env = vec![
+                ("PENCHANT_STORE__BACKUP_DIR".to_owned(), backups),
+                (PACE.to_owned(), pace.to_string()),
+            ];
             vec![Node::start(&binary, &data, &root.join("node.log"), env)?]
         }
         Some(emulator) => (0..2)
@@ -1206,6 +1216,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
                         "BIGTABLE_EMULATOR_HOST".to_owned(),
                         emulator.addr().to_owned(),
                     ),
+                    (PACE.to_owned(), pace.to_string()),
                 ];
                 let dir = root.join(format!("node{i}"));
                 Node::start(&binary, &dir, &root.join(format!("node{i}.log")), env)
@@ -1219,11 +1230,13 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     };
     let (shop_key, hostile_key, limited_key) = setup(&node, shape).await?;
     eprintln!(
-        "soak: {} of traffic at {} events/s on {} node(s), kill -9 every {:?}, logs in {}",
+        "soak: {} of traffic at {} events/s on {} node(s), kill -9 every {:?}, jobs' budget {} \
+         rows/s a node (0: none), logs in {}",
         humantime::format_duration(args.duration),
         args.rate,
         node.0.len(),
         args.kill_every,
+        pace,
         root.display()
     );
 

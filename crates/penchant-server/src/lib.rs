@@ -11,6 +11,7 @@ pub mod json;
 pub mod listener;
 pub mod metered;
 pub mod metrics;
+pub mod paced;
 pub mod protocol;
 pub mod ratelimit;
 pub mod routes;

@@ -1,6 +1,8 @@
 //! A [`Store`] that times every operation into the server's [`Metrics`]: latency histograms and
 //! error counts by backend and operation. A read is timed until its stream ends (or is dropped),
-//! not only until it opens. Workload views (the batch app profile) are metered too.
+//! not only until it opens. Workload views (the batch app profile) are metered too, under their
+//! own `workload` label, and every operation names its table: what a saturated store spends its
+//! time on, and whether the background jobs or the serving paths spend it.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,13 +19,15 @@ use penchant_store::{
     RowFilter, RowMutation, RowStream, Store, TableSchema, Workload,
 };
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StoreOp};
 
 /// `inner`, with its operations timed.
 #[derive(Debug)]
 pub struct MeteredStore {
     inner: Arc<dyn Store>,
     backend: &'static str,
+    /// `serving`, or `batch` for the [`Workload::Batch`] view.
+    workload: &'static str,
     metrics: Arc<Metrics>,
 }
 
@@ -32,16 +36,32 @@ impl MeteredStore {
         Self {
             inner,
             backend,
+            workload: "serving",
             metrics,
         }
     }
 
-    async fn timed<T>(&self, op: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
+    fn op(&self, op: &'static str, table: &str) -> StoreOp {
+        StoreOp {
+            backend: self.backend,
+            workload: self.workload,
+            op,
+            table: table.to_owned(),
+        }
+    }
+
+    /// `call`, timed as `op` on `table` (`*`: the store, or several tables).
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        table: &str,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
         let started = Instant::now();
         let result = call.await;
         let secs = started.elapsed().as_secs_f64();
         self.metrics
-            .store_operation(self.backend, op, secs, result.is_ok());
+            .store_operation(self.op(op, table), secs, result.is_ok());
         result
     }
 }
@@ -51,7 +71,7 @@ struct TimedStream {
     rows: RowStream,
     started: Instant,
     failed: bool,
-    backend: &'static str,
+    op: Option<StoreOp>,
     metrics: Arc<Metrics>,
 }
 
@@ -70,16 +90,21 @@ impl Stream for TimedStream {
 impl Drop for TimedStream {
     fn drop(&mut self) {
         let secs = self.started.elapsed().as_secs_f64();
-        self.metrics
-            .store_operation(self.backend, "read_rows", secs, !self.failed);
+        if let Some(op) = self.op.take() {
+            self.metrics.store_operation(op, secs, !self.failed);
+        }
     }
 }
 
 #[async_trait]
 impl Store for MeteredStore {
     async fn create_table(&self, name: &str, families: BTreeMap<String, GcRule>) -> Result<()> {
-        self.timed("create_table", self.inner.create_table(name, families))
-            .await
+        self.timed(
+            "create_table",
+            name,
+            self.inner.create_table(name, families),
+        )
+        .await
     }
     async fn modify_families(
         &self,
@@ -88,23 +113,30 @@ impl Store for MeteredStore {
     ) -> Result<TableSchema> {
         self.timed(
             "modify_families",
+            table,
             self.inner.modify_families(table, changes),
         )
         .await
     }
     async fn get_table(&self, table: &str) -> Result<TableSchema> {
-        self.timed("get_table", self.inner.get_table(table)).await
+        self.timed("get_table", table, self.inner.get_table(table))
+            .await
     }
     async fn list_tables(&self) -> Result<Vec<TableSchema>> {
-        self.timed("list_tables", self.inner.list_tables()).await
+        self.timed("list_tables", "*", self.inner.list_tables())
+            .await
     }
     async fn delete_table(&self, table: &str) -> Result<()> {
-        self.timed("delete_table", self.inner.delete_table(table))
+        self.timed("delete_table", table, self.inner.delete_table(table))
             .await
     }
     async fn drop_row_range(&self, table: &str, prefix: &[u8]) -> Result<()> {
-        self.timed("drop_row_range", self.inner.drop_row_range(table, prefix))
-            .await
+        self.timed(
+            "drop_row_range",
+            table,
+            self.inner.drop_row_range(table, prefix),
+        )
+        .await
     }
     async fn mutate_row(
         &self,
@@ -114,12 +146,13 @@ impl Store for MeteredStore {
     ) -> Result<()> {
         self.timed(
             "mutate_row",
+            table,
             self.inner.mutate_row(table, row_key, mutations),
         )
         .await
     }
     async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
-        self.timed("mutate_rows", self.inner.mutate_rows(table, entries))
+        self.timed("mutate_rows", table, self.inner.mutate_rows(table, entries))
             .await
     }
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
@@ -129,13 +162,13 @@ impl Store for MeteredStore {
                 rows,
                 started,
                 failed: false,
-                backend: self.backend,
+                op: Some(self.op("read_rows", table)),
                 metrics: self.metrics.clone(),
             })),
             Err(e) => {
                 let secs = started.elapsed().as_secs_f64();
                 self.metrics
-                    .store_operation(self.backend, "read_rows", secs, false);
+                    .store_operation(self.op("read_rows", table), secs, false);
                 Err(e)
             }
         }
@@ -151,7 +184,7 @@ impl Store for MeteredStore {
         let call =
             self.inner
                 .check_and_mutate_row(table, row_key, predicate, on_match, on_no_match);
-        self.timed("check_and_mutate_row", call).await
+        self.timed("check_and_mutate_row", table, call).await
     }
     async fn read_modify_write_row(
         &self,
@@ -160,35 +193,46 @@ impl Store for MeteredStore {
         rules: Vec<ReadModifyWriteRule>,
     ) -> Result<Row> {
         let call = self.inner.read_modify_write_row(table, row_key, rules);
-        self.timed("read_modify_write_row", call).await
+        self.timed("read_modify_write_row", table, call).await
     }
     async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>> {
-        self.timed("sample_row_keys", self.inner.sample_row_keys(table))
+        self.timed("sample_row_keys", table, self.inner.sample_row_keys(table))
             .await
     }
     async fn flush(&self) -> Result<()> {
-        self.timed("flush", self.inner.flush()).await
+        self.timed("flush", "*", self.inner.flush()).await
     }
     async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
-        self.timed("checkpoint", self.inner.checkpoint(dest)).await
+        self.timed("checkpoint", "*", self.inner.checkpoint(dest))
+            .await
     }
     fn atomic_writes(&self) -> bool {
         self.inner.atomic_writes()
     }
     async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
-        self.timed("mutate_atomically", self.inner.mutate_atomically(writes))
-            .await
+        self.timed(
+            "mutate_atomically",
+            "*",
+            self.inner.mutate_atomically(writes),
+        )
+        .await
     }
     fn gauges(&self) -> Vec<penchant_store::Gauge> {
         self.inner.gauges()
     }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
-        let view = self.inner.workload_view(workload)?;
-        Some(Arc::new(MeteredStore::new(
-            view,
-            self.backend,
-            self.metrics.clone(),
-        )))
+        // A backend without views serves every workload itself; its batch calls are still
+        // labelled as such.
+        let view = self.inner.workload_view(workload);
+        Some(Arc::new(MeteredStore {
+            inner: view.unwrap_or_else(|| Arc::clone(&self.inner)),
+            backend: self.backend,
+            workload: match workload {
+                Workload::Serving => "serving",
+                Workload::Batch => "batch",
+            },
+            metrics: self.metrics.clone(),
+        }))
     }
 }
 
@@ -222,14 +266,26 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(rows.len(), 1);
+        let batch: Arc<dyn Store> = Arc::new(store);
+        let batch = penchant_store::for_workload(&batch, Workload::Batch);
+        let rows: Vec<Row> = batch
+            .read_rows("t", ReadRows::default())
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
         let text = metrics.encode(Default::default()).unwrap();
         for line in [
-            r#"penchant_store_operation_duration_seconds_count{backend="memory",op="mutate_row"} 2"#,
-            r#"penchant_store_operation_duration_seconds_count{backend="memory",op="read_rows"} 1"#,
-            r#"penchant_store_errors_total{backend="memory",op="mutate_row"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="mutate_row",table="t"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="mutate_row",table="nope"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="read_rows",table="t"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="batch",op="read_rows",table="t"} 1"#,
+            r#"penchant_store_errors_total{backend="memory",workload="serving",op="mutate_row",table="nope"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
         }
-        assert!(!text.contains(r#"penchant_store_errors_total{backend="memory",op="read_rows"}"#));
+        assert!(!text.contains(r#"penchant_store_errors_total{backend="memory",workload="serving",op="mutate_row",table="t"}"#));
     }
 }

@@ -48,10 +48,13 @@ struct Status {
     status: u16,
 }
 
+/// The labels of one store operation ([`crate::metered::MeteredStore`]).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StoreOp {
-    backend: &'static str,
-    op: &'static str,
+pub struct StoreOp {
+    pub backend: &'static str,
+    pub workload: &'static str,
+    pub op: &'static str,
+    pub table: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -215,13 +218,13 @@ impl Default for Metrics {
         );
         registry.register(
             "store_operation_duration_seconds",
-            "Store operations by backend and operation (a read: until its stream is done)",
+            "Store operations by backend, workload, operation and table (a read: until its stream is done)",
             store_latency.clone(),
         );
         let store_errors = Family::<StoreOp, Counter>::default();
         registry.register(
             "store_errors",
-            "Store operations that failed, by backend and operation",
+            "Store operations that failed, by backend, workload, operation and table",
             store_errors.clone(),
         );
         let engine = EngineFigures::default();
@@ -252,11 +255,10 @@ impl Metrics {
     }
 
     /// One store operation, its time and whether it failed ([`crate::metered::MeteredStore`]).
-    pub fn store_operation(&self, backend: &'static str, op: &'static str, secs: f64, ok: bool) {
-        let key = StoreOp { backend, op };
-        self.store_latency.get_or_create(&key).observe(secs);
+    pub fn store_operation(&self, op: StoreOp, secs: f64, ok: bool) {
+        self.store_latency.get_or_create(&op).observe(secs);
         if !ok {
-            self.store_errors.get_or_create(&key).inc();
+            self.store_errors.get_or_create(&op).inc();
         }
     }
 

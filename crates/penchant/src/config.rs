@@ -244,6 +244,12 @@ pub struct StoreConfig {
     /// one folder each; on the store's file system, their files are hard links. Default:
     /// `./penchant-backups`.
     pub backup_dir: PathBuf,
+    /// Rows a second the node's background jobs (recomputes, builds, trainings, retention, the
+    /// repair's listing) may read or write, all together; requests are never paced. For a store
+    /// that serves requests and jobs alike and has no room for both at full speed: the embedded
+    /// store on a small machine, a Bigtable instance without a cluster for batch work (or the
+    /// emulator). 0: no budget. Default: 0.
+    pub batch_rows_per_second: u32,
 }
 
 impl Default for StoreConfig {
@@ -254,6 +260,7 @@ impl Default for StoreConfig {
             sync_writes: true,
             block_cache_mib: 256,
             backup_dir: PathBuf::from("penchant-backups"),
+            batch_rows_per_second: 0,
         }
     }
 }

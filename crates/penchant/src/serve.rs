@@ -103,6 +103,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         backend,
         metrics.clone(),
     ));
+    // The jobs' budget, spent before the metered store: its figures are the store's time.
+    let store = penchant_server::paced::PacedStore::wrap(store, config.store.batch_rows_per_second);
     let engine_config = EngineConfig {
         tenancy: TenancyConfig {
             admin_key: config.auth.admin_key.clone(),

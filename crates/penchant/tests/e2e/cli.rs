@@ -39,7 +39,7 @@ async fn serve_answers_health_and_stops_cleanly_on_sigterm_and_ctrl_c() {
         .await
         .unwrap();
     for series in [
-        r#"penchant_store_operation_duration_seconds_count{backend="embedded",op="read_rows"}"#,
+        r#"penchant_store_operation_duration_seconds_count{backend="embedded",workload="serving",op="read_rows",table="#,
         r#"penchant_http_requests_total{method="GET",route="/health",status="200"} 1"#,
         // RocksDB's own gauges, read at the scrape.
         "penchant_rocksdb_memtable_bytes ",
