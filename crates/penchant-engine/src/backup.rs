@@ -190,6 +190,8 @@ impl Engine {
                 "a backup named {name} exists already"
             )));
         }
+        // Counts kept in memory go in too.
+        self.flush_tallies().await?;
         let targets = self.residency.targets();
         // With targets, the placed store writes `stores/<target>` itself.
         let stores = path.join(STORES);

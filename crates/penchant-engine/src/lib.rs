@@ -432,6 +432,16 @@ impl Engine {
         );
         let engine = self.clone();
         self.runtime.every(
+            "saving the trending counts",
+            recommend::trending::FLUSH_EVERY,
+            false,
+            move || {
+                let engine = engine.clone();
+                async move { engine.recommend.trends.flush().await }
+            },
+        );
+        let engine = self.clone();
+        self.runtime.every(
             "saving the A/B tests' counts",
             abtests::results::FLUSH_EVERY,
             false,
@@ -496,15 +506,23 @@ impl Engine {
         Ok(())
     }
 
-    /// Make every acknowledged write durable (on shutdown), traffic counts included.
+    /// Make every acknowledged write durable (on shutdown), the counts kept in memory included.
     pub async fn flush(&self) -> Result<()> {
-        if let Err(e) = self.traffic.flush().await {
-            tracing::warn!(error = %e, "cannot save the traffic counts");
-        }
-        if let Err(e) = self.abtests.results.flush().await {
-            tracing::warn!(error = %e, "cannot save the A/B tests' counts");
+        if let Err(e) = self.flush_tallies().await {
+            tracing::warn!(error = %e, "cannot save the counts kept in memory");
         }
         Ok(self.store.flush().await?)
+    }
+
+    /// Add the counts this node keeps in memory (traffic, A/B tests, trending) to the store;
+    /// each is tried, the first error returned.
+    pub(crate) async fn flush_tallies(&self) -> Result<()> {
+        let (traffic, abtests, trends) = futures::join!(
+            self.traffic.flush(),
+            self.abtests.results.flush(),
+            self.recommend.trends.flush()
+        );
+        traffic.and(abtests).and(trends)
     }
 }
 

@@ -240,6 +240,8 @@ impl Engine {
             exported_at: self.clock.now_ms(),
             penchant: env!("CARGO_PKG_VERSION").to_owned(),
         })?;
+        // Counts kept in memory go in too.
+        self.flush_tallies().await?;
         let store = penchant_store::for_workload(&self.store, Workload::Batch);
         let prefix = keys::app(app);
         let count = Arc::new(AtomicU64::new(0));

@@ -76,6 +76,7 @@ impl Engine {
 
     /// Delete an app and every row it owns.
     pub async fn delete_app(&self, app_id: &str) -> Result<()> {
+        self.recommend.trends.forget(&crate::keys::app(app_id));
         let deleted = self.tenancy.delete_app(app_id);
         self.catalog.changing(app_id, deleted).await
     }

@@ -147,6 +147,7 @@ impl Engine {
     /// whose items now live on in the destination.
     async fn delete_index_keeping(&self, app: &str, index: &str, moved: bool) -> Result<()> {
         let prefix = crate::keys::index(app, index);
+        self.recommend.trends.forget(&prefix);
         for table in [
             crate::recommend::trending::TRENDING_TABLE,
             crate::recommend::related::RELATED_TABLE,

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use penchant_store::TableMutation;
 
 use crate::events::waiting;
-use crate::{Engine, Result, aggregates, events, keys, pending, recommend, stats, tenancy};
+use crate::{Engine, Result, aggregates, events, keys, pending, stats, tenancy};
 
 /// The global leases of the repair and the purge.
 const PURGE_LEASE: &str = "purge";
@@ -101,13 +101,13 @@ impl Engine {
                 let keys: Vec<Bytes> = waiting.keys().cloned().collect();
                 self.settle_waiting(app, &keys, &[], &waiting).await?;
             }
-            recommend::trending::count(&self.store, app, &trending).await?;
             let started = std::time::Instant::now();
             self.refresh_users(app, events).await?;
             self.refresh_latency.observe(started.elapsed());
             Ok(())
         };
         self.traffic.add(app, &counted, self.clock.now_ms());
+        self.recommend.trends.add(app, &trending);
         self.abtests.attribute(app, &counted).await?;
         futures::try_join!(profiles, self.mark_events_seen(app, events))?;
         Ok(())

@@ -308,6 +308,8 @@ struct Select<'a> {
 #[derive(Debug)]
 pub struct Recommend {
     pub(crate) queues: queues::Queues,
+    /// This node's trending counts, not yet flushed.
+    pub(crate) trends: trending::Trends,
     trending: TtlCache<(String, String), Arc<Ranked>>,
     /// Trending facet values, by (app, index, facet).
     facets: TtlCache<(String, String, String), Arc<Ranked>>,
@@ -324,6 +326,7 @@ impl Recommend {
         runtime: &crate::jobs::Runtime,
     ) -> Self {
         Self {
+            trends: trending::Trends::new(store.clone()),
             queues: queues::Queues::new(store),
             trending: TtlCache::new(1024, ttl, clock.clone()),
             facets: TtlCache::new(1024, ttl, clock),
@@ -625,7 +628,8 @@ impl Engine {
         if let Some(cached) = self.recommend.trending.get(&key) {
             return Ok(cached);
         }
-        let ranked = Arc::new(trending::scores(&self.store, app, index, self.now_ms()).await?);
+        let trends = &self.recommend.trends;
+        let ranked = Arc::new(trends.scores(app, index, self.now_ms()).await?);
         self.recommend.trending.insert(key, ranked.clone());
         Ok(ranked)
     }

@@ -214,6 +214,8 @@ async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
         })
         .collect();
     a.push_events(APP, &events).await.unwrap();
+    // A's trending counts reach the store at its next flush (every 5 s), long before it dies.
+    a.flush().await.unwrap();
     let def = QueueDefinition {
         index_name: "items".into(),
         size: 3,
@@ -356,4 +358,114 @@ async fn a_settlement_a_node_died_in_is_finished_by_the_repair() {
         .unwrap();
     assert!(index.is_empty(), "index rows left: {index:?}");
     assert_eq!(b.repair(Duration::ZERO).await.unwrap(), 0, "nothing left");
+}
+
+/// An index's trending items as a node answers them: (objectID, score), best first.
+async fn trending(engine: &Engine) -> Vec<(String, f64)> {
+    use penchant_engine::recommend::{RecommendHit, RecommendRequest};
+    let request: RecommendRequest = serde_json::from_value(
+        serde_json::json!({"indexName": "products", "model": "trending-items", "threshold": 0}),
+    )
+    .unwrap();
+    let answer = engine.recommendations(APP, &[request]).await.unwrap();
+    answer[0]
+        .hits
+        .iter()
+        .filter_map(|h| match h {
+            RecommendHit::Item { record, score, .. } => {
+                Some((record["objectID"].as_str()?.to_owned(), *score))
+            }
+            RecommendHit::Facet { .. } => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trending_counts_stay_in_memory_until_a_flush_adds_them_up_across_nodes() {
+    use penchant_engine::catalog::Write;
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+    let config = EngineConfig {
+        strategy_cache_ttl: Duration::ZERO,
+        ..config(&clock)
+    };
+    let a = Engine::open(store.clone(), config.clone()).await.unwrap();
+    let b = Engine::open(store.clone(), config).await.unwrap();
+    a.tenancy().create_app(Some(APP), "shop").await.unwrap();
+    let records = ["a", "b", "c", "d"]
+        .map(|id| {
+            let record = serde_json::json!({"objectID": id});
+            (
+                "products".to_owned(),
+                Write::Put(record.as_object().unwrap().clone()),
+            )
+        })
+        .to_vec();
+    a.write_records(APP, records).await.unwrap();
+    let now = clock.now_ms();
+    let event = |kind: EventType, u: usize, id: &str| Event {
+        index: "products".into(),
+        target: Target::ObjectIds(vec![id.to_owned()]),
+        ..support::event(kind, "e", &user(u), now - 1000, &[])
+    };
+    // Scores are percents of the best (f32 inside): compared to 1e-3.
+    let same = |got: Vec<(String, f64)>, expected: &[(&str, f64)]| {
+        let close = got.len() == expected.len()
+            && got
+                .iter()
+                .zip(expected)
+                .all(|((id, s), (e, t))| id == e && (s - t).abs() < 1e-3);
+        assert!(close, "{got:?} is not {expected:?}");
+    };
+    let stored_rows = |store: Arc<dyn Store>| async move {
+        let prefix = penchant_engine::keys::app(APP);
+        let request = penchant_store::ReadRows::new(penchant_store::RowSet::prefix(prefix));
+        let table = penchant_engine::recommend::trending::TRENDING_TABLE;
+        store.read_all(table, request).await.unwrap().len()
+    };
+
+    // A conversion of a (10) and three clicks of b (1 each); a view counts nothing.
+    let mut events = vec![
+        event(EventType::Conversion, 1, "a"),
+        event(EventType::View, 1, "c"),
+    ];
+    events.extend((2..5).map(|u| event(EventType::Click, u, "b")));
+    a.push_events(APP, &events).await.unwrap();
+    let expected = [("a", 100.0), ("b", 30.0)];
+    same(trending(&a).await, &expected); // A counts its own events at once,
+    assert_eq!(
+        stored_rows(store.clone()).await,
+        0,
+        "nothing written per batch"
+    );
+    assert!(
+        trending(&b).await.is_empty(),
+        "B sees A's counts once A flushes"
+    );
+
+    a.flush().await.unwrap();
+    same(trending(&b).await, &expected);
+    same(trending(&a).await, &expected); // flushed counts are not counted twice,
+    a.flush().await.unwrap();
+    same(trending(&b).await, &expected); // and a flush with nothing new adds nothing.
+
+    // Eight clicks of b on B: b now leads on both nodes once B flushes.
+    let events: Vec<Event> = (5..13).map(|u| event(EventType::Click, u, "b")).collect();
+    b.push_events(APP, &events).await.unwrap();
+    b.flush().await.unwrap();
+    let expected = [("b", 100.0), ("a", 100.0 / 1.1)];
+    same(trending(&a).await, &expected);
+    same(trending(&b).await, &expected);
+
+    // Counts not yet flushed of a deleted index are forgotten, not written back by a flush.
+    a.push_events(APP, &[event(EventType::Conversion, 20, "d")])
+        .await
+        .unwrap();
+    a.delete_index(APP, "products").await.unwrap();
+    a.flush().await.unwrap();
+    assert_eq!(
+        stored_rows(store).await,
+        0,
+        "the index's counters went with it"
+    );
 }
