@@ -31,6 +31,9 @@ const POINT_DELETES: usize = 1024;
 /// (making an iterator per column cost more than its seek). Its view is the store as it was at
 /// that first look: a write batch's encoding needs nothing newer (none of the batch is written
 /// yet, and its rows are locked).
+/// How many keys [`StoredKeys::each`] steps over before it seeks instead.
+const STEPS_BEFORE_SEEK: usize = 8;
+
 pub(crate) struct StoredKeys<'a> {
     inner: &'a Inner,
     it: Option<rocksdb::DBRawIterator<'a>>,
@@ -42,7 +45,8 @@ impl<'a> StoredKeys<'a> {
     }
 
     /// Call `f` with each stored key in `[lo, hi)` (within one row) in order, until it
-    /// returns false.
+    /// returns false. Ranges asked in order within a row cost one seek: where the iterator
+    /// stands at or a few keys before `lo` (the previous range's end), it steps there instead.
     fn each(&mut self, lo: &[u8], hi: &[u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<()> {
         let it = match &mut self.it {
             Some(it) => it,
@@ -52,7 +56,25 @@ impl<'a> StoredKeys<'a> {
                 self.it.insert(self.inner.db.raw_iterator_cf_opt(cf, opts))
             }
         };
-        it.seek(lo);
+        // Reached: the first key at or after `lo`, stepped to from a key before it in the same
+        // row (the iterator never leaves the row it sought), or `lo` itself.
+        let mut steps = 0;
+        let reached = loop {
+            match it.key() {
+                Some(k) if k == lo => break true,
+                Some(k) if k > lo => {
+                    break steps > 0 && keys::row_prefix_of(k) == keys::row_prefix_of(lo);
+                }
+                Some(_) if steps < STEPS_BEFORE_SEEK => {
+                    it.next();
+                    steps += 1;
+                }
+                _ => break false,
+            }
+        };
+        if !reached {
+            it.seek(lo);
+        }
         while let Some(k) = it.key() {
             if k >= hi || !f(k) {
                 break;
@@ -258,7 +280,9 @@ impl Inner {
         mutations: &[Mutation],
         now: i64,
     ) -> Result<()> {
-        let mut done: Vec<(&str, &[u8])> = Vec::new();
+        // The columns written whose family counts versions, in the store's order (one seek
+        // reaches them all when they are near each other).
+        let mut columns: Vec<(Vec<u8>, &str, &[u8], _)> = Vec::new();
         for m in mutations {
             let Mutation::SetCell {
                 family, qualifier, ..
@@ -269,12 +293,16 @@ impl Inner {
             let Some(fam) = table.meta.families.get(family) else {
                 continue;
             };
-            if fam.gc_rule.is_age_only() || done.contains(&(family.as_str(), &qualifier[..])) {
+            if fam.gc_rule.is_age_only() {
                 continue;
             }
-            done.push((family, qualifier));
-            // The column's versions as stored, then as the mutations leave them.
             let col = keys::column_prefix(rs, fam.id, qualifier);
+            columns.push((col, family.as_str(), &qualifier[..], fam));
+        }
+        columns.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        columns.dedup_by(|a, b| a.0 == b.0);
+        for (col, family, qualifier, fam) in columns {
+            // The column's versions as stored, then as the mutations leave them.
             let mut versions = std::collections::BTreeSet::new();
             let end = prefix_successor(&col).unwrap_or_default();
             stored.each(&col, &end, |k| {

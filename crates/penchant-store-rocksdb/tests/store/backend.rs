@@ -160,6 +160,67 @@ async fn version_limits_are_enforced_on_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_limits_hold_for_many_columns_written_in_any_order() {
+    // A write finds a column's versions by stepping from the column before it where it can:
+    // columns in shuffled orders, in families with different limits, rows beside each other in
+    // one batch, and stored versions interleaved with versions not yet flushed.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let families = [
+        ("a".into(), GcRule::MaxVersions(1)),
+        ("b".into(), GcRule::MaxVersions(2)),
+    ];
+    store.create_table("t", families.into()).await.unwrap();
+    let columns: Vec<(&str, String)> = (0..12)
+        .flat_map(|i| [("a", format!("q{i:02}")), ("b", format!("q{i:02}"))])
+        .collect();
+    let rows = ["r1", "r2", "r3"];
+    for round in 0..10i64 {
+        // A different order each round: rotated, and every other round reversed.
+        let mut order = columns.clone();
+        let shift = (round as usize * 5) % order.len();
+        order.rotate_left(shift);
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let entries = rows
+            .iter()
+            .map(|row| {
+                // A column in the middle of the row, written first then deleted first: the
+                // deletion leaves the iterator past the columns before it.
+                let middle = match round {
+                    0 => Mutation::set("a", "q05d", 1000, "gone"),
+                    _ => Mutation::delete_column("a", Bytes::from_static(b"q05d")),
+                };
+                let cells = std::iter::once(middle)
+                    .chain(order.iter().map(|(f, q)| {
+                        Mutation::set(*f, q.clone(), (round + 1) * 1000, round.to_string())
+                    }))
+                    .collect();
+                RowMutation::new(*row, cells)
+            })
+            .collect();
+        let statuses = store.mutate_rows("t", entries).await.unwrap();
+        assert!(statuses.iter().all(Result::is_ok));
+        if round == 4 {
+            store.flush().await.unwrap();
+        }
+    }
+    // Per row: 12 columns of `a` at one version, 12 of `b` at two.
+    assert_eq!(store.physical_cell_count("t").unwrap(), 3 * (12 + 2 * 12));
+    let read = store
+        .read_all("t", ReadRows::new(RowSet::keys(rows.map(Bytes::from))))
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 3);
+    for row in &read {
+        assert_eq!(row.cells.len(), 12 + 2 * 12, "{row:?}");
+        let newest: Vec<&[u8]> = row.family("a").map(|c| &c.value[..]).collect();
+        assert_eq!(newest, vec![&b"9"[..]; 12]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_points_come_from_sst_files() {
     let dir = tempfile::tempdir().unwrap();
     let options = RocksOptions {
