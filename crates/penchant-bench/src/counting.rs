@@ -9,6 +9,9 @@
 //! trait's default bodies on this wrapper, so their `read_rows` and `mutate_rows` are counted
 //! (no backend overrides them). A workload view of the inner store (Bigtable's batch profile)
 //! is wrapped too, its operations counted in the same counters.
+//!
+//! The same counts are kept by table ([`CountingStore::tables`]): which tables a batch of
+//! events reads and writes, and how much of each.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use penchant_store::{
     FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows, Result, Row,
     RowFilter, RowMutation, RowStream, Store, TableSchema, Workload,
@@ -65,18 +69,70 @@ struct Counters {
     cells_read: AtomicU64,
     rows_mutated: AtomicU64,
     mutations: AtomicU64,
+    tables: Mutex<BTreeMap<String, TableOps>>,
 }
 
 impl Counters {
-    fn call(&self, op: Op) {
+    fn call(&self, op: Op, table: &str) {
         self.calls[op as usize].fetch_add(1, Ordering::Relaxed);
+        self.table(table, |t| t.calls += 1.0);
     }
 
-    fn mutated(&self, rows: usize, mutations: usize) {
+    fn mutated(&self, table: &str, rows: usize, mutations: usize) {
         self.rows_mutated.fetch_add(rows as u64, Ordering::Relaxed);
         self.mutations
             .fetch_add(mutations as u64, Ordering::Relaxed);
+        self.table(table, |t| {
+            t.rows_mutated += rows as f64;
+            t.mutations += mutations as f64;
+        });
     }
+
+    fn read(&self, table: &str, cells: usize) {
+        self.rows_read.fetch_add(1, Ordering::Relaxed);
+        self.cells_read.fetch_add(cells as u64, Ordering::Relaxed);
+        self.table(table, |t| t.rows_read += 1.0);
+    }
+
+    fn table(&self, table: &str, f: impl FnOnce(&mut TableOps)) {
+        let mut tables = self.tables.lock();
+        match tables.get_mut(table) {
+            Some(t) => f(t),
+            None => f(tables.entry(table.to_owned()).or_default()),
+        }
+    }
+}
+
+/// The counts of one table: data-plane calls, rows read, rows mutated, mutations (as [`Ops`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct TableOps {
+    pub(crate) calls: f64,
+    pub(crate) rows_read: f64,
+    pub(crate) rows_mutated: f64,
+    pub(crate) mutations: f64,
+}
+
+/// [`TableOps`] by table.
+pub(crate) type Tables = BTreeMap<String, TableOps>;
+
+/// What happened to each table between two snapshots, `per` unit of work; tables untouched
+/// in between are left out.
+pub(crate) fn tables_since(after: &Tables, before: &Tables, per: f64) -> Tables {
+    let per = per.max(1.0);
+    after
+        .iter()
+        .map(|(name, a)| {
+            let b = before.get(name).copied().unwrap_or_default();
+            let d = TableOps {
+                calls: (a.calls - b.calls) / per,
+                rows_read: (a.rows_read - b.rows_read) / per,
+                rows_mutated: (a.rows_mutated - b.rows_mutated) / per,
+                mutations: (a.mutations - b.mutations) / per,
+            };
+            (name.clone(), d)
+        })
+        .filter(|(_, d)| *d != TableOps::default())
+        .collect()
 }
 
 /// Counts of store operations: a snapshot of a [`CountingStore`]'s counters, or the difference
@@ -182,8 +238,13 @@ impl CountingStore {
         }
     }
 
+    /// The counts so far, by table.
+    pub(crate) fn tables(&self) -> Tables {
+        self.counters.tables.lock().clone()
+    }
+
     fn other(&self) {
-        self.counters.call(Op::Other);
+        self.counters.calls[Op::Other as usize].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -223,26 +284,23 @@ impl Store for CountingStore {
         row_key: Bytes,
         mutations: Vec<Mutation>,
     ) -> Result<()> {
-        self.counters.call(Op::MutateRow);
-        self.counters.mutated(1, mutations.len());
+        self.counters.call(Op::MutateRow, table);
+        self.counters.mutated(table, 1, mutations.len());
         self.inner.mutate_row(table, row_key, mutations).await
     }
     async fn mutate_rows(&self, table: &str, entries: Vec<RowMutation>) -> Result<Vec<Result<()>>> {
-        self.counters.call(Op::MutateRows);
+        self.counters.call(Op::MutateRows, table);
         let mutations = entries.iter().map(|e| e.mutations.len()).sum();
-        self.counters.mutated(entries.len(), mutations);
+        self.counters.mutated(table, entries.len(), mutations);
         self.inner.mutate_rows(table, entries).await
     }
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
-        self.counters.call(Op::ReadRows);
+        self.counters.call(Op::ReadRows, table);
         let rows = self.inner.read_rows(table, request).await?;
-        let counters = self.counters.clone();
+        let (counters, table) = (self.counters.clone(), table.to_owned());
         Ok(Box::pin(rows.inspect(move |row| {
             if let Ok(row) = row {
-                counters.rows_read.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .cells_read
-                    .fetch_add(row.cells.len() as u64, Ordering::Relaxed);
+                counters.read(&table, row.cells.len());
             }
         })))
     }
@@ -254,14 +312,14 @@ impl Store for CountingStore {
         on_match: Vec<Mutation>,
         on_no_match: Vec<Mutation>,
     ) -> Result<bool> {
-        self.counters.call(Op::CheckAndMutateRow);
+        self.counters.call(Op::CheckAndMutateRow, table);
         let (if_match, if_not) = (on_match.len(), on_no_match.len());
         let matched = self
             .inner
             .check_and_mutate_row(table, row_key, predicate, on_match, on_no_match)
             .await?;
         self.counters
-            .mutated(1, if matched { if_match } else { if_not });
+            .mutated(table, 1, if matched { if_match } else { if_not });
         Ok(matched)
     }
     async fn read_modify_write_row(
@@ -270,8 +328,8 @@ impl Store for CountingStore {
         row_key: Bytes,
         rules: Vec<ReadModifyWriteRule>,
     ) -> Result<Row> {
-        self.counters.call(Op::ReadModifyWriteRow);
-        self.counters.mutated(1, rules.len());
+        self.counters.call(Op::ReadModifyWriteRow, table);
+        self.counters.mutated(table, 1, rules.len());
         self.inner
             .read_modify_write_row(table, row_key, rules)
             .await
@@ -291,9 +349,18 @@ impl Store for CountingStore {
         self.inner.atomic_writes()
     }
     async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
-        self.counters.call(Op::MutateRows);
-        let mutations = writes.iter().map(|w| w.row.mutations.len()).sum();
-        self.counters.mutated(writes.len(), mutations);
+        // One call, counted once in all and once for each table it writes.
+        self.counters.calls[Op::MutateRows as usize].fetch_add(1, Ordering::Relaxed);
+        let mut tables: Vec<&'static str> = Vec::new();
+        for w in &writes {
+            self.counters.mutated(w.table, 1, w.row.mutations.len());
+            if !tables.contains(&w.table) {
+                tables.push(w.table);
+            }
+        }
+        for table in tables {
+            self.counters.table(table, |t| t.calls += 1.0);
+        }
         self.inner.mutate_atomically(writes).await
     }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {

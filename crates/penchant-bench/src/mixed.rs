@@ -62,7 +62,7 @@ use penchant_store_rocksdb::{RocksOptions, RocksStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::counting::{CountingStore, Ops};
+use crate::counting::{CountingStore, Ops, Tables, tables_since};
 use crate::cpu::{pid_cpu, process_cpu, thread_cpu};
 use crate::http::RawHttp;
 use crate::ingest::{
@@ -475,6 +475,8 @@ fn probe(
 struct Phase {
     server_cpu: Option<Duration>,
     ops: Ops,
+    /// The store operations by table.
+    tables: Tables,
     elapsed: Duration,
 }
 
@@ -492,7 +494,8 @@ fn phase<T>(
     store: &CountingStore,
     run: impl FnOnce() -> anyhow::Result<(T, Duration)>,
 ) -> anyhow::Result<(T, Phase)> {
-    let (cpu, ops, start) = (process_cpu(), store.snapshot(), Instant::now());
+    let (cpu, ops, tables) = (process_cpu(), store.snapshot(), store.tables());
+    let start = Instant::now();
     let (result, clients) = run()?;
     let elapsed = start.elapsed();
     let server_cpu = cpu
@@ -501,6 +504,7 @@ fn phase<T>(
     let phase = Phase {
         server_cpu,
         ops: store.snapshot().since(&ops),
+        tables: tables_since(&store.tables(), &tables, 1.0),
         elapsed,
     };
     Ok((result, phase))
@@ -985,6 +989,7 @@ fn run(args: MixedBenchArgs, report: &mut Report) -> anyhow::Result<()> {
         redis.as_ref(),
     ));
     report.table(store_table(&penchant));
+    report.table(tables_table(&penchant));
     match redis {
         Some(Err(e)) => Err(e.context("the Redis reference")),
         _ => Ok(()),
@@ -1495,6 +1500,36 @@ fn store_table(p: &PenchantRows) -> Table {
          paced batches, the reads beside them at their cost at rest. Rows read are rows the \
          read streams yielded; rows mutated count each mutate_rows entry and one per \
          single-row call; mutations are the cells set or deleted.",
+    );
+    table
+}
+
+/// The store operations of the batches at max rate, by table.
+fn tables_table(p: &PenchantRows) -> Table {
+    let mut table = Table::new(
+        "mixed: store operations of the batches at max rate, by table",
+        &[
+            "table",
+            "calls per batch",
+            "rows read per event",
+            "rows mutated per event",
+            "mutations per event",
+        ],
+    );
+    let batches = p.max_batches as f64 / p.max_events.max(1) as f64;
+    for (name, ops) in tables_since(&p.max.tables, &Tables::new(), p.max_events as f64) {
+        table.row(vec![
+            name.into(),
+            Cell::fixed(ops.calls / batches.max(f64::MIN_POSITIVE), 2),
+            Cell::fixed(ops.rows_read, 3),
+            Cell::fixed(ops.rows_mutated, 3),
+            Cell::fixed(ops.mutations, 3),
+        ]);
+    }
+    table.note(
+        "The table a call names (an atomic write across tables counts as a call of each table \
+         it writes); the probe's single pushes are included (a few thousand events beside the \
+         phase's).",
     );
     table
 }
