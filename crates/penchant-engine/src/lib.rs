@@ -229,6 +229,10 @@ impl Engine {
         }
         let atomic_ingestion = config.exclusive_store && store.atomic_writes();
         profiles = profiles.with_aggregates(aggregates.clone());
+        let user_locks = Arc::<pending::UserLocks>::default();
+        if atomic_ingestion {
+            profiles = profiles.with_states(user_locks.clone());
+        }
         let supervisor = Arc::new(Supervisor::default());
         let leases = Leases::new(store.clone(), clock.clone(), config.lease_ttl);
         let runtime = jobs::Runtime::new(
@@ -307,7 +311,7 @@ impl Engine {
             supervisor,
             leases,
             pending: pending::Pending::new(store.clone(), clock.clone()),
-            user_locks: Arc::default(),
+            user_locks,
             atomic_ingestion,
             attempts: Arc::default(),
             exclusive_store: config.exclusive_store,

@@ -631,6 +631,22 @@ impl UserLocks {
         guards
     }
 
+    /// Hold the stripes of these users alone (a batch that updates their states, or a refresh
+    /// that rebuilds them), taken in order so that holders of several never wait on each other
+    /// in a cycle.
+    pub async fn exclusive_many<'u>(
+        &self,
+        app: &str,
+        users: impl IntoIterator<Item = &'u str>,
+    ) -> Vec<tokio::sync::RwLockWriteGuard<'_, ()>> {
+        let stripes: BTreeSet<usize> = users.into_iter().map(|u| Self::stripe(app, u)).collect();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for i in stripes {
+            guards.push(self.stripes[i].write().await);
+        }
+        guards
+    }
+
     /// Hold a user's stripe alone (a rebuild of the user's days).
     pub async fn exclusive(&self, app: &str, user: &str) -> tokio::sync::RwLockWriteGuard<'_, ()> {
         self.stripes[Self::stripe(app, user)].write().await

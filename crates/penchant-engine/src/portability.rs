@@ -323,6 +323,9 @@ impl Engine {
             }
         };
         self.tenancy.forget(&app);
+        if let Some(states) = self.profiles.states() {
+            states.forget(&app);
+        }
         self.schedule_cache.remove(&app);
         self.abtests.forget(&app);
         self.strategies.forget(&app);

@@ -13,6 +13,7 @@
 //! | `events` | user | `app 0 · user 0 · time ms (u64 BE) · discriminator (u64 BE)`; a batch's ingestion intent: `app 0 · 0xFF · batch (u64 BE)` |
 //! | `strategies` | app | the strategy: `app 0`; a named strategy: `app 0 · name` |
 //! | `profiles` | user | `app 0 · user` |
+//! | `states` | user | a user's state: `app 0 · user 0`; the app's marker: `app 0` |
 //! | `aggregates` | user | `app 0 · user 0 · day since the epoch (u32 BE)` |
 //! | `jobs` | app | `app 0` (a column per job kind) |
 //! | `sets` | app | `app 0 · set name` |
@@ -94,7 +95,7 @@ impl Table {
 }
 
 /// Every table, in the order of the module's table.
-pub const ALL: [Table; 24] = [
+pub const ALL: [Table; 25] = [
     crate::tenancy::APPS,
     crate::tenancy::KEYS,
     crate::catalog::CATALOG,
@@ -102,6 +103,7 @@ pub const ALL: [Table; 24] = [
     crate::events::EVENTS,
     crate::strategy::STRATEGIES,
     crate::profiles::PROFILES,
+    crate::profiles::STATES,
     crate::aggregates::AGGREGATES,
     crate::jobs::JOBS,
     crate::sets::SETS,

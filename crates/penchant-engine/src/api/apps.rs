@@ -77,6 +77,9 @@ impl Engine {
     /// Delete an app and every row it owns.
     pub async fn delete_app(&self, app_id: &str) -> Result<()> {
         self.recommend.trends.forget(&crate::keys::app(app_id));
+        if let Some(states) = self.profiles.states() {
+            states.forget(app_id);
+        }
         let deleted = self.tenancy.delete_app(app_id);
         self.catalog.changing(app_id, deleted).await
     }

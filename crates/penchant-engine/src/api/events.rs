@@ -64,21 +64,24 @@ impl Engine {
             }
             Ok(())
         };
-        self.count_stored(app, events, stored, deltas).await?;
+        let users: Vec<&str> = events.iter().map(events::Event::user).collect();
+        self.count_stored(app, events, stored, deltas, &users)
+            .await?;
         self.leave_intent(app, batch, attempt);
         Ok(())
     }
 
     /// What a batch owes once its events are stored, on both paths: `deltas` (writing the
     /// aggregates' deltas, each path its own way), then settle the events that wait for their
-    /// items, count trends and refresh the users' profiles; beside them, count traffic and A/B
-    /// tests and mark the items seen.
+    /// items and refresh the profiles of `refresh` (the batch's users whose profiles its write
+    /// did not update); beside them, count traffic, trends and A/B tests and mark the items seen.
     async fn count_stored(
         &self,
         app: &str,
         events: &[events::Event],
         stored: &[events::Stored<'_>],
         deltas: impl Future<Output = Result<()>>,
+        refresh: &[&str],
     ) -> Result<()> {
         let negative = self.seen.settings(app).await?;
         let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
@@ -101,9 +104,11 @@ impl Engine {
                 let keys: Vec<Bytes> = waiting.keys().cloned().collect();
                 self.settle_waiting(app, &keys, &[], &waiting).await?;
             }
-            let started = std::time::Instant::now();
-            self.refresh_users(app, events).await?;
-            self.refresh_latency.observe(started.elapsed());
+            if !refresh.is_empty() {
+                let started = std::time::Instant::now();
+                self.profiles.refresh_many(app, refresh).await?;
+                self.refresh_latency.observe(started.elapsed());
+            }
             Ok(())
         };
         self.traffic.add(app, &counted, self.clock.now_ms());
@@ -125,25 +130,36 @@ impl Engine {
     }
 
     /// [`Engine::push_events`] where the store writes atomically and this node is alone on it
-    /// (the embedded store): the batch's event rows, their deltas and its intent in one write,
-    /// so a batch is counted whole or not at all. The attempts of one request take turns
+    /// (the embedded store), in one write: the batch's event rows, their deltas, its users'
+    /// profiles updated from their states ([`crate::profiles::state`]) and its intent — so a
+    /// batch is counted whole or not at all. The attempts of one request take turns
     /// ([`pending::Attempts`]): a later one finds the events stored — counted, then — and
-    /// writes nothing. What the intent leaves owed (profiles, seen marks) every attempt does,
-    /// and the repair redoes from the batch's own event rows if the node dies first: its cost
-    /// follows the batch, not the users' history.
+    /// writes nothing. What the intent leaves owed (the profiles a state could not update, seen
+    /// marks) every attempt does, and the repair redoes from the batch's own event rows if the
+    /// node dies first: its cost follows the batch, not the users' history.
+    ///
+    /// One batch's journey: take the request's turn and the users' stripes; read the catalog
+    /// and which events are stored already ([`events::Events::prepare`]); derive the aggregate
+    /// deltas ([`aggregates::deltas`]); read the users' states and update their profiles
+    /// ([`crate::profiles::Profiles::update`]); write it all at once; then, the stripes let go,
+    /// refresh the profiles a state could not update, mark items seen, count tallies.
     async fn push_atomically(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let batch = pending::batch_id(app, events)?;
         let layouts = self.tenancy.events_of(app).await?.written();
+        let refresh: Vec<String>;
         let (ingested, folds) = {
             let _turn = self.attempts.lock(batch).await;
-            // Rebuilds of these users' days (a settlement's) stay apart from the write.
+            // From the states' read to the write, these users are the batch's alone.
             let _users = self
                 .user_locks
-                .shared(app, events.iter().map(events::Event::user))
+                .exclusive_many(app, events.iter().map(events::Event::user))
                 .await;
             let mut prepared = self.events.prepare(app, events, &layouts).await?;
             let mut folds = Vec::new();
-            if !prepared.ingested.stored.is_empty() {
+            if prepared.ingested.stored.is_empty() {
+                // A later attempt: the first wrote the profiles, or its intent still owes them.
+                refresh = events.iter().map(|e| e.user().to_owned()).collect();
+            } else {
                 let deltas = aggregates::deltas(app, &prepared.ingested.stored)?;
                 folds = deltas.folds;
                 let mut writes = prepared.writes();
@@ -154,6 +170,9 @@ impl Engine {
                         .into_iter()
                         .map(|row| TableMutation::new(aggregates::AGGREGATES_TABLE, row)),
                 );
+                let update = self.profiles.update(app, &prepared.ingested.stored).await?;
+                writes.extend(update.writes);
+                refresh = update.refresh;
                 let intent = self.pending.counted(app, batch, events, &keys);
                 writes.push(TableMutation::new(events::EVENTS_TABLE, intent));
                 self.store.mutate_atomically(writes).await?;
@@ -161,7 +180,8 @@ impl Engine {
             (prepared.ingested, folds)
         };
         let deltas = self.aggregates.added(app, &ingested.stored, folds);
-        self.count_stored(app, events, &ingested.stored, deltas)
+        let refresh: Vec<&str> = refresh.iter().map(String::as_str).collect();
+        self.count_stored(app, events, &ingested.stored, deltas, &refresh)
             .await?;
         // This attempt did all the intent owes (a later attempt too: the first may have died).
         let (pending, app) = (self.pending.clone(), app.to_owned());
@@ -309,6 +329,8 @@ impl Engine {
         let layout = self.tenancy.events_of(app).await?.layout;
         for (user, day) in days {
             let _alone = self.user_locks.exclusive(app, user).await;
+            // A state must not count without the day's new sums: the refresh after rebuilds it.
+            self.profiles.invalidate(app, &[user]).await?;
             self.aggregates.rebuild_day(app, user, day, layout).await?;
         }
         Ok(())
@@ -378,6 +400,9 @@ impl Engine {
         for day in &intent.days {
             {
                 let _alone = self.user_locks.exclusive(&intent.app, &intent.user).await;
+                self.profiles
+                    .invalidate(&intent.app, &[&intent.user])
+                    .await?;
                 self.aggregates
                     .rebuild_day(&intent.app, &intent.user, *day, layout)
                     .await?;

@@ -26,12 +26,14 @@
 //! |---|---|
 //! | `scoring.rs` | the formula: a strategy's weights, [`compute`] over a user's rows |
 //! | `mod.rs` | stored profiles: read, the streaming refresh, deletions |
+//! | `state.rs` | users' states: a profile updated from a batch instead of recomputed (the embedded store) |
 //! | `recompute.rs` | the batch path over ranges of users |
 //! | `job.rs` | the recompute job: every profile of an app after a strategy change, on the job runtime ([`crate::jobs`]) |
 
 pub mod job;
 mod recompute;
 mod scoring;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,6 +45,7 @@ use serde::{Deserialize, Serialize};
 
 pub use recompute::{RecomputeStats, Source, UserRange};
 pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, aggregate_filter, compute};
+pub use state::{STATES, States};
 
 use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
 use crate::clock::Clock;
@@ -54,6 +57,7 @@ use crate::tenancy::Tenancy;
 use crate::{EngineError, Result};
 
 pub const PROFILES_TABLE: &str = "profiles";
+pub const STATES_TABLE: &str = "states";
 const FAMILY: &str = "p";
 /// The family of a user's events that wait for their items' records: a column per event (its
 /// row key), stamped like the event ([`crate::events::waiting`]).
@@ -159,6 +163,19 @@ pub struct Profiles {
     local: Option<Arc<aggregates::LocalChanges>>,
     /// What folds the crowded days a refresh reads.
     aggregates: aggregates::Aggregates,
+    /// Users' states, where batches update profiles from them ([`state`]), with the stripes
+    /// that keep a state's read and write apart from another's.
+    states: Option<(Arc<States>, Arc<crate::pending::UserLocks>)>,
+}
+
+/// What a batch's update of its users' profiles writes ([`Profiles::update`]).
+#[derive(Debug, Default)]
+pub struct Update {
+    /// Profiles and states, for the batch's atomic write.
+    pub writes: Vec<penchant_store::TableMutation>,
+    /// The users whose state could not answer (marked stale by these writes): refresh them
+    /// after the write.
+    pub refresh: Vec<String>,
 }
 
 impl Profiles {
@@ -175,7 +192,88 @@ impl Profiles {
             tenancy,
             clock,
             local: None,
+            states: None,
         }
+    }
+
+    /// Keep users' states and update profiles from them ([`Profiles::update`]), holding users'
+    /// stripes of `locks` from a state's read to its write.
+    pub fn with_states(mut self, locks: Arc<crate::pending::UserLocks>) -> Self {
+        self.states = Some((Arc::new(States::new(self.store.clone())), locks));
+        self
+    }
+
+    /// Users' states, where they are kept.
+    pub fn states(&self) -> Option<&Arc<States>> {
+        self.states.as_ref().map(|(states, _)| states)
+    }
+
+    /// The profiles of a batch's users updated from its newly stored events (`stored`), and
+    /// their states, for the batch's one atomic write; the caller holds the users' stripes
+    /// exclusively from before this read until that write. A user whose state cannot answer
+    /// ([`state`]) is marked stale and named for a refresh after the write.
+    pub async fn update(&self, app: &str, stored: &[crate::events::Stored<'_>]) -> Result<Update> {
+        use penchant_store::TableMutation;
+        let mut update = Update::default();
+        let Some((states, _)) = &self.states else {
+            return Ok(update);
+        };
+        let Some(strategy) = self.strategies.get(app).await? else {
+            return Ok(update);
+        };
+        let mut by_user: BTreeMap<&str, Vec<&crate::events::Stored<'_>>> = BTreeMap::new();
+        for s in stored {
+            by_user.entry(s.event.user()).or_default().push(s);
+        }
+        let users: Vec<&str> = by_user.keys().copied().collect();
+        let complete = states.complete(app).await?;
+        let mut found = states.read_many(app, &users).await?;
+        let since = self.window_start(app).await?;
+        let scorer = Scorer::new(&strategy.strategy);
+        for (user, events) in by_user {
+            let state = match found.remove(user) {
+                Some(state::Found::State(s)) if s.version == strategy.version => Some(s),
+                Some(state::Found::Missing) | None if complete => {
+                    Some(state::State::empty(strategy.version))
+                }
+                _ => None,
+            };
+            let profile = state.and_then(|mut state| {
+                state.add(&scorer, events, since);
+                Some((state.profile(user, since)?, state))
+            });
+            let Some((profile, state)) = profile else {
+                update.writes.push(TableMutation::new(
+                    STATES_TABLE,
+                    States::write(app, user, None),
+                ));
+                update.refresh.push(user.to_owned());
+                continue;
+            };
+            update.writes.push(TableMutation::new(
+                PROFILES_TABLE,
+                RowMutation::new(
+                    keys::profile(app, user),
+                    Self::profile_mutations(&profile, strategy.version, None)?,
+                ),
+            ));
+            update.writes.push(TableMutation::new(
+                STATES_TABLE,
+                States::write(app, user, Some(&state)),
+            ));
+        }
+        Ok(update)
+    }
+
+    /// Mark these users' states stale (their aggregates are about to change behind them), their
+    /// stripes held by the caller.
+    pub async fn invalidate(&self, app: &str, users: &[&str]) -> Result<()> {
+        if self.states.is_none() || users.is_empty() {
+            return Ok(());
+        }
+        let writes = users.iter().map(|u| States::write(app, u, None)).collect();
+        self.store.mutate_all(STATES_TABLE, writes).await?;
+        Ok(())
     }
 
     /// Fold the crowded days a refresh reads with these aggregates (which may hold deltas of
@@ -334,6 +432,11 @@ impl Profiles {
             if pending.is_empty() {
                 break;
             }
+            // Where states are kept, a refresh rebuilds them: alone with its users' batches.
+            let _alone = match &self.states {
+                Some((_, locks)) => locks.exclusive_many(app, pending.iter().copied()).await,
+                None => Vec::new(),
+            };
             let counters: Vec<u32> = match &self.local {
                 Some(local) => pending.iter().map(|u| local.read(app, u)).collect(),
                 None => Vec::new(),
@@ -344,6 +447,7 @@ impl Profiles {
                 .await?;
             let since = self.window_start(app).await?;
             let mut writes = Vec::with_capacity(pending.len());
+            let mut state_writes = Vec::new();
             let empty = Stored::EMPTY;
             for user in &pending {
                 let rows = days.get(user).map_or(&[][..], Vec::as_slice);
@@ -351,19 +455,41 @@ impl Profiles {
                 let cut = self
                     .cut_days(app, user, rows, &strategy.strategy, stored, since)
                     .await?;
-                let computed = scorer.compute(
-                    user,
-                    cut.as_deref().unwrap_or(rows),
-                    stored.deleted_until,
-                    since,
-                );
+                let rows = cut.as_deref().unwrap_or(rows);
+                let computed = match &self.states {
+                    // The same counts, kept per day.
+                    Some(_) => {
+                        let state = state::State {
+                            version: strategy.version,
+                            deleted_until: stored.deleted_until,
+                            days: scorer.days(rows, stored.deleted_until, since),
+                        };
+                        state_writes.push(States::write(app, user, Some(&state)));
+                        state::profile_of(user, &state.days)
+                    }
+                    None => scorer.compute(user, rows, stored.deleted_until, since),
+                };
                 writes.push(RowMutation::new(
                     keys::profile(app, user),
                     Self::profile_mutations(&computed, strategy.version, None)?,
                 ));
                 profiles.insert(user, computed);
             }
-            self.store.mutate_all(PROFILES_TABLE, writes).await?;
+            if state_writes.is_empty() {
+                self.store.mutate_all(PROFILES_TABLE, writes).await?;
+            } else {
+                use penchant_store::TableMutation;
+                let writes = writes
+                    .into_iter()
+                    .map(|w| TableMutation::new(PROFILES_TABLE, w))
+                    .chain(
+                        state_writes
+                            .into_iter()
+                            .map(|w| TableMutation::new(STATES_TABLE, w)),
+                    )
+                    .collect();
+                self.store.mutate_atomically(writes).await?;
+            }
             crowded.extend(days.values().flat_map(|rows| aggregates::crowded(rows)));
             if let Some(local) = &self.local {
                 // A change written after this read bumped its counter before this check, or
@@ -518,6 +644,12 @@ impl Profiles {
 
     /// Forget a user's events up to `until` (ms, inclusive): they no longer count, from now on.
     pub async fn delete_profile(&self, app: &str, user: &str, until: i64) -> Result<()> {
+        // The state counted the deleted events: stale before the deletion is written.
+        let alone = match &self.states {
+            Some((_, locks)) => Some(locks.exclusive(app, user).await),
+            None => None,
+        };
+        self.invalidate(app, &[user]).await?;
         self.store
             .mutate_row(
                 PROFILES_TABLE,
@@ -529,6 +661,7 @@ impl Profiles {
         if let Some(local) = &self.local {
             local.bump(app, [user]);
         }
+        drop(alone);
         self.refresh(app, user).await?;
         Ok(())
     }

@@ -9,6 +9,7 @@ use penchant_store::{Row, RowFilter};
 use serde::Deserialize;
 
 use super::Profile;
+use super::state::Day;
 use crate::aggregates;
 use crate::events::{EventType, qualifier};
 use crate::keys;
@@ -88,16 +89,60 @@ impl Scorer {
 
     /// [`compute`] with this scorer's strategy.
     pub fn compute(&self, user: &str, rows: &[Row], deleted_until: i64, since: i64) -> Profile {
-        let weights = &self.weights;
         // Facet values borrow from the rows' JSON where it has no escapes (nearly always).
         let mut raw: BTreeMap<&str, BTreeMap<Cow<'_, str>, i64>> = BTreeMap::new();
         let mut last_event_at = None;
+        self.scan(rows, deleted_until, since, |seen| match seen {
+            Seen::Row(ts) => last_event_at = last_event_at.max(Some(ts)),
+            Seen::Count(facet, value, n) => {
+                *raw.entry(facet).or_default().entry(value).or_default() += n;
+            }
+        });
+        finish(user, raw, last_event_at)
+    }
+
+    /// What [`Scorer::compute`] counts of these rows, per day: a user's [`super::state`].
+    pub fn days(&self, rows: &[Row], deleted_until: i64, since: i64) -> BTreeMap<i64, Day> {
+        let mut days: BTreeMap<i64, Day> = BTreeMap::new();
+        let mut today = None;
+        self.scan(rows, deleted_until, since, |seen| match seen {
+            Seen::Row(ts) => {
+                let day = days.entry(aggregates::day_of(ts)).or_default();
+                day.last = day.last.max(ts);
+                today = Some(aggregates::day_of(ts));
+            }
+            Seen::Count(facet, value, n) => {
+                if let Some(day) = today.and_then(|d| days.get_mut(&d)) {
+                    day.add(facet, &value, n);
+                }
+            }
+        });
+        days
+    }
+
+    /// The weight of a facet's values in an event of this type and name (event score × facet
+    /// score), if the strategy weighs them.
+    pub fn weight(&self, event_type: EventType, event_name: &str, facet: &str) -> Option<i64> {
+        let facets = self.narrow.get(&event_type)?.get(event_name.as_bytes())?;
+        facets.get(facet).copied()
+    }
+
+    /// Visit each row the window and the deletion leave (its time, in ms), then each weighted
+    /// count it holds.
+    fn scan<'s, 'r>(
+        &'s self,
+        rows: &'r [Row],
+        deleted_until: i64,
+        since: i64,
+        mut visit: impl FnMut(Seen<'s, 'r>),
+    ) {
+        let weights = &self.weights;
         for row in rows {
             let Some(ts) = row_time(row) else { continue };
             if ts <= deleted_until || ts < since {
                 continue;
             }
-            last_event_at = last_event_at.max(Some(ts));
+            visit(Seen::Row(ts));
             for cell in &row.cells {
                 // A narrow cell: every facet's counts of one event, filtered here.
                 if let Some(event_type) = EventType::parse(&cell.family) {
@@ -112,9 +157,8 @@ impl Scorer {
                         continue;
                     };
                     for (facet, weight, Counts(counts)) in counted {
-                        let values = raw.entry(facet).or_default();
                         for (value, n) in counts {
-                            *values.entry(value).or_default() += weight * n as i64;
+                            visit(Seen::Count(facet, value, weight * n as i64));
                         }
                     }
                     continue;
@@ -128,46 +172,61 @@ impl Scorer {
                 let Ok(Counts(counts)) = serde_json::from_slice::<Counts<'_>>(&cell.value) else {
                     continue;
                 };
-                let values = raw.entry(facet.as_str()).or_default();
                 for (value, n) in counts {
-                    *values.entry(value).or_default() += weight * n as i64;
+                    visit(Seen::Count(facet, value, weight * n as i64));
                 }
             }
         }
-        // Values that "not for me" events brought to 0 or below leave the profile.
-        for values in raw.values_mut() {
-            values.retain(|_, sum| *sum > 0);
-        }
-        raw.retain(|_, values| !values.is_empty());
-        let best = raw
-            .values()
-            .flat_map(|v| v.values())
-            .map(|&sum| sum as u64)
-            .max()
-            .unwrap_or(0);
-        let scores = raw
-            .into_iter()
-            .map(|(facet, values)| {
-                let mut ranked: Vec<(Cow<'_, str>, u64)> =
-                    values.into_iter().map(|(v, sum)| (v, sum as u64)).collect();
-                ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                ranked.truncate(MAX_VALUES_PER_FACET);
-                let scaled = ranked
-                    .into_iter()
-                    .map(|(value, r)| {
-                        let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
-                        (value.into_owned(), score as u32)
-                    })
-                    .collect();
-                (facet.to_owned(), scaled)
-            })
-            .collect();
-        Profile {
-            user_token: user.to_owned(),
-            last_event_at,
-            scores,
-            waiting_events: 0,
-        }
+    }
+}
+
+/// What [`Scorer::scan`] meets: a counted row (its time, ms), then each of its weighted counts
+/// (facet, value, event score × facet score × n).
+enum Seen<'s, 'r> {
+    Row(i64),
+    Count(&'s str, Cow<'r, str>, i64),
+}
+
+/// The profile of a user's raw scores per facet and value: values at 0 or below leave it (a
+/// "not for me" event brought them there), each facet keeps its [`MAX_VALUES_PER_FACET`] best,
+/// scaled to 1..[`MAX_SCORE`] against the best of all.
+pub fn finish<'a>(
+    user: &str,
+    mut raw: BTreeMap<&'a str, BTreeMap<Cow<'a, str>, i64>>,
+    last_event_at: Option<i64>,
+) -> Profile {
+    for values in raw.values_mut() {
+        values.retain(|_, sum| *sum > 0);
+    }
+    raw.retain(|_, values| !values.is_empty());
+    let best = raw
+        .values()
+        .flat_map(|v| v.values())
+        .map(|&sum| sum as u64)
+        .max()
+        .unwrap_or(0);
+    let scores = raw
+        .into_iter()
+        .map(|(facet, values)| {
+            let mut ranked: Vec<(Cow<'_, str>, u64)> =
+                values.into_iter().map(|(v, sum)| (v, sum as u64)).collect();
+            ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            ranked.truncate(MAX_VALUES_PER_FACET);
+            let scaled = ranked
+                .into_iter()
+                .map(|(value, r)| {
+                    let score = ((MAX_SCORE * r + best / 2) / best).clamp(1, MAX_SCORE);
+                    (value.into_owned(), score as u32)
+                })
+                .collect();
+            (facet.to_owned(), scaled)
+        })
+        .collect();
+    Profile {
+        user_token: user.to_owned(),
+        last_event_at,
+        scores,
+        waiting_events: 0,
     }
 }
 

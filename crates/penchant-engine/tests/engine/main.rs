@@ -20,4 +20,5 @@ mod residency;
 mod retention;
 mod retries;
 mod schedules;
+mod states;
 mod vectors;

@@ -2,8 +2,9 @@
 //! retention window; bursts of them, so that days' aggregates fold; retried requests; events
 //! on catalog items whose records are written later, or changed), repairs, profile deletions
 //! and strategy changes (each followed by its recompute job), every stored profile is the one
-//! a full recompute gives — in either event layout (wide and narrow) — and no event waits for
-//! an item that has a record.
+//! a full recompute gives — in either event layout (wide and narrow), on a node alone on its
+//! store (profiles updated from users' states) or not — and no event waits for an item that
+//! has a record.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,10 +145,12 @@ async fn wait_for_job(engine: &Engine) {
     }
 }
 
-async fn run(layout: Layout, ops: Vec<Op>) {
+async fn run(layout: Layout, alone: bool, ops: Vec<Op>) {
     let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
     let config = EngineConfig {
         recompute_parallelism: 3,
+        // Alone on a store with atomic writes, batches update profiles from users' states.
+        exclusive_store: alone,
         ..EngineConfig::default()
     };
     let engine = Engine::open(store.clone(), config).await.unwrap();
@@ -361,6 +364,7 @@ proptest! {
     #[test]
     fn streaming_equals_batch(
         narrow in any::<bool>(),
+        alone in any::<bool>(),
         ops in prop::collection::vec(op(), 1..40),
     ) {
         let layout = if narrow { Layout::Narrow } else { Layout::Wide };
@@ -369,6 +373,6 @@ proptest! {
             .enable_all()
             .build()
             .unwrap()
-            .block_on(run(layout, ops));
+            .block_on(run(layout, alone, ops));
     }
 }
