@@ -246,6 +246,21 @@ impl CountingStore {
     fn other(&self) {
         self.counters.calls[Op::Other as usize].fetch_add(1, Ordering::Relaxed);
     }
+
+    /// An atomic write: one call, counted once in all and once for each table it writes.
+    fn count_atomic(&self, writes: &[penchant_store::TableMutation]) {
+        self.counters.calls[Op::MutateRows as usize].fetch_add(1, Ordering::Relaxed);
+        let mut tables: Vec<&'static str> = Vec::new();
+        for w in writes {
+            self.counters.mutated(w.table, 1, w.row.mutations.len());
+            if !tables.contains(&w.table) {
+                tables.push(w.table);
+            }
+        }
+        for table in tables {
+            self.counters.table(table, |t| t.calls += 1.0);
+        }
+    }
 }
 
 #[async_trait]
@@ -349,19 +364,18 @@ impl Store for CountingStore {
         self.inner.atomic_writes()
     }
     async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
-        // One call, counted once in all and once for each table it writes.
-        self.counters.calls[Op::MutateRows as usize].fetch_add(1, Ordering::Relaxed);
-        let mut tables: Vec<&'static str> = Vec::new();
-        for w in &writes {
-            self.counters.mutated(w.table, 1, w.row.mutations.len());
-            if !tables.contains(&w.table) {
-                tables.push(w.table);
-            }
-        }
-        for table in tables {
-            self.counters.table(table, |t| t.calls += 1.0);
-        }
+        self.count_atomic(&writes);
         self.inner.mutate_atomically(writes).await
+    }
+    async fn mutate_atomically_deferred(
+        &self,
+        writes: Vec<penchant_store::TableMutation>,
+    ) -> Result<()> {
+        self.count_atomic(&writes);
+        self.inner.mutate_atomically_deferred(writes).await
+    }
+    async fn sync(&self) -> Result<()> {
+        self.inner.sync().await
     }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
         let view = self.inner.workload_view(workload)?;

@@ -128,6 +128,9 @@ impl EngineConfig {
 
 /// How old an ingestion intent is before the regular repair takes it for interrupted.
 const REPAIR_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often a node alone on its store looks for apps whose users lack states (written before
+/// states existed, or imported) and gives them states ([`profiles::Profiles::build_states`]).
+const STATES_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// What `/metrics` reports of the engine, read at each scrape.
 #[derive(Debug, Clone, Default)]
@@ -454,6 +457,19 @@ impl Engine {
                 async move { engine.abtests.results.flush().await }
             },
         );
+        if self.profiles.states().is_some() {
+            let engine = self.clone();
+            self.runtime
+                .every("giving users states", STATES_EVERY, true, move || {
+                    let engine = engine.clone();
+                    async move {
+                        for app in engine.tenancy.list_apps().await? {
+                            engine.profiles.build_states(&app.app_id).await?;
+                        }
+                        Ok(())
+                    }
+                });
+        }
         let engine = self.clone();
         self.runtime.every(
             "the schedules' round",

@@ -217,6 +217,20 @@ impl Store for MeteredStore {
         )
         .await
     }
+    async fn mutate_atomically_deferred(
+        &self,
+        writes: Vec<penchant_store::TableMutation>,
+    ) -> Result<()> {
+        self.timed(
+            "mutate_atomically",
+            "*",
+            self.inner.mutate_atomically_deferred(writes),
+        )
+        .await
+    }
+    async fn sync(&self) -> Result<()> {
+        self.timed("sync", "*", self.inner.sync()).await
+    }
     fn gauges(&self) -> Vec<penchant_store::Gauge> {
         self.inner.gauges()
     }

@@ -130,6 +130,13 @@ impl Store for PacedStore {
         self.spend(writes.len()).await;
         self.inner.mutate_atomically(writes).await
     }
+    async fn mutate_atomically_deferred(&self, writes: Vec<TableMutation>) -> Result<()> {
+        self.spend(writes.len()).await;
+        self.inner.mutate_atomically_deferred(writes).await
+    }
+    async fn sync(&self) -> Result<()> {
+        self.inner.sync().await
+    }
     async fn read_rows(&self, table: &str, request: ReadRows) -> Result<RowStream> {
         let rows = self.inner.read_rows(table, request).await?;
         if !self.paced {

@@ -91,6 +91,11 @@ struct Inner {
     deletes: Box<[AtomicU64]>,
     /// Row ranges to compact, for the tombstone compactor thread.
     compactions: SyncSender<(Vec<u8>, Vec<u8>)>,
+    /// Deferred writes applied so far ([`Store::mutate_atomically_deferred`]), and how many
+    /// of them a sync of the log has made durable (the lock is held through the sync, so
+    /// concurrent syncs share one: group commit).
+    deferred: AtomicU64,
+    synced: Mutex<u64>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -192,6 +197,8 @@ impl RocksStore {
             sync_writes: options.sync_writes,
             deletes,
             compactions,
+            deferred: AtomicU64::new(0),
+            synced: Mutex::new(0),
         });
         spawn_compactor(Arc::downgrade(&inner), requests)?;
         Ok(Self { inner })
@@ -345,7 +352,21 @@ impl Store for RocksStore {
 
     /// One `WriteBatch` (one write to the log, one fsync) for every row of every table.
     async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
-        write::mutate_atomically(self, writes).await
+        write::mutate_atomically(self, writes, self.inner.sync_writes).await
+    }
+
+    /// The same `WriteBatch`, written to the log without waiting for its fsync.
+    async fn mutate_atomically_deferred(
+        &self,
+        writes: Vec<penchant_store::TableMutation>,
+    ) -> Result<()> {
+        write::mutate_atomically(self, writes, false).await
+    }
+
+    /// One fsync of the log for every deferred write applied before it, shared by the
+    /// writers that ask at once (a no-op without `sync_writes`).
+    async fn sync(&self) -> Result<()> {
+        write::sync(self).await
     }
 
     /// RocksDB's checkpoint: the memtables flushed, then the live files hard-linked into

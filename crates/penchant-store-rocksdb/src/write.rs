@@ -98,6 +98,20 @@ impl Inner {
             .map_err(backend)
     }
 
+    /// Write `batch` to the log, waiting for its fsync or not (then it counts as deferred,
+    /// for [`sync`]).
+    fn write_synced(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        if sync || !self.sync_writes {
+            return self.write(batch);
+        }
+        let mut o = WriteOptions::default();
+        o.set_sync(false);
+        self.db.write_opt(batch, &o).map_err(backend)?;
+        self.deferred
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
     fn stripe(&self, table: u32, row: &[u8]) -> usize {
         let mut h = self.hasher.build_hasher();
         table.hash(&mut h);
@@ -446,6 +460,7 @@ pub(crate) async fn mutate_rows(
 pub(crate) async fn mutate_atomically(
     store: &RocksStore,
     writes: Vec<penchant_store::TableMutation>,
+    sync: bool,
 ) -> Result<()> {
     penchant_store::check_atomic(&writes)?;
     // A row named twice gets its mutations in order, in one entry: the encoding of a batch
@@ -483,7 +498,31 @@ pub(crate) async fn mutate_atomically(
             for (t, key, mutations) in &rows {
                 inner.add_mutations(&mut batch, &mut stored, t, key, mutations, now)?;
             }
-            inner.write(batch)
+            inner.write_synced(batch, sync)
+        })
+        .await
+}
+
+/// Make the deferred writes applied so far durable: one fsync of the log, unless one that
+/// started after the last of them has finished meanwhile (the writers waiting on the lock
+/// while a sync runs mostly find their writes synced by it).
+pub(crate) async fn sync(store: &RocksStore) -> Result<()> {
+    use std::sync::atomic::Ordering;
+    let inner = &store.inner;
+    let target = inner.deferred.load(Ordering::SeqCst);
+    if !inner.sync_writes || *inner.synced.lock() >= target {
+        return Ok(());
+    }
+    store
+        .blocking(move |inner| {
+            let mut synced = inner.synced.lock();
+            if *synced >= target {
+                return Ok(());
+            }
+            let applied = inner.deferred.load(Ordering::SeqCst);
+            inner.db.flush_wal(true).map_err(backend)?;
+            *synced = applied;
+            Ok(())
         })
         .await
 }

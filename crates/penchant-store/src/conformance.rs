@@ -518,7 +518,9 @@ pub async fn atomic_writes_across_tables(store: &dyn Store) {
             RowMutation::new(b("r1"), vec![Mutation::set("nope", b("y"), MS, b("2"))]),
         ),
     ];
-    let r = store.mutate_atomically(bad).await;
+    let r = store.mutate_atomically(bad.clone()).await;
+    assert!(matches!(r, Err(StoreError::FamilyNotFound { .. })), "{r:?}");
+    let r = store.mutate_atomically_deferred(bad).await;
     assert!(matches!(r, Err(StoreError::FamilyNotFound { .. })), "{r:?}");
     assert_eq!(
         cells(&read(store, ReadRows::default()).await),
@@ -526,6 +528,24 @@ pub async fn atomic_writes_across_tables(store: &dyn Store) {
     );
     let other = store.read_all(U, ReadRows::default()).await.expect("read");
     assert_eq!(cells(&other), vec!["r1/a:y@1=2"]);
+    // A deferred write is read at once, before the sync that makes it durable; syncs at once
+    // (with nothing deferred, or several together) all return.
+    store
+        .mutate_atomically_deferred(vec![set(T, "r4", "x", "4"), set(U, "r4", "y", "5")])
+        .await
+        .expect("deferred atomic write");
+    let row = store.read_row(U, b("r4"), None).await.expect("read");
+    assert_eq!(
+        cells(&row.into_iter().collect::<Vec<_>>()),
+        vec!["r4/a:y@1=5"]
+    );
+    let (a, b2, c) = futures::join!(store.sync(), store.sync(), store.sync());
+    a.and(b2).and(c).expect("sync");
+    store.sync().await.expect("sync with nothing deferred");
+    assert_eq!(
+        cells(&read(store, ReadRows::default()).await),
+        vec!["r1/a:x@1=1", "r2/a:z@1=3", "r4/a:x@1=4"]
+    );
 }
 
 pub async fn bad_input_is_rejected(store: &dyn Store) {

@@ -125,6 +125,21 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Split points of a table, in key order, for parallel scans.
     async fn sample_row_keys(&self, table: &str) -> Result<Vec<KeySample>>;
 
+    /// [`Store::mutate_atomically`], visible to reads at once but durable only once a
+    /// [`Store::sync`] started after it returns: a crash before may lose it, and every write
+    /// after it (a store's log keeps its writes in order, so a write made durable makes every
+    /// write before it durable too). Writers that hold a lock from a read to their write take
+    /// the wait for the disk out of it, and concurrent writers share one wait (group commit).
+    /// Stores without a log of their own write durably at once.
+    async fn mutate_atomically_deferred(&self, writes: Vec<TableMutation>) -> Result<()> {
+        self.mutate_atomically(writes).await
+    }
+
+    /// Make every write applied so far durable ([`Store::mutate_atomically_deferred`]'s).
+    async fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Make every acknowledged write durable and persist buffered state (called on shutdown).
     async fn flush(&self) -> Result<()>;
 

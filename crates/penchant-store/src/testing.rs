@@ -172,12 +172,27 @@ impl<H: Hook> Store for Hooked<H> {
         self.inner.atomic_writes()
     }
     async fn mutate_atomically(&self, writes: Vec<crate::TableMutation>) -> Result<()> {
+        self.before_atomic(&writes).await?;
+        self.inner.mutate_atomically(writes).await
+    }
+    async fn mutate_atomically_deferred(&self, writes: Vec<crate::TableMutation>) -> Result<()> {
+        self.before_atomic(&writes).await?;
+        self.inner.mutate_atomically_deferred(writes).await
+    }
+    async fn sync(&self) -> Result<()> {
+        self.inner.sync().await
+    }
+}
+
+impl<H: Hook> Hooked<H> {
+    /// The hook, once per table an atomic write names.
+    async fn before_atomic(&self, writes: &[crate::TableMutation]) -> Result<()> {
         let tables: std::collections::BTreeSet<&'static str> =
             writes.iter().map(|w| w.table).collect();
         for table in tables {
             self.hook.before(Op::Atomic, table).await?;
         }
-        self.inner.mutate_atomically(writes).await
+        Ok(())
     }
 }
 

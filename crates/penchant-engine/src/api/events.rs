@@ -138,30 +138,26 @@ impl Engine {
     /// marks) every attempt does, and the repair redoes from the batch's own event rows if the
     /// node dies first: its cost follows the batch, not the users' history.
     ///
-    /// One batch's journey: take the request's turn and the users' stripes; read the catalog
-    /// and which events are stored already ([`events::Events::prepare`]); derive the aggregate
-    /// deltas ([`aggregates::deltas`]); read the users' states and update their profiles
-    /// ([`crate::profiles::Profiles::update`]); write it all at once; then, the stripes let go,
-    /// refresh the profiles a state could not update, mark items seen, count tallies.
+    /// One batch's journey: take the request's turn; read the catalog and which events are
+    /// stored already ([`events::Events::prepare`]); derive the aggregate deltas
+    /// ([`aggregates::deltas`]); take the users' stripes, read their states and update their
+    /// profiles ([`crate::profiles::Profiles::update`]), write it all at once and let the
+    /// stripes go; wait for the log's fsync (shared with the batches beside:
+    /// [`penchant_store::Store::sync`]); then refresh the profiles a state could not update,
+    /// mark items seen, count tallies.
     async fn push_atomically(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let batch = pending::batch_id(app, events)?;
         let layouts = self.tenancy.events_of(app).await?.written();
-        let refresh: Vec<String>;
-        let (ingested, folds) = {
+        let (ingested, folds, refresh) = {
             let _turn = self.attempts.lock(batch).await;
-            // From the states' read to the write, these users are the batch's alone.
-            let _users = self
-                .user_locks
-                .exclusive_many(app, events.iter().map(events::Event::user))
-                .await;
             let mut prepared = self.events.prepare(app, events, &layouts).await?;
-            let mut folds = Vec::new();
             if prepared.ingested.stored.is_empty() {
-                // A later attempt: the first wrote the profiles, or its intent still owes them.
-                refresh = events.iter().map(|e| e.user().to_owned()).collect();
+                // A later attempt: the first wrote the profiles (durably: it syncs before it
+                // lets its turn go), or its intent still owes them.
+                let users = events.iter().map(|e| e.user().to_owned()).collect();
+                (prepared.ingested, Vec::new(), users)
             } else {
                 let deltas = aggregates::deltas(app, &prepared.ingested.stored)?;
-                folds = deltas.folds;
                 let mut writes = prepared.writes();
                 let keys = prepared.ingested.keys();
                 writes.extend(
@@ -170,14 +166,23 @@ impl Engine {
                         .into_iter()
                         .map(|row| TableMutation::new(aggregates::AGGREGATES_TABLE, row)),
                 );
-                let update = self.profiles.update(app, &prepared.ingested.stored).await?;
-                writes.extend(update.writes);
-                refresh = update.refresh;
                 let intent = self.pending.counted(app, batch, events, &keys);
                 writes.push(TableMutation::new(events::EVENTS_TABLE, intent));
-                self.store.mutate_atomically(writes).await?;
+                let refresh = {
+                    // From the states' read to the write, these users are the batch's alone;
+                    // the wait for the disk comes after, shared with the batches beside.
+                    let _users = self
+                        .user_locks
+                        .exclusive_many(app, events.iter().map(events::Event::user))
+                        .await;
+                    let update = self.profiles.update(app, &prepared.ingested.stored).await?;
+                    writes.extend(update.writes);
+                    self.store.mutate_atomically_deferred(writes).await?;
+                    update.refresh
+                };
+                self.store.sync().await?;
+                (prepared.ingested, deltas.folds, refresh)
             }
-            (prepared.ingested, folds)
         };
         let deltas = self.aggregates.added(app, &ingested.stored, folds);
         let refresh: Vec<&str> = refresh.iter().map(String::as_str).collect();

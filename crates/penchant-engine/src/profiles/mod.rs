@@ -58,6 +58,8 @@ use crate::{EngineError, Result};
 
 pub const PROFILES_TABLE: &str = "profiles";
 pub const STATES_TABLE: &str = "states";
+/// Users [`Profiles::build_states`] gives states at once.
+const STATE_CHUNK: usize = 256;
 const FAMILY: &str = "p";
 /// The family of a user's events that wait for their items' records: a column per event (its
 /// row key), stamped like the event ([`crate::events::waiting`]).
@@ -263,6 +265,62 @@ impl Profiles {
             ));
         }
         Ok(update)
+    }
+
+    /// Give every user of an app written before states a state, then mark the app complete
+    /// ([`States::complete`]): an online pass over the app's users (their aggregate rows' keys,
+    /// at the batch workload's pace), refreshing [`STATE_CHUNK`] users at a time from their
+    /// aggregates — under their stripes, as a batch's fallback does — and skipping those whose
+    /// state answers already, so a pass stopped half-way resumes at little cost. Batches keep
+    /// flowing meanwhile: a user the pass has not reached falls back to the refresh, which
+    /// gives it a state. Returns how many users it gave a state, `None` when there is nothing
+    /// to do (the app is complete, or has no strategy yet).
+    pub async fn build_states(&self, app: &str) -> Result<Option<u64>> {
+        use futures::TryStreamExt;
+        let Some((states, _)) = &self.states else {
+            return Ok(None);
+        };
+        if states.complete(app).await? {
+            return Ok(None);
+        }
+        let Some(strategy) = self.strategies.get(app).await? else {
+            return Ok(None);
+        };
+        let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
+        let request = ReadRows::new(RowSet::prefix(keys::app(app)))
+            .filter(RowFilter::CellsPerRowLimit(1).and(RowFilter::StripValue));
+        let mut rows = store.read_rows(AGGREGATES_TABLE, request).await?;
+        let mut chunk: Vec<String> = Vec::new();
+        let mut built = 0;
+        loop {
+            let row = rows.try_next().await?;
+            if let Some(user) = row.as_ref().and_then(|r| keys::user_of(app, &r.key))
+                && chunk.last().is_none_or(|last| last != user)
+            {
+                chunk.push(user.to_owned());
+            }
+            if chunk.len() >= STATE_CHUNK || (row.is_none() && !chunk.is_empty()) {
+                let users: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                let found = states.read_many(app, &users).await?;
+                let lacking: Vec<&str> = found
+                    .into_iter()
+                    .filter(|(_, f)| !matches!(f, state::Found::State(s) if s.version == strategy.version))
+                    .map(|(user, _)| user)
+                    .collect();
+                self.refresh_many(app, &lacking).await?;
+                built += lacking.len() as u64;
+                // The user at the chunk's end may have more rows: it stays, to be skipped.
+                let last = chunk.pop();
+                chunk.clear();
+                chunk.extend(last.filter(|_| row.is_some()));
+            }
+            if row.is_none() {
+                break;
+            }
+        }
+        states.mark_complete(app).await?;
+        tracing::info!(%app, users = built, "every user of the app has a state");
+        Ok(Some(built))
     }
 
     /// Mark these users' states stale (their aggregates are about to change behind them), their

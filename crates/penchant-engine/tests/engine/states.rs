@@ -1,7 +1,7 @@
 //! Users' states on a node alone on a store with atomic writes: a batch updates its users'
 //! profiles from their states, in its one write, without reading their aggregates; a store
 //! written before states existed keeps its profiles, and its users gain states as their events
-//! arrive.
+//! arrive, and all of them in a pass over the app's users.
 
 use std::sync::Arc;
 
@@ -165,6 +165,23 @@ async fn a_store_written_before_states_keeps_its_profiles_and_users_gain_states(
         .unwrap();
     assert_eq!(reads_of(&log.take(), AGGREGATES_TABLE), 0);
     check(&engine, &["u1", "u2", "u5"]).await;
+    // A new user of an app without states for all: refreshed from the (empty) aggregates.
+    engine
+        .push_events(APP, &events(&["u6"], now - 15_000, "a"))
+        .await
+        .unwrap();
+    assert!(reads_of(&log.take(), AGGREGATES_TABLE) > 0);
+    // The pass over the app's users gives u2 (and only u2) a state and marks the app complete.
+    let built = engine.profiles().build_states(APP).await.unwrap();
+    assert_eq!(built, Some(1));
+    assert_eq!(engine.profiles().build_states(APP).await.unwrap(), None);
+    log.take();
+    engine
+        .push_events(APP, &events(&["u2", "u7"], now - 12_000, "f"))
+        .await
+        .unwrap();
+    assert_eq!(reads_of(&log.take(), AGGREGATES_TABLE), 0);
+    check(&engine, &["u1", "u2", "u5", "u6", "u7"]).await;
     // A strategy change: states weighed with the old one no longer answer.
     engine
         .set_strategy(APP, support::views(3, 20))
