@@ -41,8 +41,8 @@
 //! days from the raw events — the one case that still costs a day.
 //!
 //! On one node, [`UserLocks`] keep a user's rebuild apart from the ingestion of the user's
-//! events: an ingestion holds its users' stripes shared from its raw write until its deltas are
-//! written; a rebuild holds its user's stripe alone.
+//! events: an ingestion holds its users shared from its raw write until its deltas are
+//! written; a rebuild holds its user alone.
 //!
 //! **A batch written atomically** (a node alone on a store with atomic writes, the embedded
 //! one): the intent goes in one write with the batch's events and deltas, with a [`COUNTED`]
@@ -592,63 +592,158 @@ impl Attempts {
     }
 }
 
-/// Stripes of per-user locks on this node: ingestion takes its users' stripes shared, a
-/// rebuild of a user's days takes the user's stripe alone. Stripes are taken in increasing
-/// order and a rebuild holds one, so no two holders wait on each other in a cycle.
-#[derive(Debug)]
-pub struct UserLocks {
-    stripes: Vec<tokio::sync::RwLock<()>>,
-}
-
-/// Stripes of [`UserLocks`]: two users share one with odds 1 in this.
+/// Stripes of [`Attempts`]: two batches share one with odds 1 in this.
 const STRIPES: usize = 256;
 
-impl Default for UserLocks {
-    fn default() -> Self {
-        Self {
-            stripes: (0..STRIPES).map(|_| tokio::sync::RwLock::new(())).collect(),
+/// Per-user locks on this node: ingestion on Bigtable holds its users shared, a rebuild of a
+/// user's days holds the user alone, and on the embedded store a batch holds its users alone from
+/// their states' read to its write. A holder takes all its users at once or waits for all
+/// of them (never some while it waits for others): two holders never wait on each other in a
+/// cycle, and a batch waits only for the batches that share a user with it — rarely any, among
+/// a million users — not for a queue of batches each holding part of what the next one needs.
+#[derive(Debug, Default)]
+pub struct UserLocks {
+    /// Per held user (by hash): how many hold it shared, or [`ALONE`].
+    held: parking_lot::Mutex<std::collections::HashMap<u64, isize>>,
+    released: tokio::sync::Notify,
+}
+
+/// A user held alone.
+const ALONE: isize = -1;
+
+/// Users held in [`UserLocks`], let go when dropped.
+#[derive(Debug)]
+pub struct Held<'a> {
+    locks: &'a UserLocks,
+    users: Vec<u64>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        {
+            let mut held = self.locks.held.lock();
+            for user in &self.users {
+                if let Some(n) = held.get_mut(user) {
+                    if *n > 1 {
+                        *n -= 1;
+                    } else {
+                        held.remove(user);
+                    }
+                }
+            }
         }
+        self.locks.released.notify_waiters();
     }
 }
 
 impl UserLocks {
-    fn stripe(app: &str, user: &str) -> usize {
-        let hash = xxhash_rust::xxh3::xxh3_64(&keys::user(app, user));
-        (hash % STRIPES as u64) as usize
+    fn users<'u>(app: &str, users: impl IntoIterator<Item = &'u str>) -> Vec<u64> {
+        let mut out: Vec<u64> = users
+            .into_iter()
+            .map(|u| xxhash_rust::xxh3::xxh3_64(&keys::user(app, u)))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
-    /// Hold the stripes of these users shared (an ingestion of their events).
+    /// Take every one of `users` at once (alone or shared), waiting until none is held in a
+    /// way that excludes it.
+    async fn take(&self, users: Vec<u64>, alone: bool) -> Held<'_> {
+        loop {
+            // Registered before the check, so a release between the two is not missed.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            {
+                let mut held = self.held.lock();
+                let free = users.iter().all(|u| match held.get(u) {
+                    None => true,
+                    Some(&n) => !alone && n != ALONE,
+                });
+                if free {
+                    for u in &users {
+                        if alone {
+                            held.insert(*u, ALONE);
+                        } else {
+                            *held.entry(*u).or_insert(0) += 1;
+                        }
+                    }
+                    return Held { locks: self, users };
+                }
+            }
+            released.await;
+        }
+    }
+
+    /// Hold these users shared (an ingestion of their events, on Bigtable).
     pub async fn shared<'u>(
         &self,
         app: &str,
         users: impl IntoIterator<Item = &'u str>,
-    ) -> Vec<tokio::sync::RwLockReadGuard<'_, ()>> {
-        let stripes: BTreeSet<usize> = users.into_iter().map(|u| Self::stripe(app, u)).collect();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for i in stripes {
-            guards.push(self.stripes[i].read().await);
-        }
-        guards
+    ) -> Held<'_> {
+        self.take(Self::users(app, users), false).await
     }
 
-    /// Hold the stripes of these users alone (a batch that updates their states, or a refresh
-    /// that rebuilds them), taken in order so that holders of several never wait on each other
-    /// in a cycle.
+    /// Hold these users alone (a batch that updates their states, or a refresh that rebuilds
+    /// them).
     pub async fn exclusive_many<'u>(
         &self,
         app: &str,
         users: impl IntoIterator<Item = &'u str>,
-    ) -> Vec<tokio::sync::RwLockWriteGuard<'_, ()>> {
-        let stripes: BTreeSet<usize> = users.into_iter().map(|u| Self::stripe(app, u)).collect();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for i in stripes {
-            guards.push(self.stripes[i].write().await);
-        }
-        guards
+    ) -> Held<'_> {
+        self.take(Self::users(app, users), true).await
     }
 
-    /// Hold a user's stripe alone (a rebuild of the user's days).
-    pub async fn exclusive(&self, app: &str, user: &str) -> tokio::sync::RwLockWriteGuard<'_, ()> {
-        self.stripes[Self::stripe(app, user)].write().await
+    /// Hold a user alone (a rebuild of the user's days).
+    pub async fn exclusive(&self, app: &str, user: &str) -> Held<'_> {
+        self.exclusive_many(app, [user]).await
+    }
+}
+
+#[cfg(test)]
+mod user_locks {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn holders_of_disjoint_users_never_wait_and_sharers_exclude_an_alone_holder() {
+        let locks = UserLocks::default();
+        let a = locks.exclusive_many("app", ["u1", "u2"]).await;
+        // Other users: at once.
+        let b = locks.exclusive_many("app", ["u3"]).await;
+        let same = tokio::time::timeout(Duration::from_millis(50), locks.shared("app", ["u2"]));
+        assert!(same.await.is_err(), "u2 is held alone");
+        drop(a);
+        let s1 = locks.shared("app", ["u2", "u1"]).await;
+        let s2 = locks.shared("app", ["u2"]).await;
+        let alone = tokio::time::timeout(Duration::from_millis(50), locks.exclusive("app", "u2"));
+        assert!(alone.await.is_err(), "u2 is held shared");
+        drop(s1);
+        drop(s2);
+        let _u2 = locks.exclusive("app", "u2").await;
+        drop(b);
+        let _u3 = locks.exclusive("app", "u3").await;
+        assert!(locks.held.lock().len() == 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_is_woken_by_the_release_it_waits_for() {
+        let locks = std::sync::Arc::new(UserLocks::default());
+        let held = locks.exclusive("app", "u1").await;
+        let waiter = {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let _g = locks.exclusive_many("app", ["u0", "u1"]).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert!(locks.held.lock().is_empty());
     }
 }

@@ -140,9 +140,9 @@ impl Engine {
     ///
     /// One batch's journey: take the request's turn; read the catalog and which events are
     /// stored already ([`events::Events::prepare`]); derive the aggregate deltas
-    /// ([`aggregates::deltas`]); take the users' stripes, read their states and update their
+    /// ([`aggregates::deltas`]); take the users' locks, read their states and update their
     /// profiles ([`crate::profiles::Profiles::update`]), write it all at once and let the
-    /// stripes go; wait for the log's fsync (shared with the batches beside:
+    /// locks go; wait for the log's fsync (shared with the batches beside:
     /// [`penchant_store::Store::sync`]); then refresh the profiles a state could not update,
     /// mark items seen, count tallies.
     async fn push_atomically(&self, app: &str, events: &[events::Event]) -> Result<()> {

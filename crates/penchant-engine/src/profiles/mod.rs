@@ -165,7 +165,7 @@ pub struct Profiles {
     local: Option<Arc<aggregates::LocalChanges>>,
     /// What folds the crowded days a refresh reads.
     aggregates: aggregates::Aggregates,
-    /// Users' states, where batches update profiles from them ([`state`]), with the stripes
+    /// Users' states, where batches update profiles from them ([`state`]), with the locks
     /// that keep a state's read and write apart from another's.
     states: Option<(Arc<States>, Arc<crate::pending::UserLocks>)>,
 }
@@ -199,7 +199,7 @@ impl Profiles {
     }
 
     /// Keep users' states and update profiles from them ([`Profiles::update`]), holding users'
-    /// stripes of `locks` from a state's read to its write.
+    /// users in `locks` from a state's read to its write.
     pub fn with_states(mut self, locks: Arc<crate::pending::UserLocks>) -> Self {
         self.states = Some((Arc::new(States::new(self.store.clone())), locks));
         self
@@ -211,7 +211,7 @@ impl Profiles {
     }
 
     /// The profiles of a batch's users updated from its newly stored events (`stored`), and
-    /// their states, for the batch's one atomic write; the caller holds the users' stripes
+    /// their states, for the batch's one atomic write; the caller holds the users' locks
     /// exclusively from before this read until that write. A user whose state cannot answer
     /// ([`state`]) is marked stale and named for a refresh after the write.
     pub async fn update(&self, app: &str, stored: &[crate::events::Stored<'_>]) -> Result<Update> {
@@ -270,7 +270,7 @@ impl Profiles {
     /// Give every user of an app written before states a state, then mark the app complete
     /// ([`States::complete`]): an online pass over the app's users (their aggregate rows' keys,
     /// at the batch workload's pace), refreshing [`STATE_CHUNK`] users at a time from their
-    /// aggregates — under their stripes, as a batch's fallback does — and skipping those whose
+    /// aggregates — under their locks, as a batch's fallback does — and skipping those whose
     /// state answers already, so a pass stopped half-way resumes at little cost. Batches keep
     /// flowing meanwhile: a user the pass has not reached falls back to the refresh, which
     /// gives it a state. Returns how many users it gave a state, `None` when there is nothing
@@ -324,7 +324,7 @@ impl Profiles {
     }
 
     /// Mark these users' states stale (their aggregates are about to change behind them), their
-    /// stripes held by the caller.
+    /// users held by the caller.
     pub async fn invalidate(&self, app: &str, users: &[&str]) -> Result<()> {
         if self.states.is_none() || users.is_empty() {
             return Ok(());
@@ -492,8 +492,8 @@ impl Profiles {
             }
             // Where states are kept, a refresh rebuilds them: alone with its users' batches.
             let _alone = match &self.states {
-                Some((_, locks)) => locks.exclusive_many(app, pending.iter().copied()).await,
-                None => Vec::new(),
+                Some((_, locks)) => Some(locks.exclusive_many(app, pending.iter().copied()).await),
+                None => None,
             };
             let counters: Vec<u32> = match &self.local {
                 Some(local) => pending.iter().map(|u| local.read(app, u)).collect(),

@@ -7,11 +7,11 @@
 //! day's latest event, the strategy version that weighed them and the deletion they were counted
 //! after ([`State`], binary). A batch reads its users' states, adds its new events, rescores,
 //! and writes states and profiles in the batch's one atomic write, with its events and their
-//! aggregate deltas: counted whole or not at all, its users' stripes held from the read to the
+//! aggregate deltas: counted whole or not at all, its users' locks held from the read to the
 //! write ([`crate::pending::UserLocks`]). What a state cannot answer — another strategy version, a
 //! day at the retention window's edge (its raw events decide), a stale or missing state — the
 //! batch marks stale in that write and the full refresh ([`super::Profiles::refresh_many`])
-//! rebuilds from the aggregates after it, under the same stripes.
+//! rebuilds from the aggregates after it, under the same locks.
 //!
 //! A missing state means "no counted events" only in an app whose every user has one
 //! ([`States::complete`]): an app created with states (no aggregates when first asked), or one
