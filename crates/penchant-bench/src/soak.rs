@@ -2085,8 +2085,15 @@ async fn check_store(
             checked.profiles += 1;
             let stored = engine.profiles().stored_profile(SHOP, &token).await?;
             let full = engine.profiles().recompute_one(SHOP, &token).await?;
-            if stored.map(|(p, _)| p) != full {
-                checked.profile_mismatches.push(token);
+            let (stored, version) = stored.unzip();
+            if stored != full {
+                // Why, for the report: an older strategy's profile, or other counts.
+                let current = engine.strategies().fresh(SHOP).await?.map(|s| s.version);
+                let why = match version == current {
+                    true => format!("stored {stored:?}, recomputed {full:?}"),
+                    false => format!("version {version:?} <> {current:?}"),
+                };
+                checked.profile_mismatches.push(format!("{token} ({why})"));
             }
         }
         bar.inc(1);

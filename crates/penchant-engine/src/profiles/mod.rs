@@ -473,11 +473,30 @@ impl Profiles {
     /// store, checks its counters of changes instead ([`aggregates::LocalChanges`]). Last, it folds the days it
     /// read that hold many deltas ([`aggregates::crowded`]).
     pub async fn refresh_many(&self, app: &str, users: &[&str]) -> Result<Vec<Profile>> {
+        self.refresh_from(app, users, recompute::Source::Aggregates)
+            .await
+    }
+
+    /// [`Profiles::refresh_many`] from the users' aggregates or from their raw events.
+    async fn refresh_from(
+        &self,
+        app: &str,
+        users: &[&str],
+        source: recompute::Source,
+    ) -> Result<Vec<Profile>> {
         let Some(strategy) = self.strategies.get(app).await? else {
             return Ok(Vec::new());
         };
         let scorer = Scorer::new(&strategy.strategy);
-        let filter = aggregate_filter(&strategy.strategy);
+        let (table, filter) = match source {
+            recompute::Source::Aggregates => {
+                (AGGREGATES_TABLE, aggregate_filter(&strategy.strategy))
+            }
+            recompute::Source::Raw => (
+                EVENTS_TABLE,
+                self.layout(app).await?.read_filter(&strategy.strategy),
+            ),
+        };
         let keys_only = filter.clone().and(RowFilter::StripValue);
         let mut users: Vec<&str> = users.to_vec();
         users.sort_unstable();
@@ -501,7 +520,7 @@ impl Profiles {
             };
             let stored = self.stored_many(app, &pending).await?;
             let days = self
-                .read_users(AGGREGATES_TABLE, app, &pending, filter.clone())
+                .read_users(table, app, &pending, filter.clone())
                 .await?;
             let since = self.window_start(app).await?;
             let mut writes = Vec::with_capacity(pending.len());
@@ -510,9 +529,13 @@ impl Profiles {
             for user in &pending {
                 let rows = days.get(user).map_or(&[][..], Vec::as_slice);
                 let stored = stored.get(user).unwrap_or(&empty);
-                let cut = self
-                    .cut_days(app, user, rows, &strategy.strategy, stored, since)
-                    .await?;
+                let cut = match source {
+                    recompute::Source::Aggregates => {
+                        self.cut_days(app, user, rows, &strategy.strategy, stored, since)
+                            .await?
+                    }
+                    recompute::Source::Raw => None,
+                };
                 let rows = cut.as_deref().unwrap_or(rows);
                 let computed = match &self.states {
                     // The same counts, kept per day.
@@ -548,7 +571,9 @@ impl Profiles {
                     .collect();
                 self.store.mutate_atomically(writes).await?;
             }
-            crowded.extend(days.values().flat_map(|rows| aggregates::crowded(rows)));
+            if table == AGGREGATES_TABLE {
+                crowded.extend(days.values().flat_map(|rows| aggregates::crowded(rows)));
+            }
             if let Some(local) = &self.local {
                 // A change written after this read bumped its counter before this check, or
                 // its own refresh reads after this write (and writes a newer profile).
@@ -557,7 +582,7 @@ impl Profiles {
                 continue;
             }
             let again = self
-                .read_users(AGGREGATES_TABLE, app, &pending, keys_only.clone())
+                .read_users(table, app, &pending, keys_only.clone())
                 .await?;
             pending.retain(|u| print(days.get(u)) != print(again.get(u)));
         }

@@ -108,14 +108,18 @@ impl Profiles {
     ) -> Result<RecomputeStats> {
         let store = for_workload(&self.store, Workload::Batch);
         let scorer = Scorer::new(&strategy.strategy);
-        let stamp = batch_stamp(strategy).await;
-        let (table, filter) = match source {
+        let stamp = self.batch_stamp(strategy).await;
+        let (table, mut filter) = match source {
             Source::Raw => (
                 EVENTS_TABLE,
                 self.layout(app).await?.read_filter(&strategy.strategy),
             ),
             Source::Aggregates => (AGGREGATES_TABLE, aggregate_filter(&strategy.strategy)),
         };
+        if self.states.is_some() {
+            // The scan only names the users: their rows are read again under their locks.
+            filter = filter.and(RowFilter::StripValue);
+        }
         let request = ReadRows::new(RowSet::range(range.rows(app))).filter(filter);
         let mut stream = store.read_rows(table, request).await?;
         let mut stats = RecomputeStats::default();
@@ -167,7 +171,7 @@ impl Profiles {
     pub async fn recompute_stale(&self, app: &str, strategy: &Versioned) -> Result<RecomputeStats> {
         let store = for_workload(&self.store, Workload::Batch);
         let scorer = Scorer::new(&strategy.strategy);
-        let stamp = batch_stamp(strategy).await;
+        let stamp = self.batch_stamp(strategy).await;
         let request = ReadRows::new(RowSet::prefix(keys::app(app)))
             .filter(RowFilter::column(FAMILY, VERSION));
         let mut profiles = store.read_rows(PROFILES_TABLE, request).await?;
@@ -182,9 +186,14 @@ impl Profiles {
                     .is_some_and(|c| c.value == strategy.version.to_string().as_bytes());
                 if !fresh && let Some(user) = keys::profile_user(app, &row.key) {
                     let user = user.to_owned();
-                    let rows = self
-                        .read_user(EVENTS_TABLE, app, &user, filter.clone())
-                        .await?;
+                    let rows = match self.states {
+                        // Read under the user's lock.
+                        Some(_) => Vec::new(),
+                        None => {
+                            self.read_user(EVENTS_TABLE, app, &user, filter.clone())
+                                .await?
+                        }
+                    };
                     chunk.push((user, rows));
                 }
             }
@@ -230,6 +239,11 @@ impl Profiles {
         users: &[(String, Vec<Row>)],
         stamp: i64,
     ) -> Result<(u64, u64)> {
+        if let Some(states) = self.states() {
+            return self
+                .refresh_chunk(app, strategy, states, source, users)
+                .await;
+        }
         let store = for_workload(&self.store, Workload::Batch);
         let keys = users.iter().map(|(u, _)| keys::profile(app, u));
         let mut stored: HashMap<Bytes, Stored> = HashMap::new();
@@ -264,5 +278,43 @@ impl Profiles {
         let wrote = entries.len() as u64;
         store.mutate_all(PROFILES_TABLE, entries).await?;
         Ok((wrote, users.len() as u64 - wrote))
+    }
+
+    /// [`Profiles::recompute_chunk`] where users have states: the users whose profile or state
+    /// is not `strategy`'s are refreshed, under their locks as a batch's fallback is — their
+    /// rows read after the locks are taken, profiles and states written at once, stamped now.
+    /// A stamp from before the reads ([`batch_stamp`]) cannot order this write after a
+    /// batch's: a batch's profile counts the events of its own write, stamped before the write
+    /// lands, so a recompute that read between the two would hide them.
+    async fn refresh_chunk(
+        &self,
+        app: &str,
+        strategy: &Versioned,
+        states: &super::States,
+        source: Source,
+        users: &[(String, Vec<Row>)],
+    ) -> Result<(u64, u64)> {
+        let mut names: Vec<&str> = users.iter().map(|(u, _)| u.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let found = states.read_many(app, &names).await?;
+        let stored = self.stored_many(app, &names).await?;
+        let current = |user: &str| {
+            let state = matches!(found.get(user), Some(super::state::Found::State(s)) if s.version == strategy.version);
+            state && stored.get(user).and_then(|s| s.version) == Some(strategy.version)
+        };
+        let lacking: Vec<&str> = names.iter().copied().filter(|u| !current(u)).collect();
+        self.refresh_from(app, &lacking, source).await?;
+        let wrote = lacking.len() as u64;
+        Ok((wrote, names.len() as u64 - wrote))
+    }
+
+    /// The stamp of a recompute's profiles ([`batch_stamp`]); none where users have states
+    /// (their profiles are written under the users' locks, stamped now).
+    async fn batch_stamp(&self, strategy: &Versioned) -> i64 {
+        match self.states {
+            Some(_) => 0,
+            None => batch_stamp(strategy).await,
+        }
     }
 }
