@@ -289,9 +289,16 @@ impl Pending {
     }
 
     /// The intent of a batch whose events and deltas are written in one atomic write with it
-    /// (the embedded store): what it owes is only its users' profile refresh and seen marks,
-    /// which the repair redoes from the event rows it lists if this node dies before them.
-    pub fn counted(&self, app: &str, batch: u64, events: &[Event], keys: &[Bytes]) -> RowMutation {
+    /// (the embedded store): what it owes is only the profile refresh of these events' users,
+    /// and the seen marks of the event rows `keys` lists (none where its write marked them),
+    /// which the repair redoes if this node dies before them.
+    pub fn counted<'e>(
+        &self,
+        app: &str,
+        batch: u64,
+        events: impl IntoIterator<Item = &'e Event>,
+        keys: &[Bytes],
+    ) -> RowMutation {
         let mut intent = self.intent(app, batch, events, None);
         let now = self.clock.now_ms() * 1000;
         intent.mutations.push(Mutation::set(
@@ -450,11 +457,11 @@ impl Pending {
 
     /// A batch's intent row; `stored`, the event rows it holds (for a batch whose attempts and
     /// repair may write their deltas again).
-    fn intent(
+    fn intent<'e>(
         &self,
         app: &str,
         batch: u64,
-        events: &[Event],
+        events: impl IntoIterator<Item = &'e Event>,
         stored: Option<&[Bytes]>,
     ) -> RowMutation {
         let mut days: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();

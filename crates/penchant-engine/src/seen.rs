@@ -347,6 +347,14 @@ impl Seen {
         if items.is_empty() {
             return Ok(());
         }
+        self.store
+            .mutate_all(SEEN_TABLE, Self::hides(app, items)?)
+            .await?;
+        Ok(())
+    }
+
+    /// The writes that hide items from users until the given times (ms): blind cells.
+    fn hides(app: &str, items: &BTreeMap<&str, Vec<(&str, i64)>>) -> Result<Vec<RowMutation>> {
         let mut rows = Vec::new();
         for (user, ids) in items {
             check_count(ids.len())?;
@@ -363,8 +371,7 @@ impl Seen {
                 .collect::<Result<Vec<_>>>()?;
             rows.push(RowMutation::new(Self::row(app, user)?, cells));
         }
-        self.store.mutate_all(SEEN_TABLE, rows).await?;
-        Ok(())
+        Ok(rows)
     }
 
     /// Show hidden items again.
@@ -426,7 +433,7 @@ impl Seen {
                     self.store.mutate_row(SEEN_TABLE, row, vec![cell]).await?;
                     return Ok(added);
                 }
-                Plan::Rewrite { version, cells } => {
+                Plan::Rewrite { version, cells, .. } => {
                     let store = &*self.store;
                     if write_if_version(store, SEEN_TABLE, row.clone(), FAMILY, version, cells)
                         .await?
@@ -441,13 +448,38 @@ impl Seen {
         ))
     }
 
-    /// Mark items seen by several users at once (the items of a batch of events): one read of
-    /// their rows and one write of their deltas, whatever the number of users; a user whose
-    /// row must be rewritten (its deltas folded into its base) goes through [`Seen::add`].
-    pub async fn add_many(&self, app: &str, items: &BTreeMap<&str, Vec<&str>>) -> Result<()> {
-        if items.is_empty() {
-            return Ok(());
+    /// Mark items seen by several users at once and hide others (the items of a batch of
+    /// events): one read of their rows and one write, whatever the number of users; the rows
+    /// that outgrew their deltas are folded after ([`Seen::fold`]).
+    pub async fn add_many(
+        &self,
+        app: &str,
+        seen: &BTreeMap<&str, Vec<&str>>,
+        hidden: &BTreeMap<&str, Vec<(&str, i64)>>,
+    ) -> Result<()> {
+        let marks = self.marks(app, seen, hidden).await?;
+        self.store.mutate_all(SEEN_TABLE, marks.writes).await?;
+        self.fold_many(app, &marks.folds).await
+    }
+
+    /// What marking items seen by several users and hiding others writes — delta cells of the
+    /// items new to each filter, hidden-item cells: blind writes, for one write with whatever
+    /// else (a batch's events) — and the users whose rows to fold after it. One read of the
+    /// rows of `seen`'s users.
+    pub async fn marks(
+        &self,
+        app: &str,
+        seen: &BTreeMap<&str, Vec<&str>>,
+        hidden: &BTreeMap<&str, Vec<(&str, i64)>>,
+    ) -> Result<Marks> {
+        let mut marks = Marks {
+            writes: Self::hides(app, hidden)?,
+            folds: Vec::new(),
+        };
+        if seen.is_empty() {
+            return Ok(marks);
         }
+        let items = seen;
         let empty = self.new_filter(app).await?;
         let keys = items
             .iter()
@@ -464,8 +496,6 @@ impl Seen {
             .into_iter()
             .map(|r| (r.key.clone(), r))
             .collect();
-        let mut deltas = Vec::new();
-        let mut rewrites = Vec::new();
         for ((user, ids), key) in items.iter().zip(keys) {
             let loaded = match rows.remove(&key) {
                 Some(row) => {
@@ -477,12 +507,43 @@ impl Seen {
             let loaded = loaded.unwrap_or_else(|| Loaded::empty(empty.clone()));
             match plan(loaded, ids).1 {
                 Plan::Nothing => {}
-                Plan::Delta(cell) => deltas.push(RowMutation::new(key, vec![cell])),
-                Plan::Rewrite { .. } => rewrites.push(self.add(app, user, ids)),
+                Plan::Delta(cell) => marks.writes.push(RowMutation::new(key, vec![cell])),
+                // A delta all the same (it is blind), and the row folded after the write.
+                Plan::Rewrite { delta, .. } => {
+                    marks.writes.push(RowMutation::new(key, vec![delta]));
+                    marks.folds.push((*user).to_owned());
+                }
             }
         }
-        self.store.mutate_all(SEEN_TABLE, deltas).await?;
-        crate::writes::concurrently(rewrites).await
+        Ok(marks)
+    }
+
+    /// Fold these users' deltas into their bases ([`Seen::fold`]), all at once.
+    pub async fn fold_many(&self, app: &str, users: &[String]) -> Result<()> {
+        let folds = users.iter().map(|user| self.fold(app, user));
+        crate::writes::concurrently(folds.collect()).await
+    }
+
+    /// Fold a user's deltas into the base (a conditional write on the base's version, deleting
+    /// the deltas it folded). Folding never changes an answer, only the row's size: a fold
+    /// that meets another gives way to it.
+    pub async fn fold(&self, app: &str, user: &str) -> Result<()> {
+        let row = Self::row(app, user)?;
+        for _ in 0..ATTEMPTS {
+            let Some(loaded) = self.load(app, user, Consistency::Strong).await? else {
+                return Ok(());
+            };
+            if loaded.deltas.is_empty() {
+                return Ok(());
+            }
+            let version = loaded.version;
+            let cells = rewrite(loaded.filter, loaded.deltas);
+            let store = &*self.store;
+            if write_if_version(store, SEEN_TABLE, row.clone(), FAMILY, version, cells).await? {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// Whether each item may have been seen (the filter read as consistent as asked).
@@ -573,8 +634,21 @@ enum Plan {
     /// Write this delta cell: the hashes of the new items.
     Delta(Mutation),
     /// Rewrite the base with these cells, deleting the deltas, if its version is still
-    /// `version`.
-    Rewrite { version: u64, cells: Vec<Mutation> },
+    /// `version`; or write `delta` (the new items), and fold after.
+    Rewrite {
+        version: u64,
+        cells: Vec<Mutation>,
+        delta: Mutation,
+    },
+}
+
+/// What a marking of items seen writes beside a batch's events ([`Seen::marks`]).
+#[derive(Debug, Default)]
+pub struct Marks {
+    /// Delta cells of items new to filters, cells of hidden items.
+    pub writes: Vec<RowMutation>,
+    /// The users whose rows to fold after the write ([`Seen::fold`]).
+    pub folds: Vec<String>,
 }
 
 /// Mark items seen in a loaded filter; each answer tells whether the item was new to it, and
@@ -606,11 +680,24 @@ fn plan<K: AsRef<[u8]>>(loaded: Loaded, ids: &[K]) -> (Vec<bool>, Plan) {
     }
     let sparse = (hashed + new_hashes.len() as u64) * 8
         <= filter.current().size_bytes() as u64 / SPARSE_SHARE;
+    let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
+    let delta = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
     if (version > 0 || sparse) && deltas.len() < COMPACT_AT {
-        let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-        let cell = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
-        return (added, Plan::Delta(cell));
+        return (added, Plan::Delta(delta));
     }
+    let cells = rewrite(filter, deltas);
+    (
+        added,
+        Plan::Rewrite {
+            version,
+            cells,
+            delta,
+        },
+    )
+}
+
+/// The cells that rewrite a row's base as `filter` (its deltas replayed), deleting the deltas.
+fn rewrite(filter: RotatingFilter, deltas: Vec<Bytes>) -> Vec<Mutation> {
     let mut cells = vec![
         Mutation::set_now(FAMILY, CURRENT, filter.current().to_bytes()),
         Mutation::set_now(FAMILY, COUNT, filter.current_keys().to_string()),
@@ -625,7 +712,7 @@ fn plan<K: AsRef<[u8]>>(loaded: Loaded, ids: &[K]) -> (Vec<bool>, Plan) {
             .into_iter()
             .map(|q| Mutation::delete_column(FAMILY, q)),
     );
-    (added, Plan::Rewrite { version, cells })
+    cells
 }
 
 /// A user's filter as loaded.

@@ -65,8 +65,8 @@ impl Engine {
             Ok(())
         };
         let users: Vec<&str> = events.iter().map(events::Event::user).collect();
-        self.count_stored(app, events, stored, deltas, &users)
-            .await?;
+        let seen = self.mark_events_seen(app, events);
+        self.count_stored(app, stored, deltas, &users, seen).await?;
         self.leave_intent(app, batch, attempt);
         Ok(())
     }
@@ -74,14 +74,15 @@ impl Engine {
     /// What a batch owes once its events are stored, on both paths: `deltas` (writing the
     /// aggregates' deltas, each path its own way), then settle the events that wait for their
     /// items and refresh the profiles of `refresh` (the batch's users whose profiles its write
-    /// did not update); beside them, count traffic, trends and A/B tests and mark the items seen.
+    /// did not update); beside them, count traffic, trends and A/B tests, and `seen` (marking
+    /// the items seen, or folding the filters the batch's write marked them in).
     async fn count_stored(
         &self,
         app: &str,
-        events: &[events::Event],
         stored: &[events::Stored<'_>],
         deltas: impl Future<Output = Result<()>>,
         refresh: &[&str],
+        seen: impl Future<Output = Result<()>>,
     ) -> Result<()> {
         let negative = self.seen.settings(app).await?;
         let counted: Vec<&events::Event> = stored.iter().map(|s| s.event).collect();
@@ -114,7 +115,7 @@ impl Engine {
         self.traffic.add(app, &counted, self.clock.now_ms());
         self.recommend.trends.add(app, &trending);
         self.abtests.attribute(app, &counted).await?;
-        futures::try_join!(profiles, self.mark_events_seen(app, events))?;
+        futures::try_join!(profiles, seen)?;
         Ok(())
     }
 
@@ -130,44 +131,52 @@ impl Engine {
     }
 
     /// [`Engine::push_events`] where the store writes atomically and this node is alone on it
-    /// (the embedded store), in one write: the batch's event rows, their deltas, its users'
-    /// profiles updated from their states ([`crate::profiles::state`]) and its intent — so a
-    /// batch is counted whole or not at all. The attempts of one request take turns
+    /// (the embedded store), in one write: the batch's event rows, their deltas, the seen marks
+    /// of its items, its users' profiles updated from their states ([`crate::profiles::state`])
+    /// — so a batch is counted whole or not at all — and, only if a state could not answer for
+    /// some user, an intent that owes their refresh. The attempts of one request take turns
     /// ([`pending::Attempts`]): a later one finds the events stored — counted, then — and
-    /// writes nothing. What the intent leaves owed (the profiles a state could not update, seen
-    /// marks) every attempt does, and the repair redoes from the batch's own event rows if the
-    /// node dies first: its cost follows the batch, not the users' history.
+    /// writes nothing but that refresh (for every user: the first may have died before it);
+    /// the repair does it if the node dies first.
     ///
     /// One batch's journey: take the request's turn; read the catalog and which events are
     /// stored already ([`events::Events::prepare`]); derive the aggregate deltas
-    /// ([`aggregates::deltas`]); take the users' locks, read their states and update their
-    /// profiles ([`crate::profiles::Profiles::update`]), write it all at once and let the
-    /// locks go; wait for the log's fsync (shared with the batches beside:
+    /// ([`aggregates::deltas`]); read the users' seen filters and plan their delta cells
+    /// ([`crate::seen::Seen::marks`]); take the users' locks, read their states and update
+    /// their profiles ([`crate::profiles::Profiles::update`]), write it all at once and let
+    /// the locks go; wait for the log's fsync (shared with the batches beside:
     /// [`penchant_store::Store::sync`]); then refresh the profiles a state could not update,
-    /// mark items seen, count tallies.
+    /// fold the seen filters that outgrew their deltas, count tallies.
     async fn push_atomically(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let batch = pending::batch_id(app, events)?;
         let layouts = self.tenancy.events_of(app).await?.written();
-        let (ingested, folds, refresh) = {
+        let (ingested, folds, refresh, seen_folds) = {
             let _turn = self.attempts.lock(batch).await;
             let mut prepared = self.events.prepare(app, events, &layouts).await?;
             if prepared.ingested.stored.is_empty() {
-                // A later attempt: the first wrote the profiles (durably: it syncs before it
-                // lets its turn go), or its intent still owes them.
+                // A later attempt: the first wrote the profiles and seen marks (durably: it
+                // syncs before it lets its turn go), or its intent still owes a refresh.
                 let users = events.iter().map(|e| e.user().to_owned()).collect();
-                (prepared.ingested, Vec::new(), users)
+                (prepared.ingested, Vec::new(), users, Vec::new())
             } else {
                 let deltas = aggregates::deltas(app, &prepared.ingested.stored)?;
                 let mut writes = prepared.writes();
-                let keys = prepared.ingested.keys();
                 writes.extend(
                     deltas
                         .rows
                         .into_iter()
                         .map(|row| TableMutation::new(aggregates::AGGREGATES_TABLE, row)),
                 );
-                let intent = self.pending.counted(app, batch, events, &keys);
-                writes.push(TableMutation::new(events::EVENTS_TABLE, intent));
+                // Seen marks are blind cells: they need no lock.
+                let settings = self.seen.settings(app).await?;
+                let (seen, hidden) = seen_items(&settings, events);
+                let marks = self.seen.marks(app, &seen, &hidden).await?;
+                writes.extend(
+                    marks
+                        .writes
+                        .into_iter()
+                        .map(|row| TableMutation::new(crate::seen::SEEN_TABLE, row)),
+                );
                 let refresh = {
                     // From the states' read to the write, these users are the batch's alone;
                     // the wait for the disk comes after, shared with the batches beside.
@@ -177,24 +186,42 @@ impl Engine {
                         .await;
                     let update = self.profiles.update(app, &prepared.ingested.stored).await?;
                     writes.extend(update.writes);
+                    if !update.refresh.is_empty() {
+                        // The refresh of the users a state could not answer is owed: an
+                        // intent, which the repair finishes if this node dies first.
+                        let owed = |e: &&events::Event| {
+                            update
+                                .refresh
+                                .binary_search_by(|u| u.as_str().cmp(e.user()))
+                                .is_ok()
+                        };
+                        let intent =
+                            self.pending
+                                .counted(app, batch, events.iter().filter(owed), &[]);
+                        writes.push(TableMutation::new(events::EVENTS_TABLE, intent));
+                    }
                     self.store.mutate_atomically_deferred(writes).await?;
                     update.refresh
                 };
                 self.store.sync().await?;
-                (prepared.ingested, deltas.folds, refresh)
+                (prepared.ingested, deltas.folds, refresh, marks.folds)
             }
         };
         let deltas = self.aggregates.added(app, &ingested.stored, folds);
         let refresh: Vec<&str> = refresh.iter().map(String::as_str).collect();
-        self.count_stored(app, events, &ingested.stored, deltas, &refresh)
+        let seen = self.seen.fold_many(app, &seen_folds);
+        self.count_stored(app, &ingested.stored, deltas, &refresh, seen)
             .await?;
-        // This attempt did all the intent owes (a later attempt too: the first may have died).
-        let (pending, app) = (self.pending.clone(), app.to_owned());
-        self.supervisor.spawn(async move {
-            if let Err(e) = pending.done(&app, batch).await {
-                tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
-            }
-        });
+        if !refresh.is_empty() {
+            // This attempt did all an intent owes (a later attempt too: the first may have
+            // died).
+            let (pending, app) = (self.pending.clone(), app.to_owned());
+            self.supervisor.spawn(async move {
+                if let Err(e) = pending.done(&app, batch).await {
+                    tracing::warn!(%app, error = %e, "cannot forget an ingestion's intent");
+                }
+            });
+        }
         Ok(())
     }
 
@@ -473,30 +500,8 @@ impl Engine {
     /// those of its "not for me" events from them ([`crate::seen`]).
     async fn mark_events_seen(&self, app: &str, events: &[events::Event]) -> Result<()> {
         let settings = self.seen.settings(app).await?;
-        let mut by_user: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-        let mut hidden: std::collections::BTreeMap<&str, Vec<(&str, i64)>> = Default::default();
-        for event in events {
-            let events::Target::ObjectIds(ids) = &event.target else {
-                continue;
-            };
-            if settings.is_negative(&event.event_name) {
-                let until = settings.hidden_until(event.timestamp);
-                hidden
-                    .entry(event.user())
-                    .or_default()
-                    .extend(ids.iter().map(|id| (id.as_str(), until)));
-            } else if settings.event_types.contains(&event.event_type) {
-                by_user
-                    .entry(event.user())
-                    .or_default()
-                    .extend(ids.iter().map(String::as_str));
-            }
-        }
-        futures::try_join!(
-            self.seen.add_many(app, &by_user),
-            self.seen.hide_many(app, &hidden)
-        )?;
-        Ok(())
+        let (seen, hidden) = seen_items(&settings, events);
+        self.seen.add_many(app, &seen, &hidden).await
     }
 
     /// Delete the events (and per-day aggregates) of every app that are older than the app's
@@ -560,4 +565,34 @@ impl Engine {
         keys::check_user_token(user)?;
         self.profiles.recent_events(app, user, limit).await
     }
+}
+
+/// The objectIDs events mark seen, by user, and those "not for me" events hide, with until when.
+#[allow(clippy::type_complexity)]
+fn seen_items<'e>(
+    settings: &crate::seen::SeenSettings,
+    events: &'e [events::Event],
+) -> (
+    std::collections::BTreeMap<&'e str, Vec<&'e str>>,
+    std::collections::BTreeMap<&'e str, Vec<(&'e str, i64)>>,
+) {
+    let mut seen: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut hidden: std::collections::BTreeMap<&str, Vec<(&str, i64)>> = Default::default();
+    for event in events {
+        let events::Target::ObjectIds(ids) = &event.target else {
+            continue;
+        };
+        if settings.is_negative(&event.event_name) {
+            let until = settings.hidden_until(event.timestamp);
+            hidden
+                .entry(event.user())
+                .or_default()
+                .extend(ids.iter().map(|id| (id.as_str(), until)));
+        } else if settings.event_types.contains(&event.event_type) {
+            seen.entry(event.user())
+                .or_default()
+                .extend(ids.iter().map(String::as_str));
+        }
+    }
+    (seen, hidden)
 }

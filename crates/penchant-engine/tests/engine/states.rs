@@ -107,11 +107,21 @@ async fn a_batch_updates_profiles_from_states_in_its_one_write() {
     let ops = log.take();
     assert_eq!(reads_of(&ops, AGGREGATES_TABLE), 0, "{ops:?}");
     assert_eq!(reads_of(&ops, STATES_TABLE), 1, "{ops:?}");
-    assert!(
-        !ops.iter()
-            .any(|(op, t)| t == penchant_engine::profiles::PROFILES_TABLE && *op != Op::Atomic),
-        "profiles are written in the batch's atomic write only: {ops:?}"
-    );
+    // Profiles, states, seen marks: in the batch's atomic write only; no intent (every state
+    // answered), so nothing to forget after.
+    for table in [
+        penchant_engine::profiles::PROFILES_TABLE,
+        STATES_TABLE,
+        penchant_engine::seen::SEEN_TABLE,
+        penchant_engine::events::EVENTS_TABLE,
+    ] {
+        assert!(
+            !ops.iter()
+                .any(|(op, t)| t == table && !matches!(op, Op::Atomic | Op::Read)),
+            "{table} is written in the batch's atomic write only: {ops:?}"
+        );
+    }
+
     check(&engine, &["u1", "u2", "u3", "u4"]).await;
     let profile = engine.profiles().get(APP, "u1").await.unwrap().unwrap();
     assert!(profile.scores["brand"].contains_key("c"), "{profile:?}");
@@ -131,6 +141,23 @@ async fn a_batch_updates_profiles_from_states_in_its_one_write() {
         !profile.scores["brand"].contains_key("c"),
         "a deleted event counts: {profile:?}"
     );
+    // An item viewed: marked seen in the batch's write, not in a write of its own.
+    let mut view = support::event(EventType::View, "Viewed", "u4", now + 2, &[]);
+    view.target = penchant_engine::events::Target::ObjectIds(vec!["item".into()]);
+    log.take();
+    engine.push_events(APP, &[view]).await.unwrap();
+    let ops = log.take();
+    let seen_writes: Vec<_> = ops
+        .iter()
+        .filter(|(op, t)| t == penchant_engine::seen::SEEN_TABLE && *op != Op::Read)
+        .collect();
+    assert_eq!(seen_writes, [&(Op::Atomic, "seen".to_owned())], "{ops:?}");
+    let seen = engine
+        .seen()
+        .exists(APP, "u4", &["item"], penchant_store::Consistency::Strong)
+        .await
+        .unwrap();
+    assert_eq!(seen, [true], "the view's item is seen");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
