@@ -1,11 +1,14 @@
 //! Garbage collection: a RocksDB compaction filter that drops the cells of deleted tables and
-//! dropped families, and the cells the GC rules expire by age.
+//! dropped families, and the cells the GC rules expire.
 //!
-//! The filter judges each cell alone, as the newest version of its column (rank 0): a
-//! compaction cannot rank versions safely, because the newer versions it sees may be deleted by
-//! tombstones outside its input. Rules are monotone in the rank, so a cell expired at rank 0 is
-//! expired at any rank. Version limits are enforced on write instead (see `write.rs`), and reads
-//! apply every rule exactly.
+//! The filter ranks each cell among the versions of its column that the compaction has passed
+//! (keys come in order, the newest version of a column first), and drops it if its rule
+//! expires it at that rank. A version the compaction sees under a newer one may be dropped even
+//! if a tombstone outside the compaction deletes the newer one: a write that deletes from a
+//! column deletes, in the same batch, every version its rule already hides
+//! (`enforce_version_limits` in `write.rs`), so a version never comes back from under a deleted
+//! one. A compaction that misses some newer versions ranks a cell too high, never too low: it
+//! keeps what a full ranking would drop, and reads apply every rule exactly.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -52,6 +55,9 @@ pub struct GcFilter {
     /// GC rules by table id and family id; `None` keeps every cell.
     rules: Option<HashMap<u32, HashMap<u16, GcRule>>>,
     now: i64,
+    /// The column of the last cell judged, and how many of its versions came before it.
+    column: Vec<u8>,
+    rank: usize,
     name: CString,
 }
 
@@ -61,18 +67,29 @@ impl GcFilter {
             // Before the catalog is loaded every table looks deleted: keep everything.
             rules: catalog.loaded.then(|| catalog.gc_rules()),
             now: now_micros(),
+            column: Vec::new(),
+            rank: 0,
             name: CString::new("penchant-gc").unwrap_or_default(),
         }
     }
 
-    fn decide(&self, key: &[u8]) -> Decision {
+    fn decide(&mut self, key: &[u8]) -> Decision {
         let (Some(cell), Some(rules)) = (keys::parse(key), &self.rules) else {
             return Decision::Keep;
         };
+        if cell.column == self.column {
+            self.rank += 1;
+        } else {
+            self.column.clear();
+            self.column.extend_from_slice(cell.column);
+            self.rank = 0;
+        }
         match rules.get(&cell.table).map(|t| t.get(&cell.family)) {
             // A deleted table, or a dropped family.
             None | Some(None) => Decision::Remove,
-            Some(Some(rule)) if rule.expires(cell.timestamp, 0, self.now) => Decision::Remove,
+            Some(Some(rule)) if rule.expires(cell.timestamp, self.rank, self.now) => {
+                Decision::Remove
+            }
             Some(Some(_)) => Decision::Keep,
         }
     }
@@ -93,7 +110,11 @@ mod tests {
     use super::*;
 
     fn key(table: u32) -> Vec<u8> {
-        keys::cell_key(&keys::row_start(table, b"row"), 0, b"q", 1000)
+        cell(table, b"q", 1000)
+    }
+
+    fn cell(table: u32, qualifier: &[u8], ts: i64) -> Vec<u8> {
+        keys::cell_key(&keys::row_start(table, b"row"), 0, qualifier, ts)
     }
 
     #[test]
@@ -110,5 +131,26 @@ mod tests {
             GcFilter::new(&catalog).decide(&key(3)),
             Decision::Remove
         ));
+    }
+
+    #[test]
+    fn versions_past_the_limit_are_dropped_as_the_compaction_ranks_them() {
+        let mut catalog = Catalog {
+            loaded: true,
+            ..Catalog::default()
+        };
+        let families = [("f".to_owned(), GcRule::MaxVersions(1))].into();
+        let meta = crate::schema::TableMeta::new(3, "t", families).unwrap();
+        catalog
+            .by_name
+            .insert("t".into(), Arc::new(crate::schema::Table::new(meta)));
+        let mut filter = GcFilter::new(&catalog);
+        // In key order: a column's versions newest first, then the next column's.
+        let decisions: Vec<bool> = [cell(3, b"a", 30), cell(3, b"a", 20), cell(3, b"a", 10)]
+            .into_iter()
+            .chain([cell(3, b"b", 5)])
+            .map(|k| matches!(filter.decide(&k), Decision::Keep))
+            .collect();
+        assert_eq!(decisions, [true, false, false, true]);
     }
 }

@@ -86,10 +86,10 @@ struct Inner {
     stripes: Box<[Mutex<()>]>,
     hasher: std::collections::hash_map::RandomState,
     sync_writes: bool,
-    /// Per lock stripe: the hash of the last row that deleted cells (high 32 bits) and how
-    /// many it deleted in a row (low 32 bits) — see [`Inner::count_deletes`].
-    deletes: Box<[AtomicU64]>,
-    /// Row ranges to compact, for the tombstone compactor thread.
+    /// Per lock stripe: the hash of the last row that left garbage (high 32 bits) and how
+    /// much it left in a row (low 32 bits) — see [`Inner::count_garbage`].
+    garbage: Box<[AtomicU64]>,
+    /// Row ranges to compact (rows that left garbage), for the compactor thread.
     compactions: SyncSender<(Vec<u8>, Vec<u8>)>,
     /// Deferred writes applied so far ([`Store::mutate_atomically_deferred`]), and how many
     /// of them a sync of the log has made durable (the lock is held through the sync, so
@@ -185,7 +185,7 @@ impl RocksStore {
         admin::load_catalog(&db, &catalog)?;
 
         let stripes = (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect();
-        let deletes = (0..LOCK_STRIPES).map(|_| AtomicU64::new(0)).collect();
+        let garbage = (0..LOCK_STRIPES).map(|_| AtomicU64::new(0)).collect();
         let (compactions, requests) = std::sync::mpsc::sync_channel(1);
         let inner = Arc::new(Inner {
             db,
@@ -195,7 +195,7 @@ impl RocksStore {
             stripes,
             hasher: Default::default(),
             sync_writes: options.sync_writes,
-            deletes,
+            garbage,
             compactions,
             deferred: AtomicU64::new(0),
             synced: Mutex::new(0),

@@ -1,5 +1,5 @@
-//! Writes: row mutations encoded into `WriteBatch`es while their rows' lock stripes are held,
-//! version limits enforced as cells are written, and the store's write calls (mutations,
+//! Writes: row mutations encoded into `WriteBatch`es while their rows' lock stripes are held
+//! (version limits collected lazily: see `enforce_version_limits`), and the store's write calls (mutations,
 //! check-and-mutate, read-modify-write, flush).
 
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use bytes::Bytes;
 use parking_lot::MutexGuard;
 use penchant_store::validate::{self, now_micros, resolve_timestamp};
 use penchant_store::{
-    Mutation, ReadModifyWriteRule, Result, Row, RowFilter, RowMutation, StoreError,
+    GcRule, Mutation, ReadModifyWriteRule, Result, Row, RowFilter, RowMutation, StoreError,
     prefix_successor,
 };
 use rocksdb::{WriteBatch, WriteOptions};
@@ -20,8 +20,8 @@ use crate::schema::Table;
 use crate::{Inner, RocksStore, backend, keys};
 
 pub(crate) const LOCK_STRIPES: usize = 4096;
-/// Cells a row deletes in a row before its range is compacted ([`Inner::count_deletes`]).
-const TOMBSTONES: u64 = 8192;
+/// Garbage a row leaves in a row before its range is compacted ([`Inner::count_garbage`]).
+const GARBAGE: u64 = 8192;
 /// A deletion of more stored cells than this writes one range tombstone instead of one point
 /// delete per cell.
 const POINT_DELETES: usize = 1024;
@@ -142,17 +142,18 @@ impl Inner {
         now: i64,
     ) -> Result<()> {
         let ops = self.encode_row(stored, table, row, mutations, now)?;
-        let deletes = ops
+        // Garbage: tombstones, and versions a put may hide.
+        let garbage = ops
             .iter()
-            .filter(|op| matches!(op, BatchOp::Delete(_)))
+            .filter(|op| matches!(op, BatchOp::Delete(_) | BatchOp::Put(.., true)))
             .count();
-        if deletes > 0 {
-            self.count_deletes(table.meta.id, row, deletes as u64);
+        if garbage > 0 {
+            self.count_garbage(table.meta.id, row, garbage as u64);
         }
         let cf = self.data_cf()?;
         for op in ops {
             match op {
-                BatchOp::Put(k, v) => batch.put_cf(cf, k, v),
+                BatchOp::Put(k, v, _) => batch.put_cf(cf, k, v),
                 BatchOp::Delete(k) => batch.delete_cf(cf, k),
                 BatchOp::DeleteRange(from, to) => batch.delete_range_cf(cf, from, to),
             }
@@ -160,26 +161,26 @@ impl Inner {
         Ok(())
     }
 
-    /// Count the cells a row deletes (the caller holds its lock). A row that deletes more than
-    /// [`TOMBSTONES`] cells with no other row of its stripe deleting in between (a heavy user's
-    /// aggregate or profile, rewritten at every event) has its range compacted in the
-    /// background: each deleted cell is a tombstone that every read of the row steps over until
-    /// a compaction reaches the bottom level, so without this the row's reads would slow down
-    /// with its history.
-    fn count_deletes(&self, table: u32, row: &[u8], n: u64) {
+    /// Count the garbage a row leaves (the caller holds its lock): the cells it deletes, and
+    /// the versions its puts may hide. A row that leaves more than [`GARBAGE`] with no other
+    /// row of its stripe leaving some in between (a heavy user's aggregate or profile, rewritten
+    /// at every event) has its range compacted in the background: each deleted cell is a
+    /// tombstone, each hidden version a cell, that every read of the row steps over until a
+    /// compaction drops it, so without this the row's reads would slow down with its history.
+    fn count_garbage(&self, table: u32, row: &[u8], n: u64) {
         let stripe = self.stripe(table, row);
         let hash = self.hasher.hash_one(row) >> 32;
-        let slot = &self.deletes[stripe];
+        let slot = &self.garbage[stripe];
         let packed = slot.load(Ordering::Relaxed);
         let count = if packed >> 32 == hash {
             (packed & u64::from(u32::MAX)) + n
         } else {
             n
         };
-        if count >= TOMBSTONES {
+        if count >= GARBAGE {
             slot.store(hash << 32, Ordering::Relaxed);
             let range = (keys::row_start(table, row), keys::row_end(table, row));
-            // Busy with another row: this one asks again after as many deletes.
+            // Busy with another row: this one asks again after as much garbage.
             let _ = self.compactions.try_send(range);
         } else {
             slot.store(
@@ -200,7 +201,7 @@ impl Inner {
         lo: Vec<u8>,
         hi: Vec<u8>,
     ) -> Result<()> {
-        ops.retain(|op| !matches!(op, BatchOp::Put(k, _) if *k >= lo && *k < hi));
+        ops.retain(|op| !matches!(op, BatchOp::Put(k, ..) if *k >= lo && *k < hi));
         let mut keys = Vec::new();
         stored.each(&lo, &hi, |k| {
             keys.push(BatchOp::Delete(k.to_vec()));
@@ -215,7 +216,7 @@ impl Inner {
     }
 
     /// Encode one row's mutations as batch operations. The caller holds the row's lock:
-    /// enforcing version limits reads the columns written.
+    /// deletes read the columns they delete from.
     fn encode_row(
         &self,
         stored: &mut StoredKeys<'_>,
@@ -226,15 +227,17 @@ impl Inner {
     ) -> Result<Vec<BatchOp>> {
         let mut ops = Vec::with_capacity(mutations.len());
         let rs = keys::row_start(table.meta.id, row);
-        let family_id = |f: &str| {
+        let family_meta = |f: &str| {
             table
                 .meta
-                .family_id(f)
+                .families
+                .get(f)
                 .ok_or_else(|| StoreError::FamilyNotFound {
                     table: table.meta.name.clone(),
                     family: f.to_owned(),
                 })
         };
+        let family_id = |f: &str| family_meta(f).map(|f| f.id);
         for m in mutations {
             match m {
                 Mutation::SetCell {
@@ -244,8 +247,10 @@ impl Inner {
                     value,
                 } => {
                     let ts = resolve_timestamp(*timestamp, now);
-                    let key = keys::cell_key(&rs, family_id(family)?, qualifier, ts);
-                    ops.push(BatchOp::Put(key, value.clone()));
+                    let fam = family_meta(family)?;
+                    let key = keys::cell_key(&rs, fam.id, qualifier, ts);
+                    let versioned = !fam.gc_rule.is_age_only();
+                    ops.push(BatchOp::Put(key, value.clone(), versioned));
                 }
                 Mutation::DeleteFromColumn {
                     family,
@@ -284,8 +289,12 @@ impl Inner {
         Ok(ops)
     }
 
-    /// For each column written in a family whose rule counts versions, delete the versions the
-    /// rule expires once the mutations apply.
+    /// Versions past a family's limit are collected lazily: a write that only sets cells looks
+    /// nothing up (reads rank a column's versions and hide those its rule expires; compactions
+    /// drop them, [`crate::gc`]). A column this write deletes from, in a family whose rule
+    /// counts versions, first loses the versions its rule already hides, so that deleting the
+    /// newest never brings one back — and so that every version a compaction sees under a newer
+    /// one of its column is dead, whatever tombstones lie outside the compaction.
     fn enforce_version_limits(
         stored: &mut StoredKeys<'_>,
         ops: &mut Vec<BatchOp>,
@@ -294,11 +303,11 @@ impl Inner {
         mutations: &[Mutation],
         now: i64,
     ) -> Result<()> {
-        // The columns written whose family counts versions, in the store's order (one seek
-        // reaches them all when they are near each other).
-        let mut columns: Vec<(Vec<u8>, &str, &[u8], _)> = Vec::new();
+        // The columns deleted from whose family counts versions, in the store's order (one
+        // seek reaches them all when they are near each other).
+        let mut columns: Vec<(Vec<u8>, &GcRule)> = Vec::new();
         for m in mutations {
-            let Mutation::SetCell {
+            let Mutation::DeleteFromColumn {
                 family, qualifier, ..
             } = m
             else {
@@ -310,45 +319,20 @@ impl Inner {
             if fam.gc_rule.is_age_only() {
                 continue;
             }
-            let col = keys::column_prefix(rs, fam.id, qualifier);
-            columns.push((col, family.as_str(), &qualifier[..], fam));
+            columns.push((keys::column_prefix(rs, fam.id, qualifier), &fam.gc_rule));
         }
         columns.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         columns.dedup_by(|a, b| a.0 == b.0);
-        for (col, family, qualifier, fam) in columns {
-            // The column's versions as stored, then as the mutations leave them.
-            let mut versions = std::collections::BTreeSet::new();
+        for (col, rule) in columns {
+            let mut newest_first = Vec::new();
             let end = prefix_successor(&col).unwrap_or_default();
             stored.each(&col, &end, |k| {
                 if let Some(c) = keys::parse(k) {
-                    versions.insert(std::cmp::Reverse(c.timestamp));
+                    newest_first.push(c.timestamp);
                 }
                 true
             })?;
-            for m in mutations {
-                match m {
-                    Mutation::SetCell {
-                        family: f,
-                        qualifier: q,
-                        timestamp,
-                        ..
-                    } if f == family && q == qualifier => {
-                        versions.insert(std::cmp::Reverse(resolve_timestamp(*timestamp, now)));
-                    }
-                    Mutation::DeleteFromColumn {
-                        family: f,
-                        qualifier: q,
-                        range,
-                    } if f == family && q == qualifier => {
-                        versions.retain(|std::cmp::Reverse(ts)| !range.contains(*ts));
-                    }
-                    Mutation::DeleteFromFamily { family: f } if f == family => versions.clear(),
-                    Mutation::DeleteFromRow => versions.clear(),
-                    _ => {}
-                }
-            }
-            let newest_first = versions.iter().map(|std::cmp::Reverse(ts)| *ts);
-            for ts in validate::expired_versions(&fam.gc_rule, newest_first, now) {
+            for ts in validate::expired_versions(rule, newest_first, now) {
                 ops.push(BatchOp::Delete([&col[..], &keys::encode_ts(ts)].concat()));
             }
         }
@@ -358,7 +342,8 @@ impl Inner {
 
 /// One operation of a write batch, collected before anything goes into the batch.
 enum BatchOp {
-    Put(Vec<u8>, Bytes),
+    /// A cell, and whether its family counts versions (the put may hide one).
+    Put(Vec<u8>, Bytes, bool),
     Delete(Vec<u8>),
     DeleteRange(Vec<u8>, Vec<u8>),
 }
@@ -408,7 +393,7 @@ pub(crate) async fn mutate_rows(
                 .collect();
             let _locks = inner.lock_rows(t.meta.id, valid.iter().map(|i| &entries[*i].row_key[..]));
             // One write for the whole batch, except that a row named again starts a new write,
-            // so that its version limits see the earlier entry.
+            // so that its deletes see the earlier entry's cells.
             let mut rounds: Vec<Vec<usize>> = Vec::new();
             let mut rows_in_round = std::collections::HashSet::new();
             for i in valid {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use penchant_store::validate::now_micros;
 use penchant_store::{
-    FamilyChange, GcRule, Mutation, ReadRows, RowMutation, RowSet, Store, split_ranges,
+    FamilyChange, GcRule, Mutation, ReadRows, Row, RowMutation, RowSet, Store, split_ranges,
 };
 use penchant_store_rocksdb::{RocksOptions, RocksStore};
 
@@ -130,33 +130,84 @@ async fn compaction_reclaims_expired_and_dropped_cells() {
     assert_eq!(store.physical_cell_count("t").unwrap(), 100);
 }
 
+fn values(rows: &[Row]) -> Vec<(String, i64)> {
+    rows.iter()
+        .flat_map(|r| &r.cells)
+        .map(|c| (String::from_utf8_lossy(&c.value).into_owned(), c.timestamp))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn version_limits_are_enforced_on_write() {
+async fn version_limits_hide_old_versions_at_once_and_compactions_drop_them() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     store
         .create_table("t", [("p".into(), GcRule::MaxVersions(1))].into())
         .await
         .unwrap();
+    let read = |row: &'static str| {
+        let store = store.clone();
+        async move {
+            let rows = store
+                .read_all("t", ReadRows::new(RowSet::keys([Bytes::from(row)])))
+                .await
+                .unwrap();
+            values(&rows)
+        }
+    };
     for ts in 1..=50 {
         store
             .mutate_row(
                 "t",
                 Bytes::from("u"),
-                vec![Mutation::set("p", "profile", ts * 1000, "v")],
+                vec![Mutation::set("p", "profile", ts * 1000, ts.to_string())],
             )
             .await
             .unwrap();
+        if ts == 25 {
+            store.flush().await.unwrap();
+        }
     }
-    assert_eq!(store.physical_cell_count("t").unwrap(), 1);
-    // A batch naming the row twice: the second entry sees the first.
+    // Written blind (no look-up of the stored versions): hidden at once, dropped by compactions.
+    assert_eq!(read("u").await, [("50".to_owned(), 50_000)]);
+    assert_eq!(store.physical_cell_count("t").unwrap(), 50);
+    // An older version written after a newer one stays hidden, as in Bigtable.
+    store
+        .mutate_row(
+            "t",
+            "u".into(),
+            vec![Mutation::set("p", "profile", 7000, "old")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(read("u").await, [("50".to_owned(), 50_000)]);
+    // Deleting the newest version brings back none of those it hid.
+    let newest = penchant_store::TimeRange::new(50_000, 51_000);
+    store
+        .mutate_row(
+            "t",
+            "u".into(),
+            vec![Mutation::DeleteFromColumn {
+                family: "p".into(),
+                qualifier: "profile".into(),
+                range: newest,
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(read("u").await, []);
+    // A batch naming a row twice: the newest entry answers.
     let entry = |ts: i64| RowMutation::new("v", vec![Mutation::set("p", "profile", ts, "v")]);
     let statuses = store
-        .mutate_rows("t", vec![entry(5000), entry(6000), entry(7000)])
+        .mutate_rows("t", vec![entry(5000), entry(7000), entry(6000)])
         .await
         .unwrap();
     assert!(statuses.iter().all(Result::is_ok));
-    assert_eq!(store.physical_cell_count("t").unwrap(), 2);
+    assert_eq!(read("v").await, [("v".to_owned(), 7000)]);
+    store.compact().unwrap();
+    assert_eq!(read("u").await, []);
+    assert_eq!(read("v").await, [("v".to_owned(), 7000)]);
+    assert_eq!(store.physical_cell_count("t").unwrap(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,7 +257,8 @@ async fn version_limits_hold_for_many_columns_written_in_any_order() {
             store.flush().await.unwrap();
         }
     }
-    // Per row: 12 columns of `a` at one version, 12 of `b` at two.
+    // Per row: 12 columns of `a` at one version, 12 of `b` at two, once compacted.
+    store.compact().unwrap();
     assert_eq!(store.physical_cell_count("t").unwrap(), 3 * (12 + 2 * 12));
     let read = store
         .read_all("t", ReadRows::new(RowSet::keys(rows.map(Bytes::from))))
@@ -289,34 +341,35 @@ fn memtable_deletes(store: &RocksStore) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_that_deletes_many_cells_is_compacted() {
+async fn a_row_that_leaves_much_garbage_is_compacted() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    // One version kept: every write of the cell deletes the previous one.
+    // One version kept: every write of the cell hides the previous one.
     store
         .create_table("t", [("f".into(), GcRule::MaxVersions(1))].into())
         .await
         .unwrap();
-    let rewrite = |row: String, ts: i64| {
+    let write = |row: String, mutations: Vec<Mutation>| {
         let store = store.clone();
         async move {
-            let cell = Mutation::set("f", "q", ts * 1000, "v");
             store
-                .mutate_row("t", Bytes::from(row), vec![cell])
+                .mutate_row("t", Bytes::from(row), mutations)
                 .await
                 .unwrap();
         }
     };
+    let cell = |ts: i64| Mutation::set("f", "q", ts * 1000, "v");
     // Many rows deleting a little each: their tombstones stay in the memtable.
     for i in 0..4000 {
-        rewrite(format!("light-{i}"), 1).await;
-        rewrite(format!("light-{i}"), 2).await;
+        let delete = || Mutation::delete_column("f", Bytes::from_static(b"q"));
+        write(format!("light-{i}"), vec![delete(), cell(1)]).await;
+        write(format!("light-{i}"), vec![delete(), cell(2)]).await;
     }
     assert_eq!(memtable_deletes(&store), 4000.0);
-    // One row deleting a cell at each write: past 8192, its range is compacted (the memtable
-    // flushed first), so that its reads stop stepping over its tombstones.
+    // One row hiding a version at each write (written blind): past 8192, its range is
+    // compacted (the memtable flushed first), so that its reads stop stepping over them.
     for ts in 1..=9000 {
-        rewrite("heavy".into(), ts).await;
+        write("heavy".into(), vec![cell(ts)]).await;
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while memtable_deletes(&store) >= 4000.0 {
