@@ -16,7 +16,8 @@
 //!    writers: batch `i` goes out when the events before it are due), while `--readers`
 //!    connections `GET /1/profiles/personalization/{user}` of random users of the first half;
 //! 4. **right after**: reads for `--read-for` seconds as soon as the last batch is
-//!    acknowledged, no waiting for RocksDB's flushes and compactions;
+//!    acknowledged, no waiting for RocksDB's flushes and compactions (the backlog they begin
+//!    with is printed: RocksDB's estimate of the compaction bytes pending, the level-0 files);
 //! 5. **settle**: the wait until RocksDB runs and owes no compaction;
 //! 6. **idle**: reads again, then `GET /health` the same way (the HTTP floor: routing, auth-free
 //!    JSON, one small store read); then bytes on disk per user after a flush, the process's
@@ -540,6 +541,8 @@ struct PenchantRows {
     paced_reads: Load,
     paced: Phase,
     after: Reads,
+    /// The store's compaction backlog as (4) began: SST files in level 0, bytes pending.
+    backlog: (f64, f64),
     settled: Duration,
     idle: Reads,
     health: Reads,
@@ -745,6 +748,19 @@ fn phases(
         drop(progress);
         Ok(Reads { load, phase })
     };
+    let backlog = {
+        let gauges = store.gauges();
+        let gauge = |name| {
+            gauges
+                .iter()
+                .find(|g| g.name == name)
+                .map_or(0.0, |g| g.value)
+        };
+        (
+            gauge("rocksdb_l0_files"),
+            gauge("rocksdb_pending_compaction_bytes"),
+        )
+    };
     let after = reads("profile reads right after the ingestion", 400, &any_path)?;
 
     // (5) Settle.
@@ -811,6 +827,7 @@ fn phases(
         paced_reads,
         paced,
         after,
+        backlog,
         settled,
         idle,
         health,
@@ -1312,6 +1329,15 @@ fn table(
         Goal::none(),
         r.and_then(|r| us_per(r.after.1, r.after.0.latency.len() as f64)),
         "µs (RocksDB's flushes and compactions included)",
+    );
+    let (l0_files, pending) = p.backlog;
+    rows.add(
+        "   compactions pending as (4) began",
+        Some(pending / f64::from(1 << 20)),
+        INT,
+        Goal::none(),
+        None,
+        &format!("MiB (RocksDB's estimate; {l0_files} SST files in level 0)"),
     );
 
     // (5) Settle.
