@@ -6,7 +6,7 @@
 //! expires it at that rank. A version the compaction sees under a newer one may be dropped even
 //! if a tombstone outside the compaction deletes the newer one: a write that deletes from a
 //! column deletes, in the same batch, every version its rule already hides
-//! (`enforce_version_limits` in `write.rs`), so a version never comes back from under a deleted
+//! (`delete_hidden_versions` in `write.rs`), so a version never comes back from under a deleted
 //! one. A compaction that misses some newer versions ranks a cell too high, never too low: it
 //! keeps what a full ranking would drop, and reads apply every rule exactly.
 

@@ -1,6 +1,6 @@
 //! Writes: row mutations encoded into `WriteBatch`es while their rows' lock stripes are held
-//! (version limits collected lazily: see `enforce_version_limits`), and the store's write calls (mutations,
-//! check-and-mutate, read-modify-write, flush).
+//! (version limits collected lazily: see `delete_hidden_versions`), and the store's write
+//! calls (mutations, check-and-mutate, read-modify-write, flush).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -285,7 +285,7 @@ impl Inner {
                 }
             }
         }
-        Self::enforce_version_limits(stored, &mut ops, table, &rs, mutations, now)?;
+        Self::delete_hidden_versions(stored, &mut ops, table, &rs, mutations, now)?;
         Ok(ops)
     }
 
@@ -295,7 +295,7 @@ impl Inner {
     /// counts versions, first loses the versions its rule already hides, so that deleting the
     /// newest never brings one back — and so that every version a compaction sees under a newer
     /// one of its column is dead, whatever tombstones lie outside the compaction.
-    fn enforce_version_limits(
+    fn delete_hidden_versions(
         stored: &mut StoredKeys<'_>,
         ops: &mut Vec<BatchOp>,
         table: &Table,
