@@ -1575,6 +1575,25 @@ pub fn als(command: AlsCommand, target: &Target, config: &Config) -> anyhow::Res
                         m("ndcg")
                     );
                 }
+                // The learned ranker: what it learned from, and which features it leans on.
+                let learned = &out["learned"];
+                if let Some(importance) = learned["importance"].as_array() {
+                    eprintln!(
+                        "learned: {} trees from {} users' next events ({} to validate), {:.1} s; \
+                         feature importance:",
+                        learned["trees"],
+                        learned["trainQueries"],
+                        learned["validationQueries"],
+                        learned["trainSeconds"].as_f64().unwrap_or(f64::NAN)
+                    );
+                    for pair in importance {
+                        eprintln!(
+                            "  {:<18} {:>5.1}%",
+                            pair[0].as_str().unwrap_or("?"),
+                            pair[1].as_f64().unwrap_or(f64::NAN) * 100.0
+                        );
+                    }
+                }
                 return print(&out);
             }
         };

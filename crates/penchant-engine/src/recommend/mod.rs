@@ -17,6 +17,7 @@
 
 pub mod build;
 pub mod filters;
+pub mod learned;
 pub mod offline;
 pub mod personal;
 pub mod queues;

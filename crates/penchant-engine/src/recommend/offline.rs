@@ -31,6 +31,15 @@ use crate::aggregates::DAY_MS;
 /// Item rows with their scores, best first.
 type Ranked = Vec<(u32, f32)>;
 
+/// Trending as of one day: best first, and each item row's score and place.
+#[derive(Debug)]
+struct Trend {
+    ranked: Ranked,
+    /// Per item row: its score over the day's best (0 if absent) and its place (the list's
+    /// length if absent).
+    of: Vec<(f32, u32)>,
+}
+
 /// Items each source proposes (a queue's default size).
 pub const POOL: usize = super::queues::DEFAULT_SIZE;
 
@@ -46,11 +55,98 @@ pub struct Offline<'a> {
     /// The training triples and their days, in time order.
     events: &'a [(u32, u32, f32)],
     days: Vec<i64>,
-    /// Trending as of each day asked so far: item rows, best first, with their scores.
-    trending: Mutex<HashMap<i64, Arc<Ranked>>>,
+    /// Trending as of each day asked so far.
+    trending: Mutex<HashMap<i64, Arc<Trend>>>,
     /// Per item row: its co-interaction list, best first.
     related: Vec<Vec<(u32, f32)>>,
+    /// Per item row: `ln(1 + users who had it)`, and the days of its first and last training
+    /// events.
+    popularity: Vec<f32>,
+    item_days: Vec<(i64, i64)>,
+    popular_rows: std::sync::OnceLock<Vec<u32>>,
+    /// Per item row: the items users had soon after it ([`transitions`]).
+    next: Vec<Vec<(u32, f32)>>,
 }
+
+/// Items had after another within this many of a user's next distinct items count as its
+/// followers.
+const NEXT_WINDOW: usize = 5;
+
+/// Per item row `a`: the items users had within [`NEXT_WINDOW`] of their next distinct items
+/// after `a` (the nearer, the more: `1 / distance`), as a share of all of `a`'s followers, by
+/// item row.
+fn transitions(items: usize, recent: &[Vec<u32>]) -> Vec<Vec<(u32, f32)>> {
+    let mut next: Vec<HashMap<u32, f32>> = vec![HashMap::new(); items];
+    for newest_first in recent {
+        let seq: Vec<u32> = newest_first.iter().rev().copied().collect();
+        for (p, &a) in seq.iter().enumerate() {
+            for (d, &b) in seq[p + 1..].iter().take(NEXT_WINDOW).enumerate() {
+                *next[a as usize].entry(b).or_default() += 1.0 / (d + 1) as f32;
+            }
+        }
+    }
+    next.into_iter()
+        .map(|followers| {
+            let mut list: Vec<(u32, f32)> = followers.into_iter().collect();
+            list.sort_unstable_by_key(|(b, _)| *b);
+            // Summed in item order, so the shares do not depend on the map's order.
+            let total: f32 = list.iter().map(|(_, w)| w).sum();
+            list.iter_mut().for_each(|(_, w)| *w /= total);
+            list
+        })
+        .collect()
+}
+
+/// The sources whose candidates a learned ranker orders (popularity's besides), in the
+/// order [`Offline::ranking_rows`] asks them.
+pub fn candidate_sources() -> [Source; 4] {
+    let space = || "als".to_owned();
+    [
+        Source::Als {
+            space: space(),
+            weight: 1.0,
+        },
+        Source::SimilarToLiked {
+            space: space(),
+            last: 10,
+            weight: 1.0,
+        },
+        Source::Related {
+            last: 10,
+            weight: 1.0,
+        },
+        Source::Trending { weight: 1.0 },
+    ]
+}
+
+/// What a learned ranker knows of a user and a candidate, in the order of
+/// [`Offline::ranking_rows`]'s rows. Sources' scores are for this user, raw and over the
+/// source's best for the user (`-of-best`); `blend` is the sum of those three, the hand blend
+/// `als + similar-to-liked + related`; days are counted back from the user's last training
+/// event.
+pub const FEATURES: [&str; 21] = [
+    "blend",
+    "als-of-best",
+    "similar-to-liked-of-best",
+    "related-of-best",
+    "als",
+    "similar-to-liked",
+    "similar-to-last",
+    "similar-to-last-3",
+    "related",
+    "related-to-last-3",
+    "next-after-last-3",
+    "trending",
+    "popularity",
+    "item-age-days",
+    "item-idle-days",
+    "user-items",
+    "user-popularity",
+    "als-place",
+    "related-place",
+    "trending-place",
+    "sources",
+];
 
 impl<'a> Offline<'a> {
     /// `train_events`: the training triples in time order, with their times.
@@ -73,6 +169,16 @@ impl<'a> Offline<'a> {
             last_day[u as usize] = last_day[u as usize].max(day);
         }
         let related = co_interaction(train.items(), &recent);
+        let next = transitions(train.items(), &recent);
+        let popularity = (0..train.items())
+            .map(|i| (1.0 + train.item_users(i).0.len() as f32).ln())
+            .collect();
+        let mut item_days = vec![(i64::MAX, i64::MIN); train.items()];
+        for (&(_, i, _), &day) in train_events.iter().zip(&days) {
+            let (first, last) = &mut item_days[i as usize];
+            *first = (*first).min(day);
+            *last = (*last).max(day);
+        }
         Self {
             train,
             factors,
@@ -82,12 +188,150 @@ impl<'a> Offline<'a> {
             days,
             trending: Mutex::new(HashMap::new()),
             related,
+            popularity,
+            item_days,
+            popular_rows: std::sync::OnceLock::new(),
+            next,
         }
+    }
+
+    /// The candidates a learned ranker orders for user row `u` — the best `per_source` items of
+    /// each source (ALS, similar-to-liked and related over the last 10 items, trending,
+    /// popularity), none of the user's training items — and one row of [`FEATURES`] for each,
+    /// appended to `rows`.
+    pub fn ranking_rows(&self, u: usize, per_source: usize, rows: &mut Vec<f32>) -> Vec<u32> {
+        let sources = candidate_sources();
+        let (seen, _) = self.train.user_items(u);
+        let unseen = |i: &u32| seen.binary_search(i).is_err();
+        // Per candidate: how many sources proposed it, and its place in ALS's and related's.
+        let mut proposed: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+        let absent = per_source as u32;
+        // Each source's best score for this user (what a blend divides its scores by).
+        let mut tops = [1.0f32; 4];
+        for (s, source) in sources.iter().enumerate() {
+            let best = self.source(source, u, per_source + seen.len());
+            tops[s] = best.first().map_or(1.0, |(_, score)| score.abs().max(1e-6));
+            let best = best.into_iter().filter(|(i, _)| unseen(i)).take(per_source);
+            for (place, (i, _)) in best.enumerate() {
+                let entry = proposed.entry(i).or_insert((0, absent, absent));
+                entry.0 += 1;
+                match s {
+                    0 => entry.1 = place as u32,
+                    2 => entry.2 = place as u32,
+                    _ => {}
+                }
+            }
+        }
+        let popular = self.popular_rows();
+        for &i in popular.iter().filter(|i| unseen(i)).take(per_source) {
+            proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
+        }
+        // What others had soon after the user's last three items (the newest counts most).
+        let mut next: HashMap<u32, f32> = HashMap::new();
+        for (k, &a) in self.recent[u].iter().take(3).enumerate() {
+            for &(b, share) in &self.next[a as usize] {
+                *next.entry(b).or_default() += share / (k + 1) as f32;
+            }
+        }
+        let mut followers: Vec<(u32, f32)> = next
+            .iter()
+            .map(|(&b, &w)| (b, w))
+            .filter(|(b, _)| unseen(b))
+            .collect();
+        followers.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for &(i, _) in followers.iter().take(per_source) {
+            proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
+        }
+        let mut items: Vec<u32> = proposed.keys().copied().collect();
+        items.sort_unstable();
+
+        let vector = |i: u32| self.factors.items.row(i as usize);
+        let dot = penchant_vectors::kernels::dot;
+        let user = self.factors.users.row(u);
+        let recent = &self.recent[u];
+        let liked = &recent[..recent.len().min(10)];
+        let queries: Vec<&[f32]> = liked.iter().map(|&i| vector(i)).collect();
+        let liked_mean = (!queries.is_empty())
+            .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &queries));
+        let mut related: HashMap<u32, f32> = HashMap::new();
+        let mut related_last: HashMap<u32, f32> = HashMap::new();
+        for (k, &a) in liked.iter().enumerate() {
+            for &(b, s) in &self.related[a as usize] {
+                *related.entry(b).or_default() += s;
+                if k < 3 {
+                    *related_last.entry(b).or_default() += s;
+                }
+            }
+        }
+        let last3 = &liked[..liked.len().min(3)];
+        let last3_queries: Vec<&[f32]> = last3.iter().map(|&i| vector(i)).collect();
+        let last3_mean = (!last3_queries.is_empty())
+            .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
+        let today = self.last_day[u];
+        let trend = self.trending(today);
+        let user_items = (1.0 + recent.len() as f32).ln();
+        let user_popularity = if recent.is_empty() {
+            0.0
+        } else {
+            recent
+                .iter()
+                .map(|&i| self.popularity[i as usize])
+                .sum::<f32>()
+                / recent.len() as f32
+        };
+        rows.reserve(items.len() * FEATURES.len());
+        for &i in &items {
+            let (sources, als_place, related_place) = proposed[&i];
+            let (first, last) = self.item_days[i as usize];
+            // Never had in training (an item of held-out events only): -1.
+            let days = |day: i64| {
+                if day == i64::MIN || day == i64::MAX {
+                    -1.0
+                } else {
+                    (today - day) as f32
+                }
+            };
+            let (trending, trending_place) = trend.of[i as usize];
+            let als = dot(user, vector(i));
+            let similar = liked_mean.as_ref().map_or(0.0, |q| dot(q, vector(i)));
+            let related = related.get(&i).copied().unwrap_or(0.0);
+            let (als_n, similar_n, related_n) =
+                (als / tops[0], similar / tops[1], related / tops[2]);
+            rows.extend_from_slice(&[
+                als_n + similar_n + related_n,
+                als_n,
+                similar_n,
+                related_n,
+                als,
+                similar,
+                liked.first().map_or(0.0, |&l| dot(vector(l), vector(i))),
+                last3_mean.as_ref().map_or(0.0, |q| dot(q, vector(i))),
+                related,
+                related_last.get(&i).copied().unwrap_or(0.0),
+                next.get(&i).copied().unwrap_or(0.0),
+                trending,
+                self.popularity[i as usize],
+                days(first),
+                days(last),
+                user_items,
+                user_popularity,
+                als_place as f32,
+                related_place as f32,
+                trending_place as f32,
+                sources as f32,
+            ]);
+        }
+        items
+    }
+
+    /// Item rows by popularity, best first (computed once).
+    fn popular_rows(&self) -> &[u32] {
+        self.popular_rows.get_or_init(|| self.popular())
     }
 
     /// Trending as of the end of `today`: the window's events by their weight, each day
     /// halved every half-life (computed once per day asked).
-    fn trending(&self, today: i64) -> Arc<Ranked> {
+    fn trending(&self, today: i64) -> Arc<Trend> {
         let mut cache = self.trending.lock().expect("trending cache");
         cache
             .entry(today)
@@ -107,7 +351,12 @@ impl<'a> Offline<'a> {
                 let mut ranked: Vec<(u32, f32)> =
                     scores.into_iter().map(|(i, s)| (i, s as f32)).collect();
                 ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                Arc::new(ranked)
+                let best = ranked.first().map_or(1.0, |(_, s)| *s);
+                let mut of = vec![(0.0, ranked.len() as u32); self.train.items()];
+                for (place, &(i, score)) in ranked.iter().enumerate() {
+                    of[i as usize] = (score / best, place as u32);
+                }
+                Arc::new(Trend { ranked, of })
             })
             .clone()
     }
@@ -121,7 +370,7 @@ impl<'a> Offline<'a> {
     pub fn blend(&self, sources: &[Source], u: usize, k: usize) -> Vec<u32> {
         let mut scores: HashMap<u32, f32> = HashMap::new();
         for source in sources {
-            let items = self.source(source, u);
+            let items = self.source(source, u, POOL);
             let best = items.first().map_or(0.0, |(_, s)| *s);
             if best <= 0.0 {
                 continue;
@@ -139,14 +388,14 @@ impl<'a> Offline<'a> {
         ranked.into_iter().take(k).map(|(i, _)| i).collect()
     }
 
-    /// One source's items for user row `u`, best first.
-    fn source(&self, source: &Source, u: usize) -> Vec<(u32, f32)> {
+    /// One source's best `pool` items for user row `u`, best first.
+    fn source(&self, source: &Source, u: usize, pool: usize) -> Vec<(u32, f32)> {
         let rows = |hits: Vec<(usize, f32)>| hits.into_iter().map(|(i, s)| (i as u32, s)).collect();
         match source {
             Source::Als { .. } => rows(self.factors.items.top_k(
                 Metric::Dot,
                 self.factors.users.row(u),
-                POOL,
+                pool,
                 |_| false,
             )),
             Source::SimilarToLiked { last, .. } => {
@@ -159,7 +408,7 @@ impl<'a> Offline<'a> {
                     Metric::Dot,
                     &queries,
                     penchant_vectors::Aggregate::Mean,
-                    POOL,
+                    pool,
                     |i| liked.contains(&(i as u32)),
                 ))
             }
@@ -176,13 +425,14 @@ impl<'a> Offline<'a> {
                     .filter(|(b, _)| !liked.contains(b))
                     .collect();
                 ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                ranked.truncate(POOL);
+                ranked.truncate(pool);
                 ranked
             }
             Source::Trending { .. } => self
                 .trending(self.last_day[u])
+                .ranked
                 .iter()
-                .take(POOL)
+                .take(pool)
                 .copied()
                 .collect(),
         }
@@ -276,12 +526,18 @@ mod tests {
         assert_eq!(offline.blend(std::slice::from_ref(&als), 0, 10), vec![3, 2]);
         // Trending as of day 21: the last 7 days hold item 1 (twice, one a day older), 0, 2;
         // item 3's event is 21 days old. As of day 0, item 3 alone.
-        let ids: Vec<u32> = offline.trending(21).iter().map(|(i, _)| *i).collect();
+        let ids: Vec<u32> = offline
+            .trending(21)
+            .ranked
+            .iter()
+            .map(|(i, _)| *i)
+            .collect();
         assert_eq!(ids[0], 1);
         assert!(!ids.contains(&3), "{ids:?}");
         assert_eq!(
             offline
                 .trending(0)
+                .ranked
                 .iter()
                 .map(|(i, _)| *i)
                 .collect::<Vec<_>>(),

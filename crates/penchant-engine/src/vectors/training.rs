@@ -37,6 +37,7 @@ use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, Target};
 use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime};
+use crate::recommend::learned::{self, LearnedConfig};
 use crate::recommend::offline::Offline;
 use crate::recommend::queues::Source;
 use crate::strategy::Strategies;
@@ -205,6 +206,8 @@ pub struct EvaluationRequest {
     pub holdout: eval::Holdout,
     pub k: usize,
     pub queues: Vec<(String, Vec<Source>)>,
+    /// How the learned ranker is learned from the training events ([`learned`]).
+    pub learned: LearnedConfig,
 }
 
 /// How models and blends rank held-out interactions.
@@ -226,6 +229,10 @@ pub struct Evaluation {
     /// The app's queues left out, and why (a source on another space than the trained one).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// The ranker learned from the training events (its row is `learned`), if some user's
+    /// next events were among their candidates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned: Option<learned::Learned>,
 }
 
 /// One row of an evaluation's table.
@@ -816,7 +823,9 @@ impl Trainings {
         request: &EvaluationRequest,
     ) -> Result<Evaluation> {
         config.check()?;
+        request.learned.check().map_err(EngineError::Invalid)?;
         let EvaluationRequest { holdout, k, .. } = *request;
+        let learned_config = request.learned.clone();
         let holdout_ok = match holdout {
             eval::Holdout::Count(n) => (1..=100).contains(&n),
             eval::Holdout::Fraction(f) => f > 0.0 && f < 1.0,
@@ -875,6 +884,25 @@ impl Trainings {
                     metrics,
                 });
             }
+            // The learned ranker: learned on the training events alone (their own latest
+            // events held out), scored on the same test as every row above.
+            let train_events: Vec<(u32, u32, f32, i64)> = split
+                .train
+                .iter()
+                .zip(&split.train_at)
+                .map(|(&(u, i, w), &at)| (u, i, w, at))
+                .collect();
+            let learned =
+                learned::learn(&train_events, users, items, holdout, &als, &learned_config);
+            if let Some(ranker) = &learned {
+                let metrics =
+                    eval::ranking_metrics(&split.test, k, |u| ranker.recommend(&offline, u, k));
+                table.push(EvaluatedRow {
+                    name: "learned".into(),
+                    sources: crate::recommend::offline::candidate_sources().to_vec(),
+                    metrics,
+                });
+            }
             Ok(Evaluation {
                 k,
                 holdout,
@@ -887,6 +915,7 @@ impl Trainings {
                 popularity,
                 rows: table,
                 skipped: Vec::new(),
+                learned,
             })
         })
         .await

@@ -16,6 +16,7 @@ mod layouts;
 mod nodes;
 mod portability;
 mod profiles;
+mod ranker;
 mod residency;
 mod retention;
 mod retries;

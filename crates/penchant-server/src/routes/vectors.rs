@@ -381,11 +381,20 @@ async fn evaluate(
         })?,
         None => BTreeMap::new(),
     };
+    let learned = match take("ranker") {
+        Some(r) => serde_json::from_value(r).map_err(|e| {
+            ApiError::bad_request(format!(
+                "ranker must be the learned ranker's settings ({e})"
+            ))
+        })?,
+        None => Default::default(),
+    };
     let config: TrainingConfig = parse("training", body)?;
     let request = EvaluationRequest {
         holdout,
         k,
         queues: queues.into_iter().collect(),
+        learned,
     };
     to_json(&state.engine.evaluate_als(app, &config, request).await?)
 }

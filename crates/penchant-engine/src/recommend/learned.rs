@@ -1,0 +1,197 @@
+//! A ranker learned from the shop's own history: LambdaMART ([`penchant_rank`]) over the
+//! candidates every source proposes, each described by [`offline::FEATURES`].
+//!
+//! With no logged impressions (a new shop), the training examples come from the event history
+//! itself, the way the time-ordered evaluation holds out the future: each user's latest events
+//! ([`Holdout`]) are what they took next, the sources computed from the events before them
+//! (ALS trained on those alone) are what was on offer at that moment, and the ranker learns
+//! which of the candidates were taken. Users are split, seeded, into training and validation
+//! queries (the validation NDCG stops the boosting); at most [`LearnedConfig::max_queries`]
+//! users are used, so the cost stays bounded on a large shop.
+
+use penchant_rank::{Dataset, Model, Params};
+use penchant_vectors::als::{self, AlsConfig, Interactions};
+use penchant_vectors::eval::{self, Holdout};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use super::offline::{self, Offline};
+
+/// How a ranker is learned from the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct LearnedConfig {
+    /// Candidates each source proposes per user.
+    pub per_source: usize,
+    /// The most users whose next events train the ranker.
+    pub max_queries: usize,
+    /// The share of them kept aside to stop the boosting.
+    pub validation_share: f64,
+    /// How many times the latest events are held out to make examples: once from the
+    /// history, then from what that left, and so on.
+    pub cuts: usize,
+    /// Boost from the hand blend (feature 0, `blend`): scores start at its order, and the
+    /// trees learn what to change in it (else they start from nothing).
+    pub from_blend: bool,
+    /// The boosting's parameters (those not given keep their defaults).
+    pub params: Params,
+}
+
+impl Default for LearnedConfig {
+    fn default() -> Self {
+        Self {
+            per_source: 100,
+            max_queries: 5_000,
+            validation_share: 0.2,
+            cuts: 3,
+            from_blend: true,
+            params: Params::default(),
+        }
+    }
+}
+
+impl LearnedConfig {
+    pub fn check(&self) -> Result<(), String> {
+        let ok = (1..=offline::POOL).contains(&self.per_source)
+            && (2..=1_000_000).contains(&self.max_queries)
+            && self.validation_share > 0.0
+            && self.validation_share < 1.0
+            && (1..=5).contains(&self.cuts);
+        if !ok {
+            return Err(format!(
+                "perSource must be between 1 and {}, maxQueries between 2 and 1000000, \
+                 validationShare between 0 and 1 (exclusive), cuts between 1 and 5",
+                offline::POOL
+            ));
+        }
+        self.params.check()
+    }
+}
+
+/// A learned ranker and what its training saw.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Learned {
+    #[serde(skip)]
+    pub model: Model,
+    pub per_source: usize,
+    /// Times the latest events were held out to make examples ([`LearnedConfig::cuts`]).
+    pub cuts: usize,
+    /// Examples (a user at a cut) that trained it, and those that validated it.
+    pub train_queries: usize,
+    pub validation_queries: usize,
+    /// Validation NDCG at the parameters' cut-off, over the candidates.
+    pub validation_ndcg: f64,
+    pub trees: usize,
+    pub train_seconds: f64,
+    /// Each feature's share of the gain, largest first.
+    pub importance: Vec<(String, f64)>,
+}
+
+impl Learned {
+    /// The best `k` candidates for user row `u` of a split's sources.
+    pub fn recommend(&self, offline: &Offline<'_>, u: usize, k: usize) -> Vec<u32> {
+        let mut rows = Vec::new();
+        let items = offline.ranking_rows(u, self.per_source, &mut rows);
+        let width = offline::FEATURES.len();
+        let mut scored: Vec<(u32, f64)> = items
+            .iter()
+            .zip(rows.chunks_exact(width))
+            .map(|(&i, row)| (i, self.model.score(row)))
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        scored.into_iter().take(k).map(|(i, _)| i).collect()
+    }
+}
+
+/// Learn a ranker from time-ordered events `(user row, item row, weight, time)`: the latest
+/// events of each user (`holdout`) are what the ranker learns to put first among the
+/// candidates the earlier events give. `None` when no user has a next event among their
+/// candidates.
+pub fn learn(
+    events: &[(u32, u32, f32, i64)],
+    users: usize,
+    items: usize,
+    holdout: Holdout,
+    als_config: &AlsConfig,
+    config: &LearnedConfig,
+) -> Option<Learned> {
+    let started = std::time::Instant::now();
+    // Users are drawn once, seeded: a validation user validates at every cut.
+    let mut drawn: Vec<usize> = (0..users).collect();
+    drawn.shuffle(&mut rand::rngs::StdRng::seed_from_u64(7));
+    drawn.truncate(config.max_queries);
+    let validation_users = ((drawn.len() as f64 * config.validation_share).round() as usize)
+        .clamp(1, drawn.len().saturating_sub(1).max(1));
+    let width = offline::FEATURES.len();
+    let (mut train_set, mut validation) = (Dataset::new(width), Dataset::new(width));
+    // Each cut holds out the latest events of what the previous cut trained on: more
+    // examples of "what came next", each with the sources as they stood then.
+    let mut history = events.to_vec();
+    for _ in 0..config.cuts {
+        let split = eval::time_holdout(&history, users, holdout, 1);
+        let train = Interactions::from_triples(users, items, split.train.iter().copied());
+        let factors = als::train(&train, als_config, |_| true)?;
+        let offline = Offline::new(&train, &factors, &split.train, &split.train_at);
+        for (n, &u) in drawn.iter().enumerate() {
+            if split.test[u].is_empty() {
+                continue;
+            }
+            let mut rows = Vec::new();
+            let candidates = offline.ranking_rows(u, config.per_source, &mut rows);
+            let labels: Vec<f32> = candidates
+                .iter()
+                .map(|i| f32::from(u8::from(split.test[u].binary_search(i).is_ok())))
+                .collect();
+            if !labels.iter().any(|&l| l > 0.0) {
+                continue;
+            }
+            let query = rows.chunks_exact(width).zip(labels.iter().copied());
+            if n < validation_users {
+                validation.push_query(query);
+            } else {
+                train_set.push_query(query);
+            }
+        }
+        history = split
+            .train
+            .iter()
+            .zip(&split.train_at)
+            .map(|(&(u, i, w), &at)| (u, i, w, at))
+            .collect();
+    }
+    if train_set.queries() == 0 || validation.queries() == 0 {
+        return None;
+    }
+    let params = Params {
+        base_feature: config
+            .from_blend
+            .then_some(0)
+            .or(config.params.base_feature),
+        ..config.params.clone()
+    };
+    let model = penchant_rank::train(&train_set, Some(&validation), &params, |_| true).ok()?;
+    let scores: Vec<f64> = (0..validation.rows())
+        .map(|r| model.score(validation.row(r)))
+        .collect();
+    let validation_ndcg =
+        penchant_rank::lambda::mean_ndcg(&validation, &scores, config.params.ndcg_at);
+    let mut importance: Vec<(String, f64)> = offline::FEATURES
+        .iter()
+        .map(|f| (*f).to_owned())
+        .zip(model.importance())
+        .collect();
+    importance.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Some(Learned {
+        per_source: config.per_source,
+        cuts: config.cuts,
+        train_queries: train_set.queries(),
+        validation_queries: validation.queries(),
+        validation_ndcg,
+        trees: model.trees.len(),
+        train_seconds: started.elapsed().as_secs_f64(),
+        importance,
+        model,
+    })
+}
