@@ -116,6 +116,7 @@ pub fn learn(
     holdout: Holdout,
     als_config: &AlsConfig,
     config: &LearnedConfig,
+    item_facets: &[Vec<u32>],
 ) -> Option<Learned> {
     let started = std::time::Instant::now();
     // Users are drawn once, seeded: a validation user validates at every cut.
@@ -133,7 +134,8 @@ pub fn learn(
         let split = eval::time_holdout(&history, users, holdout, 1);
         let train = Interactions::from_triples(users, items, split.train.iter().copied());
         let factors = als::train(&train, als_config, |_| true)?;
-        let offline = Offline::new(&train, &factors, &split.train, &split.train_at);
+        let offline = Offline::new(&train, &factors, &split.train, &split.train_at)
+            .with_facets(item_facets.to_vec());
         for (n, &u) in drawn.iter().enumerate() {
             if split.test[u].is_empty() {
                 continue;

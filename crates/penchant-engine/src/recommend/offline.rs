@@ -66,6 +66,10 @@ pub struct Offline<'a> {
     popular_rows: std::sync::OnceLock<Vec<u32>>,
     /// Per item row: the items users had soon after it ([`transitions`]).
     next: Vec<Vec<(u32, f32)>>,
+    /// Per item row: its facet values (as numbers), and per user row the share of the user's
+    /// event weight on items with each value — what a profile counts ([`Offline::with_facets`]).
+    item_facets: Vec<Vec<u32>>,
+    affinity: Vec<HashMap<u32, f32>>,
 }
 
 /// Items had after another within this many of a user's next distinct items count as its
@@ -124,7 +128,7 @@ pub fn candidate_sources() -> [Source; 4] {
 /// source's best for the user (`-of-best`); `blend` is the sum of those three, the hand blend
 /// `als + similar-to-liked + related`; days are counted back from the user's last training
 /// event.
-pub const FEATURES: [&str; 21] = [
+pub const FEATURES: [&str; 23] = [
     "blend",
     "als-of-best",
     "similar-to-liked-of-best",
@@ -146,6 +150,8 @@ pub const FEATURES: [&str; 21] = [
     "related-place",
     "trending-place",
     "sources",
+    "facet-affinity",
+    "facet-affinity-best",
 ];
 
 impl<'a> Offline<'a> {
@@ -192,7 +198,32 @@ impl<'a> Offline<'a> {
             item_days,
             popular_rows: std::sync::OnceLock::new(),
             next,
+            item_facets: Vec::new(),
+            affinity: Vec::new(),
         }
+    }
+
+    /// The items' facet values (per item row, as numbers; an item without any has none), for
+    /// the features of the user's affinity to a candidate's values: per user, each value's
+    /// share of the weight of the user's training events (as a profile counts them, by facet
+    /// value).
+    pub fn with_facets(mut self, item_facets: Vec<Vec<u32>>) -> Self {
+        let mut affinity: Vec<HashMap<u32, f32>> = vec![HashMap::new(); self.train.users()];
+        let mut totals = vec![0.0f32; self.train.users()];
+        for &(u, i, w) in self.events {
+            totals[u as usize] += w.max(0.0);
+            for &v in item_facets.get(i as usize).map_or(&[][..], Vec::as_slice) {
+                *affinity[u as usize].entry(v).or_default() += w.max(0.0);
+            }
+        }
+        for (values, total) in affinity.iter_mut().zip(totals) {
+            if total > 0.0 {
+                values.values_mut().for_each(|a| *a /= total);
+            }
+        }
+        self.item_facets = item_facets;
+        self.affinity = affinity;
+        self
     }
 
     /// The candidates a learned ranker orders for user row `u` — the best `per_source` items of
@@ -297,6 +328,19 @@ impl<'a> Offline<'a> {
             let related = related.get(&i).copied().unwrap_or(0.0);
             let (als_n, similar_n, related_n) =
                 (als / tops[0], similar / tops[1], related / tops[2]);
+            // The user's affinity to the candidate's facet values: mean and best.
+            let (mut sum, mut best, mut n) = (0.0f32, 0.0f32, 0usize);
+            if let (Some(values), Some(affinity)) =
+                (self.item_facets.get(i as usize), self.affinity.get(u))
+            {
+                for v in values {
+                    let a = affinity.get(v).copied().unwrap_or(0.0);
+                    sum += a;
+                    best = best.max(a);
+                    n += 1;
+                }
+            }
+            let facet_mean = if n == 0 { 0.0 } else { sum / n as f32 };
             rows.extend_from_slice(&[
                 als_n + similar_n + related_n,
                 als_n,
@@ -319,6 +363,8 @@ impl<'a> Offline<'a> {
                 related_place as f32,
                 trending_place as f32,
                 sources as f32,
+                facet_mean,
+                best,
             ]);
         }
         items

@@ -892,8 +892,15 @@ impl Trainings {
                 .zip(&split.train_at)
                 .map(|(&(u, i, w), &at)| (u, i, w, at))
                 .collect();
-            let learned =
-                learned::learn(&train_events, users, items, holdout, &als, &learned_config);
+            let learned = learned::learn(
+                &train_events,
+                users,
+                items,
+                holdout,
+                &als,
+                &learned_config,
+                &[],
+            );
             if let Some(ranker) = &learned {
                 let metrics =
                     eval::ranking_metrics(&split.test, k, |u| ranker.recommend(&offline, u, k));

@@ -11,10 +11,42 @@ use penchant_vectors::eval::{self, Holdout};
 /// Events `(user row, item row, weight, time in ms)`.
 type Events = Vec<(u32, u32, f32, i64)>;
 
+fn movielens_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ml-100k")
+}
+
+/// MovieLens 100k's genres, per item row, as numbers.
+fn genres(items: usize) -> Vec<Vec<u32>> {
+    let path = movielens_dir().join("ml-100k.item");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("MovieLens 100k is read from {}: {e}", path.display()));
+    let mut names: Vec<String> = Vec::new();
+    let mut out = vec![Vec::new(); items];
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let row = f[0].parse::<usize>().unwrap() - 1;
+        for genre in f
+            .get(3)
+            .copied()
+            .unwrap_or("")
+            .split(' ')
+            .filter(|g| !g.is_empty())
+        {
+            let id = names.iter().position(|n| n == genre).unwrap_or_else(|| {
+                names.push(genre.to_owned());
+                names.len() - 1
+            });
+            if row < items {
+                out[row].push(id as u32);
+            }
+        }
+    }
+    out
+}
+
 /// MovieLens 100k's ratings as events of weight 1, in time order, with the users and items.
 fn movielens() -> (Events, usize, usize) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/ml-100k/ml-100k.inter");
+    let path = movielens_dir().join("ml-100k.inter");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("MovieLens 100k is read from {}: {e}", path.display()));
     let mut events: Events = text
@@ -46,13 +78,19 @@ struct Compared {
     ranker: learned::Learned,
 }
 
-fn compare(events: &[(u32, u32, f32, i64)], users: usize, items: usize) -> Compared {
+fn compare(
+    events: &[(u32, u32, f32, i64)],
+    users: usize,
+    items: usize,
+    facets: &[Vec<u32>],
+) -> Compared {
     let holdout = Holdout::Fraction(0.2);
     let split = eval::time_holdout(events, users, holdout, 1);
     let train = Interactions::from_triples(users, items, split.train.iter().copied());
     let config = AlsConfig::default();
     let factors = als::train(&train, &config, |_| true).unwrap();
-    let offline = Offline::new(&train, &factors, &split.train, &split.train_at);
+    let offline =
+        Offline::new(&train, &factors, &split.train, &split.train_at).with_facets(facets.to_vec());
     let blend: Vec<Source> = serde_json::from_str(
         r#"[{"source":"als"},{"source":"similar-to-liked","last":5},{"source":"related","last":10}]"#,
     )
@@ -71,6 +109,7 @@ fn compare(events: &[(u32, u32, f32, i64)], users: usize, items: usize) -> Compa
         holdout,
         &config,
         &LearnedConfig::default(),
+        facets,
     )
     .expect("a ranker");
     let learned = eval::ranking_metrics(&split.test, 10, |u| ranker.recommend(&offline, u, 10));
@@ -97,7 +136,7 @@ fn compare(events: &[(u32, u32, f32, i64)], users: usize, items: usize) -> Compa
 #[test]
 fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
     let (events, users, items) = movielens();
-    let c = compare(&events, users, items);
+    let c = compare(&events, users, items, &genres(items));
     assert!(
         c.learned.ndcg > c.hand.ndcg,
         "{:?} vs {:?}",
@@ -111,7 +150,7 @@ fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
 fn the_learned_ranker_comes_near_a_synthetic_shops_hidden_preferences() {
     let (users, items) = (3_000, 600);
     let (events, truth) = penchant_vectors::synthetic::planted(users, items, 8, 60_000, 11);
-    let c = compare(&events, users, items);
+    let c = compare(&events, users, items, &[]);
     // The oracle ranks what a user had not had by the probability the generator gives it.
     let topic_mass = |t: u32| -> f32 {
         (0..items)

@@ -1320,7 +1320,7 @@ async fn als_trains_from_events_and_folds_in_new_users() {
     if names.last() == Some(&"learned") {
         names.pop();
         let importance = eval["learned"]["importance"].as_array().unwrap();
-        assert_eq!(importance.len(), 21, "one share per feature: {eval}");
+        assert_eq!(importance.len(), 23, "one share per feature: {eval}");
     } else {
         assert!(eval.get("learned").is_none(), "{eval}");
     }
