@@ -32,6 +32,18 @@ pub struct Split {
     pub test: Vec<Vec<u32>>,
 }
 
+impl Split {
+    /// The training triples with their times, `(user row, item row, weight, time)`, in the
+    /// order given ([`time_holdout`]: time order) — what another holdout can split again.
+    pub fn train_events(&self) -> Vec<(u32, u32, f32, i64)> {
+        self.train
+            .iter()
+            .zip(&self.train_at)
+            .map(|(&(u, i, w), &at)| (u, i, w, at))
+            .collect()
+    }
+}
+
 /// How much of each user's history a time-ordered split holds out (in JSON, a count is an
 /// integer and a share a number with a fraction).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

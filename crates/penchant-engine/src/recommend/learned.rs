@@ -156,12 +156,7 @@ pub fn learn(
                 train_set.push_query(query);
             }
         }
-        history = split
-            .train
-            .iter()
-            .zip(&split.train_at)
-            .map(|(&(u, i, w), &at)| (u, i, w, at))
-            .collect();
+        history = split.train_events();
     }
     if train_set.queries() == 0 || validation.queries() == 0 {
         return None;

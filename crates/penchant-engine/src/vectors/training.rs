@@ -886,12 +886,7 @@ impl Trainings {
             }
             // The learned ranker: learned on the training events alone (their own latest
             // events held out), scored on the same test as every row above.
-            let train_events: Vec<(u32, u32, f32, i64)> = split
-                .train
-                .iter()
-                .zip(&split.train_at)
-                .map(|(&(u, i, w), &at)| (u, i, w, at))
-                .collect();
+            let train_events = split.train_events();
             let learned = learned::learn(
                 &train_events,
                 users,

@@ -96,12 +96,7 @@ fn compare(
     )
     .unwrap();
     let hand = eval::ranking_metrics(&split.test, 10, |u| offline.blend(&blend, u, 10));
-    let train_events: Events = split
-        .train
-        .iter()
-        .zip(&split.train_at)
-        .map(|(&(u, i, w), &at)| (u, i, w, at))
-        .collect();
+    let train_events = split.train_events();
     let ranker = learned::learn(
         &train_events,
         users,
