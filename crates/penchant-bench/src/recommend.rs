@@ -237,6 +237,7 @@ async fn rebuild_and_api(
             space: "als".into(),
             weight: 1.0,
         }],
+        ranker: Default::default(),
     };
     engine.define_queue(APP, "for-you", &def).await?;
 
@@ -683,6 +684,7 @@ async fn quality(
                 weight: args.trending_weight,
             },
         ],
+        ranker: Default::default(),
     };
     engine.define_queue(APP, "blend", &def).await?;
     // Table (4) first, while the app's only queue is `blend`.
@@ -714,6 +716,44 @@ async fn quality(
             format!("recommended-for-you, queue: {name}"),
         ));
     }
+    // The learned ranker's queue, written by the ranker job (learned from the same train
+    // events, each user's latest 20% held out as what came next).
+    let learned = QueueDefinition {
+        sources: serde_json::from_str(BLENDS[4].1)?,
+        ranker: penchant_engine::recommend::Ranker::Learned,
+        ..def.clone()
+    };
+    engine.define_queue(APP, "learned", &learned).await?;
+    let progress = spinner("recommend: MovieLens, the ranker job".to_owned());
+    let started = Instant::now();
+    let config: penchant_engine::recommend::ranker::RankerConfig =
+        serde_json::from_value(json!({"indexName": "movies"}))?;
+    engine.start_ranker(APP, config).await?;
+    let ranked = loop {
+        let status = engine.ranker_status(APP).await?.context("no ranker job")?;
+        if status.state != penchant_engine::jobs::JobState::Running {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ranker_seconds = started.elapsed().as_secs_f64();
+    drop(progress);
+    anyhow::ensure!(
+        ranked.error.is_none(),
+        "the ranker job failed: {:?}",
+        ranked.error
+    );
+    let stored = engine
+        .ranker(APP, "movies")
+        .await?
+        .context("no stored ranker")?;
+    queues.push((
+        "learned".to_owned(),
+        format!(
+            "recommended-for-you, queue: learned ranker over {}",
+            BLENDS[4].0
+        ),
+    ));
     let mut for_you: Vec<Score> = queues.iter().map(|_| Score::default()).collect();
     let (mut vectors, mut trending) = (Score::default(), Score::default());
     let mut users: Vec<&&str> = truth.keys().collect();
@@ -724,7 +764,10 @@ async fn quality(
         let truth = &truth[user];
         let mut asked = Vec::new();
         for (queue, _) in &queues {
-            engine.rebuild_queue(APP, queue, user, None).await?;
+            // The learned queue is the ranker job's to write.
+            if queue != "learned" {
+                engine.rebuild_queue(APP, queue, user, None).await?;
+            }
             let mut from_queue = request("recommended-for-you", user, 10)?;
             from_queue.queue = Some(queue.clone());
             asked.push(from_queue);
@@ -732,8 +775,13 @@ async fn quality(
         asked.push(request("recommended-for-you", user, 10)?);
         asked.push(request("trending-items", user, 30)?);
         let answers = engine.recommendations(APP, &asked).await?;
-        for (answer, score) in answers.iter().zip(&mut for_you) {
-            anyhow::ensure!(answer.source == "queue", "{:?}", answer.source);
+        for ((answer, score), (queue, _)) in answers.iter().zip(&mut for_you).zip(&queues) {
+            let wanted = if queue == "learned" {
+                "learned-queue"
+            } else {
+                "queue"
+            };
+            anyhow::ensure!(answer.source == wanted, "{queue}: {:?}", answer.source);
             score.add(&ids(&answer.hits), truth);
         }
         let n = queues.len();
@@ -770,6 +818,17 @@ async fn quality(
             Cell::fixed(score.recall / score.users.max(1) as f64, 4),
         ]);
     }
+    table.note(format!(
+        "the ranker job (learn on {} events, then write {} users' learned queues): {:.1} s; \
+         {} trees, {} + {} training and validation queries, learning {:.1} s",
+        rate(stored.events as f64),
+        rate(ranked.users as f64),
+        ranker_seconds,
+        stored.learned.trees,
+        stored.learned.train_queries,
+        stored.learned.validation_queries,
+        stored.learned.train_seconds
+    ));
     Ok(vec![table, blends])
 }
 

@@ -460,6 +460,12 @@ pub fn queue_definitions(app_id: &str) -> Bytes {
     Bytes::from(app_and(app_id, &[b"\xff"]))
 }
 
+/// An index's learned ranker (table `rankers`): `app 0 · index`.
+pub fn ranker(app_id: &str, index: &str) -> Bytes {
+    debug_assert!(part_ok(index));
+    Bytes::from(app_and(app_id, &[index.as_bytes()]))
+}
+
 /// A queue's definition row.
 pub fn queue_definition(app_id: &str, name: &str) -> Bytes {
     debug_assert!(part_ok(name));

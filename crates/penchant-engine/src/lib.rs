@@ -375,6 +375,7 @@ impl Engine {
         Ok(self.recomputes.take_over().await?
             + self.trainings.take_over().await?
             + self.take_over_builds().await?
+            + self.take_over_rankers().await?
             + self.migrations.take_over().await?
             + self.residency.take_over().await?)
     }

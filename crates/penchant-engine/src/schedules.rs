@@ -7,6 +7,7 @@
 //! | `training` | every 24 h | an ALS training ([`crate::vectors::training`]) with the app's last training's settings (the defaults the first time) |
 //! | `foldIn` | every 60 min | a fold-in of the users and items the last training did not see (once a training has run) |
 //! | `build` | every 60 min | the co-interaction lists, then every user's queues ([`crate::recommend::build`]) |
+//! | `rank` | every 24 h | the ranker job of an index with learned queues ([`crate::recommend::ranker`]), with its last settings: the index whose ranker is oldest (once a learned queue is defined) |
 //!
 //! and `queueStaleAfterMinutes` (default 60): a `recommended-for-you` answer from a user's
 //! queue built before the user's latest event and longer ago than this rebuilds the queue in
@@ -38,6 +39,8 @@ pub struct Schedules {
     pub fold_in_every_minutes: u32,
     /// Minutes between builds of the co-interaction lists and queues (0: never).
     pub build_every_minutes: u32,
+    /// Hours between trainings of the learned ranker, and writes of its queues (0: never).
+    pub rank_every_hours: u32,
     /// A user's queue older than this and than their latest event is rebuilt when read
     /// (0: never).
     pub queue_stale_after_minutes: u32,
@@ -49,6 +52,7 @@ impl Default for Schedules {
             train_every_hours: 24,
             fold_in_every_minutes: 60,
             build_every_minutes: 60,
+            rank_every_hours: 24,
             queue_stale_after_minutes: 60,
         }
     }
@@ -63,6 +67,7 @@ impl Schedules {
             ("trainEveryHours", self.train_every_hours.saturating_mul(60)),
             ("foldInEveryMinutes", self.fold_in_every_minutes),
             ("buildEveryMinutes", self.build_every_minutes),
+            ("rankEveryHours", self.rank_every_hours.saturating_mul(60)),
             ("queueStaleAfterMinutes", self.queue_stale_after_minutes),
         ] {
             if minutes > MAX_MINUTES {
@@ -80,6 +85,7 @@ impl Schedules {
             Task::Training => self.train_every_hours.saturating_mul(60),
             Task::FoldIn => self.fold_in_every_minutes,
             Task::Build => self.build_every_minutes,
+            Task::Rank => self.rank_every_hours.saturating_mul(60),
         };
         (minutes > 0).then_some(i64::from(minutes) * 60_000)
     }
@@ -92,10 +98,11 @@ pub enum Task {
     Training,
     FoldIn,
     Build,
+    Rank,
 }
 
 impl Task {
-    pub const ALL: [Task; 3] = [Task::Training, Task::FoldIn, Task::Build];
+    pub const ALL: [Task; 4] = [Task::Training, Task::FoldIn, Task::Build, Task::Rank];
 }
 
 /// What is stored: the settings, and when each task last started (ms).

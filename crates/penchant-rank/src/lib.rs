@@ -105,7 +105,7 @@ impl Params {
 }
 
 /// A trained ranker: the sum of its trees' leaf values.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Model {
     /// Features each row must have, in order.

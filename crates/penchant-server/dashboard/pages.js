@@ -373,7 +373,12 @@ function kv(pairs) {
   return h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
 }
 
-const TASK_NAMES = { training: 'ALS training', foldIn: 'ALS fold-in', build: 'Recommendation build' };
+const TASK_NAMES = {
+  training: 'ALS training',
+  foldIn: 'ALS fold-in',
+  build: 'Recommendation build',
+  rank: 'Learned ranker',
+};
 
 /** What keeps the models fresh: each scheduled task's interval, last start and next run, and
  * when a user's queue is rebuilt after their events. */
@@ -401,12 +406,53 @@ export function schedulesView(s) {
   ];
 }
 
+/** The app's latest ranker job, and the ranker of its index when one is stored. */
+async function rankerWithModel() {
+  const job = await apiOrNull('GET', '/1/ranker/train');
+  if (!job) return null;
+  const model = job.config ? await apiOrNull('GET', `/1/rankers/${seg(job.config.indexName)}`) : null;
+  return { job, model };
+}
+
+/** The learned ranker: its job (learn, then write the learned queues), and the stored model —
+ * version, validation NDCG and what each feature weighs in it. */
+export function rankerView({ job: r, model }) {
+  const learned = model && model.learned;
+  return [
+    h('p', null, stateBadge(r.state), ` index ${r.config.indexName}, phase ${r.phase}, started ${time(r.startedAt)}`),
+    progressView(r),
+    kv([
+      ['queues written', (r.queues || []).join(', ') || '—'],
+      ['users', num(r.users)],
+      ['finished', time(r.finishedAt)],
+    ]),
+    r.error ? errorBox(r.error, 'The ranker job failed') : null,
+    learned
+      ? [
+          h('p', { class: 'small ranker-model' },
+            `Version ${model.version}, trained ${time(model.trainedAt)} on ${num(model.events)} events: `
+              + `${learned.trees} trees, validation NDCG ${learned.validationNdcg.toFixed(3)} `
+              + `(${num(learned.trainQueries)} + ${num(learned.validationQueries)} queries, ${learned.trainSeconds.toFixed(1)} s).`),
+          table(
+            [
+              { label: 'Feature', cell: (f) => f[0] },
+              { label: 'Share of the gain', cell: (f) => `${(f[1] * 100).toFixed(1)} %`, num: true },
+            ],
+            learned.importance.filter((f) => f[1] > 0).slice(0, 10),
+            { class: 'importance-table' },
+          ),
+        ]
+      : h('p', { class: 'muted none-yet' }, 'No ranker stored for this index yet.'),
+  ];
+}
+
 export function jobsPage(root, ctx) {
   const boxes = {
     recompute: h('div', { id: 'job-recompute' }),
     history: h('div', { id: 'job-history' }),
     als: h('div', { id: 'job-als' }),
     build: h('div', { id: 'job-build' }),
+    ranker: h('div', { id: 'job-ranker' }),
     layout: h('div', { id: 'job-layout' }),
     placement: h('div', { id: 'job-placement' }),
     schedules: h('div', { id: 'job-schedules' }),
@@ -417,6 +463,7 @@ export function jobsPage(root, ctx) {
     card('Profile recompute', boxes.recompute),
     card('Past recomputes', boxes.history),
     h('div', { class: 'grid2' }, card('ALS training', boxes.als), card('Recommendation build', boxes.build)),
+    card('Learned ranker', boxes.ranker),
     h('div', { class: 'grid2' }, card('Event-layout migration', boxes.layout), card('Placement', boxes.placement)),
     updated,
   );
@@ -431,9 +478,10 @@ export function jobsPage(root, ctx) {
       apiOrNull('GET', `/1/apps/${seg(ctx.creds.appID)}/layout`),
       apiOrNull('GET', `/1/apps/${seg(ctx.creds.appID)}/placement`),
       api('GET', '/1/schedules'),
+      rankerWithModel(),
     ]);
     if (!ctx.alive()) return;
-    const [job, history, als, build, layout, placement, schedules] = calls;
+    const [job, history, als, build, layout, placement, schedules, ranker] = calls;
     const none = () => h('p', { class: 'muted none-yet' }, 'None yet.');
     const show = (box, result, render) =>
       fill(box, result.status === 'rejected' ? errorBox(result.reason) : result.value ? render(result.value) : none());
@@ -483,6 +531,7 @@ export function jobsPage(root, ctx) {
       ]),
       b.error ? errorBox(b.error, 'The build failed') : null,
     ]);
+    show(boxes.ranker, ranker, rankerView);
     show(boxes.layout, layout, (l) => {
       const m = l.migration;
       return [

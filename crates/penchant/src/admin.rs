@@ -1622,6 +1622,9 @@ pub enum RecommendCommand {
         /// Minutes between builds of the co-interaction lists and queues.
         #[arg(long)]
         build_every_minutes: Option<u32>,
+        /// Hours between trainings of the learned ranker (and writes of its queues).
+        #[arg(long)]
+        rank_every_hours: Option<u32>,
         /// A user's queue older than this and than their latest event is rebuilt when read.
         #[arg(long)]
         queue_stale_after_minutes: Option<u32>,
@@ -1635,6 +1638,7 @@ async fn schedules(client: &Client, command: RecommendCommand) -> anyhow::Result
         train_every_hours,
         fold_in_every_minutes,
         build_every_minutes,
+        rank_every_hours,
         queue_stale_after_minutes,
     } = command
     else {
@@ -1645,6 +1649,7 @@ async fn schedules(client: &Client, command: RecommendCommand) -> anyhow::Result
         ("trainEveryHours", train_every_hours),
         ("foldInEveryMinutes", fold_in_every_minutes),
         ("buildEveryMinutes", build_every_minutes),
+        ("rankEveryHours", rank_every_hours),
         ("queueStaleAfterMinutes", queue_stale_after_minutes),
     ];
     if changes.iter().any(|(_, v)| v.is_some()) {

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use penchant_store::{Mutation, ReadRows, RowFilter, RowSet};
 
 use crate::jobs::{FAMILY, JOBS_TABLE};
+use crate::recommend::Ranker;
+use crate::recommend::ranker::RankerConfig;
 use crate::schedules::{self, Schedules, Stored, Task, TaskView};
 use crate::vectors::training::{Mode, TrainingConfig};
 use crate::{Engine, Result, internal, keys};
@@ -148,7 +150,7 @@ impl Engine {
     }
 
     /// Start a task's job; `false` when there is nothing to start it on (a fold-in before
-    /// any training).
+    /// any training, a ranker without a learned queue).
     async fn start_task(&self, app: &str, task: Task) -> Result<bool> {
         match task {
             Task::Training | Task::FoldIn => {
@@ -167,7 +169,38 @@ impl Engine {
             Task::Build => {
                 self.start_build(app).await?;
             }
+            Task::Rank => return self.start_scheduled_ranker(app).await,
         }
+        Ok(true)
+    }
+
+    /// The ranker job of the index with learned queues whose ranker is oldest (never learned
+    /// first), with the settings its ranker was last learned with; `false` without a learned
+    /// queue.
+    async fn start_scheduled_ranker(&self, app: &str) -> Result<bool> {
+        let mut indexes: Vec<String> = self
+            .queue_definitions(app)
+            .await?
+            .into_iter()
+            .filter(|(_, def)| def.ranker == Ranker::Learned)
+            .map(|(_, def)| def.index_name)
+            .collect();
+        indexes.sort();
+        indexes.dedup();
+        let mut oldest: Option<(Option<i64>, RankerConfig)> = None;
+        for index in indexes {
+            let (version, config) = match self.ranker(app, &index).await? {
+                Some(stored) => (Some(stored.version), stored.config),
+                None => (None, RankerConfig::for_index(&index)),
+            };
+            if oldest.as_ref().is_none_or(|(v, _)| version < *v) {
+                oldest = Some((version, config));
+            }
+        }
+        let Some((_, config)) = oldest else {
+            return Ok(false);
+        };
+        self.start_ranker(app, config).await?;
         Ok(true)
     }
 }

@@ -146,7 +146,16 @@ impl Engine {
                 None => request.queues.push((name, sources)),
             }
         }
-        let mut evaluation = self.trainings.evaluate(app, config, &request).await?;
+        crate::vectors::training::Trainings::check_evaluation(config, &request)?;
+        let data = self.trainings.evaluation_data(app, config).await?;
+        // The learned ranker's facet features, where the events are of one index.
+        let item_facets = match &config.index {
+            Some(index) => self.item_facets(app, index, &data.items).await?,
+            None => Vec::new(),
+        };
+        let mut evaluation =
+            crate::vectors::training::Trainings::evaluate(config, &request, data, item_facets)
+                .await?;
         evaluation.skipped = skipped;
         Ok(evaluation)
     }

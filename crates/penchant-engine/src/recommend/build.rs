@@ -5,7 +5,8 @@
 //! checkpoint: the phase and the last user whose queues are done. A node that stops or dies
 //! leaves it `running`; the node that takes it over resumes from the checkpoint, so users already done are not rebuilt (a user rebuilt twice is harmless).
 //! Users are those with events in the app's retention window (their per-day aggregate rows),
-//! in key order, [`USERS_AT_ONCE`] at a time.
+//! in key order, [`USERS_AT_ONCE`] at a time. A queue ordered by a learned ranker is left to
+//! the ranker job ([`super::ranker`]) once its index has a model.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -193,6 +194,8 @@ impl Engine {
         let mut queues: Vec<(String, QueueDefinition)> = Vec::new();
         for name in names {
             match self.recommend.queues.definition(app, &name).await {
+                // A learned queue whose index has a ranker: the ranker job writes it.
+                Ok(def) if self.ranked_by_job(app, &def).await? => {}
                 Ok(def) => queues.push((name, def)),
                 Err(EngineError::NotFound(_)) => {} // deleted since
                 Err(e) => return Err(e),

@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::offline::{self, Offline};
 
+/// The most of `maxQueries × perSource × cuts` a training may ask for.
+pub const MAX_EXAMPLE_SLOTS: u128 = 5_000_000;
+
 /// How a ranker is learned from the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -65,12 +68,21 @@ impl LearnedConfig {
                 offline::POOL
             ));
         }
+        // Each example holds a row of features per candidate (up to a few per source): the
+        // product bounds the memory a training takes (~1 GB at the limit).
+        let slots = self.max_queries as u128 * self.per_source as u128 * self.cuts as u128;
+        if slots > MAX_EXAMPLE_SLOTS {
+            return Err(format!(
+                "maxQueries × perSource × cuts must be at most {MAX_EXAMPLE_SLOTS} (the training \
+                 examples are held in memory), not {slots}"
+            ));
+        }
         self.params.check()
     }
 }
 
-/// A learned ranker and what its training saw.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A learned ranker and what its training saw (the model is not serialized with it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Learned {
     #[serde(skip)]
@@ -105,19 +117,88 @@ impl Learned {
     }
 }
 
+/// An app's history as a ranker learns from it.
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    /// `(user row, item row, weight, time ms)`, in time order.
+    pub events: &'a [(u32, u32, f32, i64)],
+    pub users: usize,
+    pub items: usize,
+    /// Per item row, its facet values as numbers (may be empty: no facet features).
+    pub item_facets: &'a [Vec<u32>],
+}
+
+/// Every user's best `k` candidates by a learned ranker, from all of `events` (time-ordered
+/// `(user row, item row, weight, time)`): the sources as they stand after the last event (ALS
+/// trained on all of them), the same features as the training's ([`Offline::ranking_rows`]),
+/// none of the user's items. `each` gets a user row and its items with their scores, best
+/// first — `e^(s − s_best)`, so the best is 1 and every score is positive. Users without
+/// events are skipped. `None` when `go_on` (asked as it goes) returned false.
+pub fn rank_all(
+    history: &History<'_>,
+    als_config: &AlsConfig,
+    ranker: &Model,
+    per_source: usize,
+    k: usize,
+    go_on: impl Fn() -> bool,
+    mut each: impl FnMut(usize, Vec<(u32, f32)>),
+) -> Option<()> {
+    let History {
+        events,
+        users,
+        items,
+        item_facets,
+    } = *history;
+    let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
+    let at: Vec<i64> = events.iter().map(|e| e.3).collect();
+    let train = Interactions::from_triples(users, items, triples.iter().copied());
+    let factors = als::train(&train, als_config, |_| go_on())?;
+    let offline = Offline::new(&train, &factors, &triples, &at).with_facets(item_facets.to_vec());
+    let width = offline::FEATURES.len();
+    let mut rows = Vec::new();
+    for u in 0..users {
+        if train.user_items(u).0.is_empty() {
+            continue;
+        }
+        rows.clear();
+        let candidates = offline.ranking_rows(u, per_source, &mut rows);
+        let mut scored: Vec<(u32, f64)> = candidates
+            .iter()
+            .zip(rows.chunks_exact(width))
+            .map(|(&i, row)| (i, ranker.score(row)))
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        scored.truncate(k);
+        let best = scored.first().map_or(0.0, |s| s.1);
+        let ranked = scored
+            .into_iter()
+            .map(|(i, s)| (i, ((s - best).exp() as f32).max(f32::MIN_POSITIVE)))
+            .collect();
+        each(u, ranked);
+        if u % 256 == 0 && !go_on() {
+            return None;
+        }
+    }
+    Some(())
+}
+
 /// Learn a ranker from time-ordered events `(user row, item row, weight, time)`: the latest
 /// events of each user (`holdout`) are what the ranker learns to put first among the
 /// candidates the earlier events give. `None` when no user has a next event among their
-/// candidates.
+/// candidates, or when `progress` (called as it goes with the trees so far) returned false.
 pub fn learn(
-    events: &[(u32, u32, f32, i64)],
-    users: usize,
-    items: usize,
+    history: &History<'_>,
     holdout: Holdout,
     als_config: &AlsConfig,
     config: &LearnedConfig,
-    item_facets: &[Vec<u32>],
+    mut progress: impl FnMut(usize) -> bool,
 ) -> Option<Learned> {
+    let History {
+        events,
+        users,
+        items,
+        item_facets,
+    } = *history;
     let started = std::time::Instant::now();
     // Users are drawn once, seeded: a validation user validates at every cut.
     let mut drawn: Vec<usize> = (0..users).collect();
@@ -133,10 +214,13 @@ pub fn learn(
     for _ in 0..config.cuts {
         let split = eval::time_holdout(&history, users, holdout, 1);
         let train = Interactions::from_triples(users, items, split.train.iter().copied());
-        let factors = als::train(&train, als_config, |_| true)?;
+        let factors = als::train(&train, als_config, |_| progress(0))?;
         let offline = Offline::new(&train, &factors, &split.train, &split.train_at)
             .with_facets(item_facets.to_vec());
         for (n, &u) in drawn.iter().enumerate() {
+            if n % 256 == 0 && !progress(0) {
+                return None;
+            }
             if split.test[u].is_empty() {
                 continue;
             }
@@ -168,7 +252,11 @@ pub fn learn(
             .or(config.params.base_feature),
         ..config.params.clone()
     };
-    let model = penchant_rank::train(&train_set, Some(&validation), &params, |_| true).ok()?;
+    let model = penchant_rank::train(&train_set, Some(&validation), &params, &mut progress).ok()?;
+    // Stopped from outside (a stop is asked for once and stays asked): no model.
+    if !progress(model.trees.len()) {
+        return None;
+    }
     let scores: Vec<f64> = (0..validation.rows())
         .map(|r| model.score(validation.row(r)))
         .collect();

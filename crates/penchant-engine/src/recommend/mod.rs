@@ -8,6 +8,7 @@
 //! | [`queues`] | ranked per-user queues (the seed's backlog), peeked or popped | built per user or by the build job |
 //! | [`filters`] | Algolia's `filters` / `facetFilters` / `numericFilters` over records | applied to every model's hits |
 //! | [`build`] | the job: lists first, then every user's queues, resumable | one node at a time |
+//! | [`learned`], [`ranker`] | a ranker learned from the history (LambdaMART over every source's candidates), and the job that learns it and writes the queues that name it | one node at a time |
 //!
 //! A model ranks candidates with scores in 0–100; [`Engine::recommendations`] walks them best
 //! first, keeps those whose record exists (a deleted item never comes back), passes the filters
@@ -21,6 +22,7 @@ pub mod learned;
 pub mod offline;
 pub mod personal;
 pub mod queues;
+pub mod ranker;
 pub mod related;
 pub mod trending;
 
@@ -35,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use self::filters::Filter;
-pub use self::queues::{QueueDefinition, Source};
+pub use self::queues::{QueueDefinition, Ranker, Source};
 use self::related::Links;
 use crate::abtests::Served;
 use crate::cache::TtlCache;
@@ -263,13 +265,15 @@ pub struct Recommendations {
     /// The model that answered: the one asked, `trending-items` (the zero-day fallback) or
     /// `fallbackParameters`.
     pub answered_by: &'static str,
-    /// What the model read: `queue`, `vectors`, `similar-to-liked`, `co-interaction`,
+    /// What the model read: `queue`, `learned-queue` (a queue the learned ranker ordered), `vectors`, `similar-to-liked`, `co-interaction`,
     /// `co-interaction+vectors`, `trending`, `catalog`, or `none`.
     pub source: &'static str,
     /// When what answered was built (ms): the user's queue, the co-interaction lists' build,
     /// the space's training (the older of two for a blend); trending counts are live (now).
     /// `None` for the catalog, for uploaded vectors, and for no answer.
     pub built_at: Option<i64>,
+    /// The version of the learned ranker that ordered the hits (source `learned-queue`).
+    pub ranker_version: Option<i64>,
 }
 
 /// A model's candidates, best first (scores 0–100), what it read, and when that was built.
@@ -315,6 +319,7 @@ pub struct Recommend {
     /// Trending facet values, by (app, index, facet).
     facets: TtlCache<(String, String, String), Arc<Ranked>>,
     pub(crate) builds: crate::jobs::Runner<build::Build>,
+    pub(crate) rankers: crate::jobs::Runner<ranker::Rank>,
     /// Queues (app, queue, user) being rebuilt in the background because they were stale.
     rebuilding: parking_lot::Mutex<HashSet<(String, String, String)>>,
 }
@@ -332,6 +337,7 @@ impl Recommend {
             trending: TtlCache::new(1024, ttl, clock.clone()),
             facets: TtlCache::new(1024, ttl, clock),
             builds: runtime.runner(),
+            rankers: runtime.runner(),
             rebuilding: Default::default(),
         }
     }
@@ -450,6 +456,13 @@ impl Engine {
         user: &str,
         given: Option<Ranked>,
     ) -> Result<Rebuilt> {
+        if self.ranked_by_job(app, def).await? {
+            return Err(EngineError::Refused(format!(
+                "queue '{name}' is ordered by the learned ranker of index '{}': the ranker job \
+                 writes it (POST /1/ranker/train)",
+                def.index_name
+            )));
+        }
         let mut scores: HashMap<String, f32> = HashMap::new();
         let mut add = |items: &Ranked, weight: f32| {
             let best = items.first().map_or(0.0, |(_, s)| *s);
@@ -476,6 +489,22 @@ impl Engine {
         }
         let mut ranked: Ranked = scores.into_iter().collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        self.write_queue(app, user, (name, def), ranked, &vouched, None)
+            .await
+    }
+
+    /// Write a user's queue from candidates ranked best first: minus what the user has seen
+    /// and what the catalog lacks (but those `vouched` for), cut to the definition's size,
+    /// marked with the learned model's version that ranked them (`None`: a blend).
+    pub(crate) async fn write_queue(
+        &self,
+        app: &str,
+        user: &str,
+        (name, def): (&str, &QueueDefinition),
+        mut ranked: Ranked,
+        vouched: &HashSet<String>,
+        ranked_by: Option<i64>,
+    ) -> Result<Rebuilt> {
         ranked.truncate(crate::seen::MAX_IDS_PER_CALL);
         let ids: Vec<&str> = ranked.iter().map(|(id, _)| id.as_str()).collect();
         let unseen: HashSet<String> = self
@@ -511,7 +540,10 @@ impl Engine {
                 break;
             }
         }
-        self.recommend.queues.write(app, user, name, &queue).await?;
+        self.recommend
+            .queues
+            .write(app, user, name, &queue, ranked_by)
+            .await?;
         Ok(Rebuilt {
             items: queue.len(),
             seen,
@@ -913,6 +945,7 @@ impl Engine {
                 answered_by: model.name(),
                 source,
                 built_at,
+                ranker_version: None,
             });
         }
         let mut filter = req.query_parameters.filter("queryParameters")?;
@@ -959,6 +992,7 @@ impl Engine {
             threshold,
             max,
         };
+        let mut ranker_version = None;
         let (candidates, source, built_at) = match model {
             Model::TrendingItems | Model::TrendingFacets => (Vec::new(), "trending", None),
             Model::BoughtTogether => {
@@ -987,8 +1021,11 @@ impl Engine {
                     .await?
             }
             Model::RecommendedForYou => {
-                self.for_you_candidates(app, req, user.unwrap_or_default())
-                    .await?
+                let (candidates, ranked_by) = self
+                    .for_you_candidates(app, req, user.unwrap_or_default())
+                    .await?;
+                ranker_version = ranked_by;
+                candidates
             }
         };
         if model != Model::TrendingItems {
@@ -1004,6 +1041,7 @@ impl Engine {
                     answered_by: model.name(),
                     source,
                     built_at,
+                    ranker_version,
                 });
             }
         }
@@ -1017,6 +1055,7 @@ impl Engine {
                 answered_by: Model::TrendingItems.name(),
                 source: "trending",
                 built_at: Some(self.now_ms()),
+                ranker_version: None,
             });
         }
         let Some(fallback) = fallback_filter else {
@@ -1025,6 +1064,7 @@ impl Engine {
                 answered_by: model.name(),
                 source: "none",
                 built_at: None,
+                ranker_version: None,
             });
         };
         // Then `fallbackParameters`: trending under its filters, else the catalog's records
@@ -1040,6 +1080,7 @@ impl Engine {
                 answered_by: "fallbackParameters",
                 source: "trending",
                 built_at: Some(self.now_ms()),
+                ranker_version: None,
             });
         }
         let any = Select {
@@ -1058,6 +1099,7 @@ impl Engine {
             answered_by: "fallbackParameters",
             source,
             built_at: None,
+            ranker_version: None,
         })
     }
 
@@ -1310,8 +1352,13 @@ impl Engine {
         let engine = self.clone();
         self.supervisor.spawn(async move {
             let (app, queue, user) = &key;
-            if let Err(e) = engine.rebuild_queue(app, queue, user, None).await {
-                tracing::warn!(%app, %queue, %user, error = %e, "cannot rebuild a stale queue");
+            match engine.rebuild_queue(app, queue, user, None).await {
+                // A learned queue whose index's ranker came since it was built: the ranker
+                // job writes it.
+                Ok(_) | Err(EngineError::Refused(_)) => {}
+                Err(e) => {
+                    tracing::warn!(%app, %queue, %user, error = %e, "cannot rebuild a stale queue")
+                }
             }
             engine.recommend.rebuilding.lock().remove(&key);
         });
@@ -1323,7 +1370,7 @@ impl Engine {
         app: &str,
         req: &RecommendRequest,
         user: &str,
-    ) -> Result<Candidates> {
+    ) -> Result<(Candidates, Option<i64>)> {
         let queue = req.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
         queues::check_name(queue)?;
         let defined = match self.recommend.queues.definition(app, queue).await {
@@ -1337,8 +1384,11 @@ impl Engine {
                 .queues
                 .read(app, user, queue, Consistency::Eventual)
                 .await?;
-            self.refresh_if_stale(app, queue, user, stored.built_at)
-                .await?;
+            // A queue a learned model ordered is the ranker job's to write.
+            if stored.ranked_by.is_none() {
+                self.refresh_if_stale(app, queue, user, stored.built_at)
+                    .await?;
+            }
             let pending = stored.pending();
             if !pending.is_empty() {
                 let best = f64::from(pending[0].1).max(f64::MIN_POSITIVE);
@@ -1347,12 +1397,16 @@ impl Engine {
                     .take(MAX_WALK)
                     .map(|(id, s)| (id.clone(), (f64::from(*s) / best * 100.0).clamp(0.0, 100.0)))
                     .collect();
-                return Ok((items, "queue", stored.built_at));
+                let source = match stored.ranked_by {
+                    Some(_) => "learned-queue",
+                    None => "queue",
+                };
+                return Ok(((items, source, stored.built_at), stored.ranked_by));
             }
         }
         let space = req.space.as_deref().unwrap_or(ALS_SPACE);
         let Some(described) = self.optional_space(app, space).await? else {
-            return Ok((Vec::new(), "none", None));
+            return Ok(((Vec::new(), "none", None), None));
         };
         let options = SearchOptions {
             k: VECTOR_K,
@@ -1368,18 +1422,22 @@ impl Engine {
                 .await?;
             if !hits.is_empty() {
                 let at = trained_at(&described);
-                return Ok((vector_percents(described.metric, hits), "vectors", at));
+                return Ok((
+                    (vector_percents(described.metric, hits), "vectors", at),
+                    None,
+                ));
             }
         }
         let (_, hits) = self
             .similar_to_liked(app, space, user, 10, Aggregate::Mean, &options)
             .await?;
         let at = trained_at(&described);
-        Ok((
+        let candidates = (
             vector_percents(described.metric, hits),
             "similar-to-liked",
             at,
-        ))
+        );
+        Ok((candidates, None))
     }
 }
 

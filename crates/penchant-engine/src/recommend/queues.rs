@@ -33,6 +33,8 @@ const FAMILY: &str = "q";
 const ITEMS: &[u8] = b"items";
 const CURSOR: &[u8] = b"cursor";
 const DEFINITION: &[u8] = b"def";
+/// The version of the learned model that ordered the queue (absent for a blend).
+const RANKED_BY: &[u8] = b"ranker";
 /// A queue's default length (the seed's backlog).
 pub const DEFAULT_SIZE: usize = 1000;
 /// The longest queue.
@@ -122,6 +124,29 @@ pub struct QueueDefinition {
     /// Where candidates come from; none: only the lists callers give when they rebuild.
     #[serde(default)]
     pub sources: Vec<Source>,
+    /// What orders them: the blend of the sources' weights, or the app's learned ranker.
+    #[serde(default, skip_serializing_if = "Ranker::is_blend")]
+    pub ranker: Ranker,
+}
+
+/// What orders a queue's candidates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ranker {
+    /// The weighted sum of the sources' scores, each over its best.
+    #[default]
+    Blend,
+    /// The ranker the ranker job learned for the queue's index ([`super::ranker`]): it writes
+    /// every user's queue, the candidates of its own sources ([`super::offline::candidate_sources`])
+    /// ordered by the model. Until the index has a model, the queue is built as a blend of its
+    /// sources.
+    Learned,
+}
+
+impl Ranker {
+    pub fn is_blend(&self) -> bool {
+        *self == Ranker::Blend
+    }
 }
 
 impl QueueDefinition {
@@ -170,6 +195,8 @@ pub struct Stored {
     pub cursor: usize,
     /// When it was built (ms), if it was.
     pub built_at: Option<i64>,
+    /// The version of the learned model that ordered it; `None` for a blend.
+    pub ranked_by: Option<i64>,
 }
 
 impl Stored {
@@ -276,8 +303,20 @@ impl Queues {
         Ok(())
     }
 
-    /// Replace a user's queue (cursor back to 0).
-    pub async fn write(&self, app: &str, user: &str, name: &str, items: &Ranked) -> Result<()> {
+    /// Replace a user's queue (cursor back to 0), ordered by a learned model's version
+    /// `ranked_by` or by a blend.
+    pub async fn write(
+        &self,
+        app: &str,
+        user: &str,
+        name: &str,
+        items: &Ranked,
+        ranked_by: Option<i64>,
+    ) -> Result<()> {
+        let ranker = match ranked_by {
+            Some(version) => Mutation::set_now(FAMILY, RANKED_BY, version.to_be_bytes().to_vec()),
+            None => Mutation::delete_column(FAMILY, RANKED_BY),
+        };
         self.store
             .mutate_row(
                 QUEUES_TABLE,
@@ -285,6 +324,7 @@ impl Queues {
                 vec![
                     Mutation::set_now(FAMILY, ITEMS, encode_ranked(items)),
                     Mutation::set_now(FAMILY, CURSOR, Bytes::from(0i64.to_be_bytes().to_vec())),
+                    ranker,
                 ],
             )
             .await?;
@@ -313,6 +353,10 @@ impl Queues {
             items,
             cursor: row.latest(FAMILY, CURSOR).map_or(0, |c| counter(&c.value)),
             built_at: row.latest(FAMILY, ITEMS).map(|c| c.timestamp / 1000),
+            ranked_by: row
+                .latest(FAMILY, RANKED_BY)
+                .and_then(|c| <[u8; 8]>::try_from(&c.value[..]).ok())
+                .map(i64::from_be_bytes),
         })
     }
 

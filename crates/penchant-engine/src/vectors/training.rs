@@ -333,14 +333,14 @@ struct Outcome {
 
 /// An app's events as training data: users and items numbered in order of appearance.
 #[derive(Debug, Default)]
-struct Data {
-    users: Vec<String>,
-    items: Vec<String>,
+pub(crate) struct Data {
+    pub users: Vec<String>,
+    pub items: Vec<String>,
     /// (user, item, weight, time ms).
-    events: Vec<(u32, u32, f32, i64)>,
-    read: u64,
+    pub events: Vec<(u32, u32, f32, i64)>,
+    pub read: u64,
     /// (user, item) pairs left out: a user token or objectID too long to name a vector's row.
-    skipped: u64,
+    pub skipped: u64,
 }
 
 /// Rows of a trained matrix with the names they stand for.
@@ -531,7 +531,7 @@ impl Trainings {
     }
 
     /// The weights a training uses: its own, else the strategy's event scores, else none.
-    async fn weights(&self, app: &str, config: &TrainingConfig) -> Result<Weights> {
+    pub(crate) async fn weights(&self, app: &str, config: &TrainingConfig) -> Result<Weights> {
         if let Some(weights) = &config.weights {
             return Ok(weights.clone());
         }
@@ -555,7 +555,12 @@ impl Trainings {
 
     /// Read the app's events in its retention window as weighted (user, item) interactions;
     /// refused when none counts.
-    async fn read(&self, app: &str, index: Option<&str>, weights: &Weights) -> Result<Data> {
+    pub(crate) async fn read(
+        &self,
+        app: &str,
+        index: Option<&str>,
+        weights: &Weights,
+    ) -> Result<Data> {
         let since = self.since(app).await?;
         let seen = self.seen.settings(app).await?;
         let store = penchant_store::for_workload(&self.store, Workload::Batch);
@@ -813,19 +818,11 @@ impl Trainings {
         Ok(Some(vector))
     }
 
-    /// Train on all but each user's latest interactions and rank the held-out ones with
-    /// popularity, each model a queue blends and each blend asked
-    /// ([`crate::recommend::offline`]).
-    pub async fn evaluate(
-        &self,
-        app: &str,
-        config: &TrainingConfig,
-        request: &EvaluationRequest,
-    ) -> Result<Evaluation> {
+    /// Refuse an evaluation asked with bad settings, before anything is read.
+    pub fn check_evaluation(config: &TrainingConfig, request: &EvaluationRequest) -> Result<()> {
         config.check()?;
         request.learned.check().map_err(EngineError::Invalid)?;
         let EvaluationRequest { holdout, k, .. } = *request;
-        let learned_config = request.learned.clone();
         let holdout_ok = match holdout {
             eval::Holdout::Count(n) => (1..=100).contains(&n),
             eval::Holdout::Fraction(f) => f > 0.0 && f < 1.0,
@@ -837,15 +834,35 @@ impl Trainings {
                     .into(),
             ));
         }
-        let mut rows = single_models(&config.space);
         for (name, sources) in &request.queues {
             if let Some(why) = unevaluable(name, sources, &config.space) {
                 return Err(EngineError::Invalid(why));
             }
-            rows.push((name.clone(), sources.clone()));
         }
+        Ok(())
+    }
+
+    /// The events an evaluation reads: as a training of `config` reads them.
+    pub(crate) async fn evaluation_data(&self, app: &str, config: &TrainingConfig) -> Result<Data> {
         let weights = self.weights(app, config).await?;
-        let data = self.read(app, config.index.as_deref(), &weights).await?;
+        self.read(app, config.index.as_deref(), &weights).await
+    }
+
+    /// Train on all but each user's latest interactions of `data` and rank the held-out ones
+    /// with popularity, each model a queue blends, each blend asked
+    /// ([`crate::recommend::offline`]) and the learned ranker (with the items' facet values,
+    /// where given).
+    pub(crate) async fn evaluate(
+        config: &TrainingConfig,
+        request: &EvaluationRequest,
+        data: Data,
+        item_facets: Vec<Vec<u32>>,
+    ) -> Result<Evaluation> {
+        Self::check_evaluation(config, request)?;
+        let EvaluationRequest { holdout, k, .. } = *request;
+        let learned_config = request.learned.clone();
+        let mut rows = single_models(&config.space);
+        rows.extend(request.queues.iter().cloned());
         let als = config.als.clone();
         tokio::task::spawn_blocking(move || {
             let (users, items) = (data.users.len(), data.items.len());
@@ -857,7 +874,8 @@ impl Trainings {
             let factors = als::train(&train, &als, |_| true)
                 .ok_or_else(|| internal("training", "stopped"))?;
             let train_seconds = started.elapsed().as_secs_f64();
-            let offline = Offline::new(&train, &factors, &split.train, &split.train_at);
+            let offline = Offline::new(&train, &factors, &split.train, &split.train_at)
+                .with_facets(item_facets.clone());
             let popular = offline.popular();
             let popularity = eval::ranking_metrics(&split.test, k, |u| {
                 let (seen, _) = train.user_items(u);
@@ -887,15 +905,13 @@ impl Trainings {
             // The learned ranker: learned on the training events alone (their own latest
             // events held out), scored on the same test as every row above.
             let train_events = split.train_events();
-            let learned = learned::learn(
-                &train_events,
+            let history = learned::History {
+                events: &train_events,
                 users,
                 items,
-                holdout,
-                &als,
-                &learned_config,
-                &[],
-            );
+                item_facets: &item_facets,
+            };
+            let learned = learned::learn(&history, holdout, &als, &learned_config, |_| true);
             if let Some(ranker) = &learned {
                 let metrics =
                     eval::ranking_metrics(&split.test, k, |u| ranker.recommend(&offline, u, k));

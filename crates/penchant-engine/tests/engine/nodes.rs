@@ -220,6 +220,7 @@ async fn a_dead_nodes_recommendation_build_is_resumed_after_its_checkpoint() {
         index_name: "items".into(),
         size: 3,
         sources: vec![Source::Trending { weight: 1.0 }],
+        ranker: Default::default(),
     };
     a.define_queue(APP, "for-you", &def).await.unwrap();
 

@@ -97,14 +97,18 @@ fn compare(
     .unwrap();
     let hand = eval::ranking_metrics(&split.test, 10, |u| offline.blend(&blend, u, 10));
     let train_events = split.train_events();
-    let ranker = learned::learn(
-        &train_events,
+    let history = learned::History {
+        events: &train_events,
         users,
         items,
+        item_facets: facets,
+    };
+    let ranker = learned::learn(
+        &history,
         holdout,
         &config,
         &LearnedConfig::default(),
-        facets,
+        |_| true,
     )
     .expect("a ranker");
     let learned = eval::ranking_metrics(&split.test, 10, |u| ranker.recommend(&offline, u, 10));
@@ -192,5 +196,254 @@ fn the_learned_ranker_comes_near_a_synthetic_shops_hidden_preferences() {
     assert!(
         oracle.ndcg >= c.learned.ndcg * 0.95,
         "the oracle is the ceiling"
+    );
+}
+
+/// The ranker job on a synthetic shop sent through the engine: it learns the index's ranker,
+/// stores it, and writes every user's learned queue in the model's order (the answer says so);
+/// the queue is the job's alone from then on (a rebuild by hand is refused, the build job
+/// leaves it); a second run stores a new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ranker_job_learns_an_index_ranker_and_writes_its_learned_queues() {
+    use std::time::Duration;
+
+    use penchant_engine::catalog::Write;
+    use penchant_engine::events::{Event, EventType, Target};
+    use penchant_engine::jobs::JobState;
+    use penchant_engine::recommend::ranker::RankerConfig;
+    use penchant_engine::recommend::{QueueDefinition, Ranker, RecommendRequest};
+    use penchant_engine::{Engine, EngineConfig, EngineError};
+    use serde_json::json;
+
+    const APP: &str = "RANKED";
+    let (users, items, topics) = (300, 120, 4);
+    let (planted, truth) = penchant_vectors::synthetic::planted(users, items, topics, 6_000, 5);
+    let store: std::sync::Arc<dyn penchant_store::Store> =
+        std::sync::Arc::new(penchant_store::MemStore::new());
+    let engine = Engine::open(store.clone(), EngineConfig::default())
+        .await
+        .unwrap();
+    engine
+        .tenancy()
+        .create_app(Some(APP), "shop")
+        .await
+        .unwrap();
+    let records = (0..items)
+        .map(|i| {
+            let record = json!({"objectID": format!("i{i}"), "topic": truth.item_topic[i]});
+            (
+                "items".to_owned(),
+                Write::Put(record.as_object().unwrap().clone()),
+            )
+        })
+        .collect();
+    engine.write_records(APP, records).await.unwrap();
+    // The generator's events, one second apart, ending a minute ago.
+    let now = engine.now_ms();
+    let last = planted.last().unwrap().3;
+    let events: Vec<Event> = planted
+        .iter()
+        .map(|&(u, i, _, at)| Event {
+            event_type: EventType::Click,
+            event_subtype: None,
+            event_name: "Clicked".into(),
+            index: "items".into(),
+            user_token: format!("u{u}"),
+            authenticated_user_token: None,
+            timestamp: now - 60_000 - (last - at),
+            target: Target::ObjectIds(vec![format!("i{i}")]),
+            query_id: None,
+            positions: None,
+            object_data: None,
+            value: None,
+            currency: None,
+        })
+        .collect();
+    for chunk in events.chunks(1000) {
+        engine.push_events(APP, chunk).await.unwrap();
+    }
+    let learned_queue = QueueDefinition {
+        index_name: "items".into(),
+        size: 50,
+        sources: vec![penchant_engine::recommend::Source::Trending { weight: 1.0 }],
+        ranker: Ranker::Learned,
+    };
+    engine
+        .define_queue(APP, "learned", &learned_queue)
+        .await
+        .unwrap();
+
+    let config: RankerConfig = serde_json::from_value(json!({
+        "indexName": "items",
+        "ranker": {"maxQueries": 300, "cuts": 2, "params": {"trees": 60}}
+    }))
+    .unwrap();
+    let finished = async || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let status = engine.ranker_status(APP).await.unwrap().unwrap();
+            if status.state != JobState::Running {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the ranker job did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    engine.start_ranker(APP, config.clone()).await.unwrap();
+    let done = finished().await;
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    let version = done.version.expect("a model version");
+    assert_eq!(done.queues, ["learned"]);
+    assert_eq!(done.users, users as u64, "every user's queue: {done:?}");
+    assert_eq!(done.phase, penchant_engine::recommend::ranker::Phase::Done);
+
+    let stored = engine.ranker(APP, "items").await.unwrap().expect("stored");
+    assert_eq!(stored.version, version);
+    assert_eq!(stored.features.len(), 23);
+    assert_eq!(stored.learned.importance.len(), 23);
+    assert!(stored.learned.validation_ndcg > 0.0, "{:?}", stored.learned);
+    assert_eq!((stored.users, stored.items), (users, items));
+
+    // Each user's queue: ordered by that version, none of what the user had, mostly of the
+    // user's own topics (what the generator planted).
+    let (mut on_topic, mut served) = (0usize, 0usize);
+    for u in 0..users {
+        let queue = engine
+            .stored_queue(APP, "learned", &format!("u{u}"))
+            .await
+            .unwrap();
+        assert_eq!(queue.ranked_by, Some(version), "u{u}");
+        assert!(!queue.items.is_empty() && queue.items.len() <= 50, "u{u}");
+        let had: std::collections::HashSet<String> = planted
+            .iter()
+            .filter(|e| e.0 == u as u32)
+            .map(|e| format!("i{}", e.1))
+            .collect();
+        for (id, _) in &queue.items[..10.min(queue.items.len())] {
+            assert!(!had.contains(id), "u{u} had {id}");
+            let item: usize = id[1..].parse().unwrap();
+            let topic = truth.item_topic[item];
+            served += 1;
+            on_topic += usize::from(truth.user_topics[u].iter().any(|(t, _)| *t == topic));
+        }
+        let scores: Vec<f32> = queue.items.iter().map(|(_, s)| *s).collect();
+        // Best first, each `e^(s − s_best)`: at most 1 (the best may be left out as seen).
+        assert!(
+            scores.windows(2).all(|w| w[0] >= w[1]) && scores[0] <= 1.0,
+            "{scores:?}"
+        );
+    }
+    let share = on_topic as f64 / served as f64;
+    println!(
+        "learned queues: {:.0}% of each user's top 10 of the user's topics",
+        share * 100.0
+    );
+    assert!(share > 0.6, "{share}");
+
+    // Recommend reads it, and says which ranker answered.
+    let request: RecommendRequest = serde_json::from_value(json!({
+        "indexName": "items", "model": "recommended-for-you", "threshold": 0,
+        "queue": "learned", "queryParameters": {"userToken": "u7"}
+    }))
+    .unwrap();
+    let answer = engine
+        .recommendations(APP, &[request])
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(answer.source, "learned-queue", "{answer:?}");
+    assert_eq!(answer.ranker_version, Some(version));
+    assert!(!answer.hits.is_empty());
+
+    // The queue is the job's: a rebuild by hand is refused, the build job leaves it.
+    let refused = engine.rebuild_queue(APP, "learned", "u7", None).await;
+    assert!(
+        matches!(refused, Err(EngineError::Refused(_))),
+        "{refused:?}"
+    );
+    engine.start_build(APP).await.unwrap();
+    loop {
+        let build = engine.build_status(APP).await.unwrap().unwrap();
+        if build.state != JobState::Running {
+            assert_eq!(build.state, JobState::Done, "{build:?}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kept = engine.stored_queue(APP, "learned", "u7").await.unwrap();
+    assert_eq!(kept.ranked_by, Some(version));
+
+    // A node that died in the queues phase left the job running: the node that takes it over
+    // writes the queues again with the model it stored (no new version).
+    let mut left = done.clone();
+    left.state = JobState::Running;
+    left.phase = penchant_engine::recommend::ranker::Phase::Queues;
+    left.users = 0;
+    left.finished_at = None;
+    let before = kept.built_at.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    store
+        .mutate_row(
+            "jobs",
+            bytes::Bytes::from(format!("{APP}\0")),
+            vec![penchant_store::Mutation::set_now(
+                "j",
+                "rank",
+                serde_json::to_vec(&left).unwrap(),
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(engine.take_over_jobs().await.unwrap(), 1);
+    let resumed = finished().await;
+    assert_eq!(resumed.state, JobState::Done, "{resumed:?}");
+    assert_eq!(
+        (resumed.version, resumed.users),
+        (Some(version), users as u64)
+    );
+    assert_eq!(
+        engine.ranker(APP, "items").await.unwrap().unwrap().version,
+        version
+    );
+    let rewritten = engine.stored_queue(APP, "learned", "u7").await.unwrap();
+    assert!(rewritten.built_at.unwrap() > before, "written again");
+    assert_eq!(rewritten.ranked_by, Some(version));
+
+    // A second run: a new version, served from then on.
+    engine.start_ranker(APP, config).await.unwrap();
+    let again = finished().await;
+    assert_eq!(again.state, JobState::Done, "{again:?}");
+    let newer = again.version.unwrap();
+    assert!(newer > version);
+    assert_eq!(
+        engine.ranker(APP, "items").await.unwrap().unwrap().version,
+        newer
+    );
+    let queue = engine.stored_queue(APP, "learned", "u7").await.unwrap();
+    assert_eq!(queue.ranked_by, Some(newer));
+
+    // The schedules start it too (daily by default), with its last settings.
+    let started = engine.run_schedules().await.unwrap().unwrap();
+    assert!(
+        started.contains(&(APP.to_owned(), penchant_engine::schedules::Task::Rank)),
+        "{started:?}"
+    );
+    let scheduled = finished().await;
+    assert_eq!(scheduled.state, JobState::Done, "{scheduled:?}");
+    assert_eq!(scheduled.config.ranker.max_queries, 300);
+    assert!(scheduled.version.unwrap() > newer);
+
+    // Bad settings are refused before anything runs.
+    let bad: RankerConfig = serde_json::from_value(json!({
+        "indexName": "items", "ranker": {"maxQueries": 1000000, "perSource": 1000}
+    }))
+    .unwrap();
+    let refused = engine.start_ranker(APP, bad).await;
+    assert!(
+        matches!(refused, Err(EngineError::Invalid(_))),
+        "{refused:?}"
     );
 }

@@ -3,14 +3,15 @@
 //! Recommend (`search`): `POST /1/indexes/*/recommendations` `{requests: [{indexName, model,
 //! threshold, maxRecommendations?, objectID?, facetName?, facetValue?, queryParameters?,
 //! fallbackParameters?, space?, queue?}]}` → `{results: [{hits, nbHits, ..., answeredBy,
-//! source, modelBuiltAt, fallback}]}`, one result per request, in order. `queryParameters`
+//! source, modelBuiltAt, rankerVersion?, fallback}]}`, one result per request, in order
+//! (`rankerVersion`: the learned ranker that ordered a `learned-queue`'s hits). `queryParameters`
 //! personalize (`enablePersonalization`, `userToken`, `personalizationImpact`), boost
 //! (`optionalFilters`), filter and cut (`hitsPerPage`); one it does not take is refused
 //! ([`penchant_engine::recommend::Params`]).
 //!
 //! Queues:
 //! - `GET /1/queues` (`search`): every queue's definition; `PUT /1/queues/{name}`
-//!   (`editSettings`) `{indexName, size?, sources?}`; `GET /1/queues/{name}` (`search`);
+//!   (`editSettings`) `{indexName, size?, sources?, ranker?}`; `GET /1/queues/{name}` (`search`);
 //!   `DELETE /1/queues/{name}` (`editSettings`): the definition and every user's queue;
 //! - `GET /1/queues/{name}/users/{user}?n=` (`search`): peek at the next `n` items (10 by
 //!   default) the user has not seen; `POST /1/queues/{name}/users/{user}/pop` `{n?}`
@@ -19,8 +20,14 @@
 //!   (`editSettings`): rebuild one user's queue now;
 //! - `POST /1/recommend/build` (`editSettings`) → 202, the build job (co-interaction lists,
 //!   then every user's queues); `GET /1/recommend/build` (`search`): its status;
+//! - `POST /1/ranker/train` (`editSettings`) `{indexName, space?, ranker?}` → 202, the ranker
+//!   job (learn the index's ranker, then write its learned queues); `GET /1/ranker/train`
+//!   (`search`): its status; `GET /1/rankers/{indexName}` (`search`): the index's ranker (its
+//!   version, what its training saw, feature importance; not its trees)
+//!   ([`penchant_engine::recommend::ranker`]);
 //! - `GET /1/schedules` (`settings`): what keeps the models fresh — `{settings:
-//!   {trainEveryHours, foldInEveryMinutes, buildEveryMinutes, queueStaleAfterMinutes}, tasks:
+//!   {trainEveryHours, foldInEveryMinutes, buildEveryMinutes, rankEveryHours,
+//!   queueStaleAfterMinutes}, tasks:
 //!   [{task, everyMinutes, lastStartedAt, nextRunAt}]}`; `PUT /1/schedules` (`editSettings`)
 //!   replaces the settings (a field left out takes its default, 0 turns a task off)
 //!   ([`penchant_engine::schedules`]).
@@ -33,6 +40,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use penchant_engine::Consistency;
+use penchant_engine::recommend::ranker::RankerConfig;
 use penchant_engine::recommend::{
     QueueDefinition, RecommendHit, RecommendRequest, Recommendations,
 };
@@ -58,6 +66,8 @@ pub fn routes() -> Router<AppState> {
         .route("/1/queues/{name}/users/{user}/pop", post(pop))
         .route("/1/queues/{name}/users/{user}/rebuild", post(rebuild))
         .route("/1/recommend/build", get(build_status).post(build))
+        .route("/1/ranker/train", get(ranker_status).post(train_ranker))
+        .route("/1/rankers/{index}", get(ranker))
         .route("/1/schedules", get(schedules).put(set_schedules))
 }
 
@@ -183,6 +193,7 @@ fn result(
         "answeredBy": answer.answered_by,
         "source": answer.source,
         "modelBuiltAt": answer.built_at,
+        "rankerVersion": answer.ranker_version,
         // Another model answered: the one asked had nothing for this request.
         "fallback": answer.answered_by != model,
     })
@@ -369,4 +380,44 @@ async fn build_status(auth: Auth, State(state): State<AppState>) -> Result<Json<
         Some(status) => to_json(&status),
         None => Err(ApiError::not_found("this app has never been built")),
     }
+}
+
+async fn train_ranker(
+    auth: Auth,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let app = &auth.require(Acl::EditSettings)?.app_id;
+    let config: RankerConfig = serde_json::from_value(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid ranker training: {e}")))?;
+    let status = state.engine.start_ranker(app, config).await?;
+    Ok((StatusCode::ACCEPTED, to_json(&status)?))
+}
+
+async fn ranker_status(auth: Auth, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    match state.engine.ranker_status(app).await? {
+        Some(status) => to_json(&status),
+        None => Err(ApiError::not_found("this app has never trained a ranker")),
+    }
+}
+
+/// An index's ranker, without its trees (what a person reads: its version, its training,
+/// the importance of each feature).
+async fn ranker(
+    auth: Auth,
+    State(state): State<AppState>,
+    Path(index): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let app = &auth.require(Acl::Search)?.app_id;
+    let Some(stored) = state.engine.ranker(app, &index).await? else {
+        return Err(ApiError::not_found(format!(
+            "index '{index}' has no learned ranker: POST /1/ranker/train"
+        )));
+    };
+    let mut out = serde_json::to_value(&stored).map_err(ApiError::internal)?;
+    if let Some(fields) = out.as_object_mut() {
+        fields.remove("model");
+    }
+    Ok(Json(out))
 }

@@ -690,7 +690,7 @@ async fn schedules_are_read_and_set_over_http() {
     assert_eq!(
         got["settings"],
         json!({"trainEveryHours": 24, "foldInEveryMinutes": 60, "buildEveryMinutes": 60,
-               "queueStaleAfterMinutes": 60})
+               "rankEveryHours": 24, "queueStaleAfterMinutes": 60})
     );
     // No events yet: nothing is due.
     assert_eq!(got["tasks"][0]["task"], "training", "{got}");
@@ -853,5 +853,163 @@ async fn not_for_me_keeps_items_out_of_the_users_recommendations() {
         got,
         StatusCode::BAD_REQUEST,
         "hideDays must be between 1 and 365",
+    );
+}
+
+/// A learned queue over HTTP: before the index has a ranker it answers 404s; the ranker job
+/// (bad settings refused) learns one from a shop whose users keep to their own kind of item,
+/// writes the queue, and Recommend says the learned ranker's version answered; a rebuild by
+/// hand is then refused.
+#[tokio::test]
+async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
+    let s = Server::start().await;
+    let admin = s.app("SHOP").await;
+    let a = Some(("SHOP", admin.as_str()));
+    let (users, kinds, per_kind) = (160usize, 4usize, 15usize);
+    let products: Vec<Value> = (0..kinds * per_kind)
+        .map(|i| {
+            json!({"action": "addObject", "body": {
+                "objectID": format!("p{i}"), "kind": format!("k{}", i % kinds),
+            }})
+        })
+        .collect();
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/indexes/products/batch",
+        Some(json!({"requests": products})),
+    )
+    .await;
+    // Each user clicks 14 items of their own kind, the popular ones (low numbers) more often.
+    let mut seed = 17u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize
+    };
+    let t = now_ms() - 3_600_000;
+    let mut events = Vec::new();
+    for n in 0..users * 14 {
+        let user = n % users;
+        let kind = user % kinds;
+        let rank = (next() % per_kind).min(next() % per_kind);
+        let item = format!("p{}", rank * kinds + kind);
+        events.push(event(
+            "click",
+            &format!("u{user}"),
+            &[&item],
+            t + n as i64 * 100,
+        ));
+    }
+    for chunk in events.chunks(1000) {
+        ok(
+            &s,
+            a,
+            Method::POST,
+            "/1/events",
+            Some(json!({"events": chunk})),
+        )
+        .await;
+    }
+
+    assert_error(
+        s.call(Method::GET, "/1/rankers/products", a, None).await,
+        StatusCode::NOT_FOUND,
+        "index 'products' has no learned ranker",
+    );
+    assert_error(
+        s.call(Method::GET, "/1/ranker/train", a, None).await,
+        StatusCode::NOT_FOUND,
+        "never trained a ranker",
+    );
+    let queue = json!({"indexName": "products", "ranker": "learned", "size": 20,
+        "sources": [{"source": "trending"}]});
+    ok(&s, a, Method::PUT, "/1/queues/learned", Some(queue)).await;
+    let defined = ok(&s, a, Method::GET, "/1/queues/learned", None).await;
+    assert_eq!(defined["ranker"], "learned", "{defined}");
+
+    assert_error(
+        s.call(
+            Method::POST,
+            "/1/ranker/train",
+            a,
+            Some(json!({"indexName": "products", "rankr": {}})),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "Invalid ranker training: unknown field `rankr`",
+    );
+    assert_error(
+        s.call(
+            Method::POST,
+            "/1/ranker/train",
+            a,
+            Some(json!({"indexName": "products", "ranker": {"cuts": 9}})),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "cuts between 1 and 5",
+    );
+    let settings = json!({"indexName": "products",
+        "ranker": {"maxQueries": 160, "cuts": 2, "params": {"trees": 30}}});
+    let (status, started) = s
+        .call(Method::POST, "/1/ranker/train", a, Some(settings))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    assert_eq!(started["phase"], "learn", "{started}");
+    let mut done = Value::Null;
+    for _ in 0..3000 {
+        done = ok(&s, a, Method::GET, "/1/ranker/train", None).await;
+        if done["state"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["queues"], json!(["learned"]), "{done}");
+    assert_eq!(done["users"], users, "{done}");
+    let version = done["version"].as_i64().expect("a version");
+
+    let ranker = ok(&s, a, Method::GET, "/1/rankers/products", None).await;
+    assert_eq!(ranker["version"], version, "{ranker}");
+    assert!(
+        ranker.get("model").is_none(),
+        "the trees stay out: {ranker}"
+    );
+    assert_eq!(ranker["features"].as_array().unwrap().len(), 23);
+    assert_eq!(
+        ranker["learned"]["importance"].as_array().unwrap().len(),
+        23
+    );
+
+    let answer = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "recommended-for-you", "threshold": 0,
+            "queue": "learned", "queryParameters": {"userToken": "u5"}}),
+    )
+    .await;
+    assert_eq!(answer["source"], "learned-queue", "{answer}");
+    assert_eq!(answer["rankerVersion"], version, "{answer}");
+    // u5 keeps to kind k1: most of the learned queue's first hits are of it.
+    let kinds_served: Vec<String> = answer["hits"].as_array().unwrap()[..5]
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap().to_owned())
+        .collect();
+    let own = kinds_served.iter().filter(|k| *k == "k1").count();
+    assert!(own >= 3, "{kinds_served:?}");
+
+    assert_error(
+        s.call(
+            Method::POST,
+            "/1/queues/learned/users/u5/rebuild",
+            a,
+            Some(json!({})),
+        )
+        .await,
+        StatusCode::CONFLICT,
+        "the ranker job writes it",
     );
 }

@@ -99,6 +99,9 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
     shop.job("/1/als/train", json!({"factors": 4, "iterations": 3}))
         .await;
     shop.job("/1/recommend/build", json!({})).await;
+    // A ranker learned from the shop's few purchases.
+    shop.job("/1/ranker/train", json!({"indexName": "products"}))
+        .await;
     // Fold-in off: the page says so.
     shop.ok(
         Method::PUT,
@@ -147,7 +150,7 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         page.until_text("#job-placement", "default").await;
         page.until_text("#job-placement", "No move yet").await;
         // The schedules: every task, its interval and next run (the app has events: due now).
-        page.until("the schedules", "document.querySelectorAll('#job-schedules tbody tr').length === 3").await;
+        page.until("the schedules", "document.querySelectorAll('#job-schedules tbody tr').length === 4").await;
         let rows = page.js("return [...document.querySelectorAll('#job-schedules tbody tr')].map(r => [...r.cells].map(c => c.innerText))", vec![]).await;
         assert_eq!(rows[0][0], "ALS training", "{rows}");
         assert_eq!(rows[0][1], "every 24 h", "{rows}");
@@ -156,6 +159,12 @@ async fn jobs_sets_and_recommendations_show_the_apps_state() {
         assert_eq!(rows[1][1], "off", "{rows}");
         assert_eq!(rows[1][3], "never (off)", "{rows}");
         assert_eq!(rows[2][1], "every 1 h 30 min", "{rows}");
+        assert_eq!(rows[3][0], "Learned ranker", "{rows}");
+        assert_eq!(rows[3][1], "every 24 h", "{rows}");
+        // The ranker job and the ranker it stored.
+        page.until("the ranker job", "document.querySelector('#job-ranker [data-state=done]')").await;
+        page.until_text("#job-ranker", "index products, phase done").await;
+        page.until_text("#job-ranker .ranker-model", "trees, validation NDCG").await;
         page.until_text("#queue-staleness", "older than 1 h").await;
         page.screenshot("jobs").await;
         page.assert_no_errors().await;

@@ -1,0 +1,523 @@
+//! The ranker job: learns an index's ranker from the app's history ([`super::learned`]), stores
+//! the model, then writes every user's queues that name it (`"ranker": "learned"`).
+//!
+//! Table `rankers`, family `m`, row `app 0 · index`: cell `m:model` holds the model and what its
+//! training saw ([`StoredRanker`], JSON), stamped with its version (µs); the two newest are kept,
+//! the previous one for a look back.
+//!
+//! The job, one node at a time per app like the others ([`crate::jobs`]):
+//!
+//! 1. **learn**: the index's events in the retention window, weighed as the space's last ALS
+//!    training weighed them (else as a training would: the strategy's event scores), each
+//!    user's latest 20% held out as what came next ([`learned::learn`]); the model is stored.
+//! 2. **queues**: every user's candidates as the sources stand after the last event, in the
+//!    model's order ([`learned::rank_all`], the same features the training computed: no skew
+//!    between training and serving), written to each learned queue of the index, minus what
+//!    the user has seen and what the catalog lacks, as a rebuild does.
+//!
+//! A node that dies leaves the job running; the node that takes it over starts the phase it
+//! was in again (the queues phase with the model it stored). Queues of a learned ranker are
+//! written by this job only, once the index has a model: the build job and the stale-queue
+//! refresh leave them alone, and a rebuild by hand is refused.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use penchant_rank::Model;
+use penchant_store::{Mutation, Timestamp};
+use penchant_vectors::als::AlsConfig;
+use penchant_vectors::eval::Holdout;
+use serde::{Deserialize, Serialize};
+
+use super::QueueDefinition;
+use super::learned::{self, History, Learned, LearnedConfig};
+use super::queues::Ranker;
+use crate::jobs::{Job, JobState, Progress, Run};
+use crate::tables::{Gc, Rows, Table};
+use crate::{Engine, EngineError, Result, internal, keys};
+
+pub const RANKERS_TABLE: &str = "rankers";
+const FAMILY: &str = "m";
+const MODEL: &[u8] = b"model";
+/// Each user's latest events held out as what came next, at each of the job's cuts.
+const HOLDOUT: Holdout = Holdout::Fraction(0.2);
+/// Users whose queues are written at once.
+const USERS_AT_ONCE: usize = 16;
+
+/// Learned rankers, per app and index (the newest two).
+pub const RANKERS: Table = Table {
+    name: RANKERS_TABLE,
+    families: &[(FAMILY, Gc::Versions(2))],
+    rows: Rows::App,
+};
+
+/// What a ranker job is asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RankerConfig {
+    /// The index whose events train the ranker and whose learned queues it writes.
+    pub index_name: String,
+    /// The space whose last training's event weights and ALS settings it uses (the defaults
+    /// when it was never trained).
+    #[serde(default = "als")]
+    pub space: String,
+    /// How the ranker is learned.
+    #[serde(default)]
+    pub ranker: LearnedConfig,
+}
+
+fn als() -> String {
+    "als".into()
+}
+
+impl RankerConfig {
+    /// The defaults for an index.
+    pub fn for_index(index: &str) -> Self {
+        Self {
+            index_name: index.to_owned(),
+            space: als(),
+            ranker: LearnedConfig::default(),
+        }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        crate::catalog::check_index_name(&self.index_name)?;
+        crate::vectors::check_space_name(&self.space)?;
+        self.ranker.check().map_err(EngineError::Invalid)
+    }
+}
+
+/// A stored ranker: the model and what its training saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredRanker {
+    /// Its version: when it was stored (µs), the stamp of its cell.
+    pub version: i64,
+    /// Unix ms.
+    pub trained_at: i64,
+    pub config: RankerConfig,
+    /// What each row of features holds, in order ([`super::offline::FEATURES`]).
+    pub features: Vec<String>,
+    /// Users and items its history had, and the events read.
+    pub users: usize,
+    pub items: usize,
+    pub events: u64,
+    pub learned: Learned,
+    pub model: Model,
+}
+
+/// Where a ranker job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    Learn,
+    Queues,
+    Done,
+}
+
+/// A ranker job's status, saved as it goes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RankerStatus {
+    pub state: JobState,
+    pub config: RankerConfig,
+    pub phase: Phase,
+    /// Trees grown so far (learning), then users whose queues are written.
+    pub trees: usize,
+    pub users: u64,
+    /// Users with events (the queues phase's total), once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_users: Option<u64>,
+    /// The learned queues written.
+    pub queues: Vec<String>,
+    /// The model stored by the learn phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+    /// Unix ms.
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub error: Option<String>,
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+impl RankerStatus {
+    fn measure(&self) -> Progress {
+        let phases = [Phase::Learn, Phase::Queues];
+        match self.phase {
+            Phase::Learn => {
+                let mut p = Progress::of(&self.phase, &phases, self.trees as u64, "trees");
+                p.total = Some(self.config.ranker.params.trees as u64);
+                p
+            }
+            Phase::Queues | Phase::Done => {
+                let mut p = Progress::of(&self.phase, &phases, self.users, "users");
+                p.total = self.expected_users.map(|t| t.max(self.users));
+                p
+            }
+        }
+    }
+}
+
+crate::jobs::status!(
+    RankerStatus,
+    /// Trees grown (learning) or users done (queues).
+    fn count(&mut self, done: u64) {
+        match self.phase {
+            Phase::Learn => self.trees = done as usize,
+            Phase::Queues | Phase::Done => self.users = self.users.max(done),
+        }
+    }
+);
+
+/// The ranker job, run by the engine whose queues it writes.
+#[derive(Debug)]
+pub(crate) struct Rank(Engine);
+
+impl Job for Rank {
+    type Status = RankerStatus;
+    const KEY: &'static str = "rank";
+    const NAME: &'static str = "ranker training";
+
+    async fn steps(&self, run: &Run<Self>) -> Result<JobState> {
+        self.0.rank_steps(run).await
+    }
+}
+
+/// An index's events as the ranker reads them, and their items' facet values.
+struct Read {
+    data: crate::vectors::training::Data,
+    als: AlsConfig,
+    facets: Vec<Vec<u32>>,
+}
+
+impl Engine {
+    /// Start learning an index's ranker (then writing its learned queues) in the background;
+    /// refused while a ranker job of the app runs.
+    pub async fn start_ranker(&self, app: &str, config: RankerConfig) -> Result<RankerStatus> {
+        config.check()?;
+        let status = RankerStatus {
+            state: JobState::Running,
+            config,
+            phase: Phase::Learn,
+            trees: 0,
+            users: 0,
+            expected_users: None,
+            queues: Vec::new(),
+            version: None,
+            started_at: self.now_ms(),
+            finished_at: None,
+            error: None,
+            progress: Progress::default(),
+        };
+        self.recommend
+            .rankers
+            .submit(&Arc::new(Rank(self.clone())), app, status)
+            .await
+    }
+
+    /// The app's latest ranker job, as last saved.
+    pub async fn ranker_status(&self, app: &str) -> Result<Option<RankerStatus>> {
+        self.recommend.rankers.status(app).await
+    }
+
+    /// Resume every running ranker job whose lease no node holds. Returns how many.
+    pub(crate) async fn take_over_rankers(&self) -> Result<usize> {
+        self.recommend
+            .rankers
+            .take_over(&Arc::new(Rank(self.clone())))
+            .await
+    }
+
+    /// An index's newest ranker (`None`: never learned).
+    pub async fn ranker(&self, app: &str, index: &str) -> Result<Option<StoredRanker>> {
+        crate::catalog::check_index_name(index)?;
+        let row = self
+            .store
+            .read_row(RANKERS_TABLE, keys::ranker(app, index), None)
+            .await?;
+        row.as_ref()
+            .and_then(|r| r.latest(FAMILY, MODEL))
+            .map(|cell| {
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt ranker", e))
+            })
+            .transpose()
+    }
+
+    /// Whether a learned queue is the ranker job's to write: its index has a model.
+    pub(crate) async fn ranked_by_job(&self, app: &str, def: &QueueDefinition) -> Result<bool> {
+        if def.ranker != Ranker::Learned {
+            return Ok(false);
+        }
+        let row = self
+            .store
+            .read_row(RANKERS_TABLE, keys::ranker(app, &def.index_name), None)
+            .await?;
+        Ok(row.is_some_and(|r| r.latest(FAMILY, MODEL).is_some()))
+    }
+
+    async fn rank_steps(&self, run: &Run<Rank>) -> Result<JobState> {
+        let app = run.app();
+        let config = run.status().config;
+        let (done, cancel) = (run.counter(), run.cancelled());
+        let Read { data, als, facets } = self.ranker_history(app, &config).await?;
+        let (users, items, events) = (data.users.len(), data.items.len(), data.read);
+        let data = Arc::new(data);
+        let facets = Arc::new(facets);
+        let stored = match run.status().version {
+            // Taken over in the queues phase: the model it stored.
+            Some(version) => match self.ranker(app, &config.index_name).await? {
+                Some(stored) if stored.version == version => stored,
+                _ => return Err(internal("ranker", "the stored model is gone")),
+            },
+            None => {
+                let (data2, facets2, als2) = (data.clone(), facets.clone(), als.clone());
+                let learned_config = config.ranker.clone();
+                let go_on = cancel.clone();
+                let counter = done.clone();
+                let learned = tokio::task::spawn_blocking(move || {
+                    let history = History {
+                        events: &data2.events,
+                        users: data2.users.len(),
+                        items: data2.items.len(),
+                        item_facets: &facets2,
+                    };
+                    learned::learn(&history, HOLDOUT, &als2, &learned_config, |trees| {
+                        counter.store(trees as u64, Ordering::Relaxed);
+                        !go_on.load(Ordering::Relaxed)
+                    })
+                })
+                .await
+                .map_err(|e| internal("ranker thread", e))?;
+                if cancel.load(Ordering::Relaxed) {
+                    return Ok(JobState::Running);
+                }
+                let Some(mut learned) = learned else {
+                    return Err(EngineError::Refused(
+                        "no user's next events were among the candidates of their earlier \
+                         ones: too few events to learn a ranker from"
+                            .into(),
+                    ));
+                };
+                let model = std::mem::take(&mut learned.model);
+                let version = self.now_ms() * 1000;
+                let stored = StoredRanker {
+                    version,
+                    trained_at: self.now_ms(),
+                    config: config.clone(),
+                    features: super::offline::FEATURES.map(str::to_owned).to_vec(),
+                    users,
+                    items,
+                    events,
+                    learned,
+                    model,
+                };
+                let json = serde_json::to_vec(&stored).map_err(|e| internal("ranker", e))?;
+                let cell = Mutation::SetCell {
+                    family: FAMILY.into(),
+                    qualifier: Bytes::from_static(MODEL),
+                    timestamp: Timestamp::Micros(version),
+                    value: json.into(),
+                };
+                self.store
+                    .mutate_row(
+                        RANKERS_TABLE,
+                        keys::ranker(app, &config.index_name),
+                        vec![cell],
+                    )
+                    .await?;
+                tracing::info!(%app, index = %config.index_name, version,
+                    trees = stored.learned.trees, "learned a ranker");
+                // The counter counts users from here (zeroed first: a save in between must not
+                // read trees as users).
+                done.store(0, Ordering::Relaxed);
+                run.update(|s| {
+                    s.version = Some(version);
+                    s.trees = stored.learned.trees;
+                    s.phase = Phase::Queues;
+                });
+                run.save().await?;
+                stored
+            }
+        };
+        let state = self
+            .write_learned_queues(run, &stored, data, facets, als)
+            .await?;
+        if state == JobState::Done {
+            run.update(|s| s.phase = Phase::Done);
+        }
+        Ok(state)
+    }
+
+    /// Phase queues: every user's candidates in the model's order, written to each learned
+    /// queue of the index.
+    async fn write_learned_queues(
+        &self,
+        run: &Run<Rank>,
+        stored: &StoredRanker,
+        data: Arc<crate::vectors::training::Data>,
+        facets: Arc<Vec<Vec<u32>>>,
+        als: AlsConfig,
+    ) -> Result<JobState> {
+        let app = run.app();
+        let index = &stored.config.index_name;
+        let queues: Vec<(String, QueueDefinition)> = self
+            .recommend
+            .queues
+            .definitions(app)
+            .await?
+            .into_iter()
+            .filter(|(_, def)| def.ranker == Ranker::Learned && &def.index_name == index)
+            .collect();
+        let expected = data.users.len() as u64;
+        run.update(|s| {
+            s.queues = queues.iter().map(|(name, _)| name.clone()).collect();
+            s.expected_users = Some(expected);
+        });
+        if queues.is_empty() {
+            return Ok(JobState::Done);
+        }
+        let k = queues.iter().map(|(_, def)| def.size).max().unwrap_or(0);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<(u32, f32)>)>(256);
+        let cancel = run.cancelled();
+        let (model, per_source) = (stored.model.clone(), stored.learned.per_source);
+        let ranking_data = data.clone();
+        let ranking = tokio::task::spawn_blocking(move || {
+            // Set when the writes stopped (an error): nothing is left to rank for.
+            let unheard = AtomicBool::new(false);
+            let history = History {
+                events: &ranking_data.events,
+                users: ranking_data.users.len(),
+                items: ranking_data.items.len(),
+                item_facets: &facets,
+            };
+            learned::rank_all(
+                &history,
+                &als,
+                &model,
+                per_source,
+                k,
+                || !cancel.load(Ordering::Relaxed) && !unheard.load(Ordering::Relaxed),
+                |u, ranked| {
+                    if tx.blocking_send((u, ranked)).is_err() {
+                        unheard.store(true, Ordering::Relaxed);
+                    }
+                },
+            )
+        });
+        let done = run.counter();
+        let version = stored.version;
+        let mut writes = futures::stream::poll_fn(|cx| rx.poll_recv(cx))
+            .map(|(u, ranked)| {
+                let user = data.users[u].as_str();
+                let ranked: Vec<(String, f32)> = ranked
+                    .into_iter()
+                    .map(|(i, s)| (data.items[i as usize].clone(), s))
+                    .collect();
+                let queues = &queues;
+                async move {
+                    for (name, def) in queues {
+                        let mut mine = ranked.clone();
+                        mine.truncate(def.size);
+                        self.write_queue(
+                            app,
+                            user,
+                            (name, def),
+                            mine,
+                            &HashSet::new(),
+                            Some(version),
+                        )
+                        .await?;
+                    }
+                    Ok::<_, EngineError>(())
+                }
+            })
+            .buffer_unordered(USERS_AT_ONCE);
+        let mut written = 0u64;
+        while let Some(write) = writes.next().await {
+            write?;
+            written += 1;
+            done.store(written, Ordering::Relaxed);
+        }
+        // The counter is copied at each save; the last count is the status's own.
+        run.update(|s| s.users = written);
+        let finished = ranking.await.map_err(|e| internal("ranker thread", e))?;
+        Ok(match finished {
+            Some(()) => JobState::Done,
+            None => JobState::Running, // cancelled: this node left the job
+        })
+    }
+
+    /// An index's events as a ranker learns from them, weighed as the space's last training
+    /// weighed them, in time order, with their items' facet values.
+    async fn ranker_history(&self, app: &str, config: &RankerConfig) -> Result<Read> {
+        let trained = match self.vectors.fresh(app, &config.space).await {
+            Ok(space) => space.training.clone(),
+            Err(EngineError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let (weights, als) = match trained {
+            Some(t) => (t.weights, t.als),
+            None => {
+                let defaults = crate::vectors::training::TrainingConfig::default();
+                let weights = self.trainings.weights(app, &defaults).await?;
+                (weights, defaults.als)
+            }
+        };
+        let mut data = self
+            .trainings
+            .read(app, Some(&config.index_name), &weights)
+            .await?;
+        data.events.sort_by_key(|e| e.3);
+        let facets = self
+            .item_facets(app, &config.index_name, &data.items)
+            .await?;
+        Ok(Read { data, als, facets })
+    }
+
+    /// Per item, its values of the facets the app's strategy scores (as numbers, the same
+    /// number for the same facet and value): what a profile's affinities are counted over.
+    /// Empty when the app has no strategy with facets.
+    pub(crate) async fn item_facets(
+        &self,
+        app: &str,
+        index: &str,
+        items: &[String],
+    ) -> Result<Vec<Vec<u32>>> {
+        let Some(strategy) = self.strategies.fresh(app).await? else {
+            return Ok(Vec::new());
+        };
+        let scored: HashSet<&str> = strategy
+            .strategy
+            .facets_scoring
+            .iter()
+            .map(|f| f.facet_name.as_str())
+            .collect();
+        if scored.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut numbers: HashMap<(String, String), u32> = HashMap::new();
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(1000) {
+            let facets = self.catalog.facets_many(app, index, chunk).await?;
+            for id in chunk {
+                let values = facets.get(id).map_or(&[][..], |f| &f[..]);
+                let mut numbered: Vec<u32> = values
+                    .iter()
+                    .filter(|(name, _)| scored.contains(name.as_str()))
+                    .map(|pair| {
+                        let next = numbers.len() as u32;
+                        *numbers.entry(pair.clone()).or_insert(next)
+                    })
+                    .collect();
+                numbered.sort_unstable();
+                numbered.dedup();
+                out.push(numbered);
+            }
+        }
+        Ok(out)
+    }
+}
