@@ -28,6 +28,13 @@ async fn concurrent_batches_of_the_same_days_count_every_event_once_on_bigtable(
     concurrent_days::every_event_counts_once(connect(&emulator).await).await;
 }
 
+/// The ranker job on the emulator: learned, stored, its queues written, taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_ranker_job_learns_and_writes_its_queues_on_bigtable() {
+    let emulator = Emulator::start();
+    crate::ranker::ranker_job_on(connect(&emulator).await).await;
+}
+
 const APP: &str = "SHOP";
 const CONTROL: &str = "CTRL";
 const USERS: usize = 40;

@@ -202,9 +202,15 @@ fn the_learned_ranker_comes_near_a_synthetic_shops_hidden_preferences() {
 /// The ranker job on a synthetic shop sent through the engine: it learns the index's ranker,
 /// stores it, and writes every user's learned queue in the model's order (the answer says so);
 /// the queue is the job's alone from then on (a rebuild by hand is refused, the build job
-/// leaves it); a second run stores a new version.
+/// leaves it); a node that dies mid-job leaves it to another; a second run stores a new version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ranker_job_learns_an_index_ranker_and_writes_its_learned_queues() {
+    ranker_job_on(std::sync::Arc::new(penchant_store::MemStore::new())).await;
+}
+
+/// [`the_ranker_job_learns_an_index_ranker_and_writes_its_learned_queues`] on `store` (the
+/// Bigtable backend runs it too).
+pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
     use std::time::Duration;
 
     use penchant_engine::catalog::Write;
@@ -218,8 +224,6 @@ async fn the_ranker_job_learns_an_index_ranker_and_writes_its_learned_queues() {
     const APP: &str = "RANKED";
     let (users, items, topics) = (300, 120, 4);
     let (planted, truth) = penchant_vectors::synthetic::planted(users, items, topics, 6_000, 5);
-    let store: std::sync::Arc<dyn penchant_store::Store> =
-        std::sync::Arc::new(penchant_store::MemStore::new());
     let engine = Engine::open(store.clone(), EngineConfig::default())
         .await
         .unwrap();
