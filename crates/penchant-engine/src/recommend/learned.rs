@@ -104,17 +104,30 @@ pub struct Learned {
 impl Learned {
     /// The best `k` candidates for user row `u` of a split's sources.
     pub fn recommend(&self, offline: &Offline<'_>, u: usize, k: usize) -> Vec<u32> {
-        let mut rows = Vec::new();
-        let items = offline.ranking_rows(u, self.per_source, &mut rows);
-        let width = offline::FEATURES.len();
-        let mut scored: Vec<(u32, f64)> = items
-            .iter()
-            .zip(rows.chunks_exact(width))
-            .map(|(&i, row)| (i, self.model.score(row)))
-            .collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        scored.into_iter().take(k).map(|(i, _)| i).collect()
+        let mut scored = ranked(&self.model, offline, u, self.per_source, &mut Vec::new());
+        scored.truncate(k);
+        scored.into_iter().map(|(i, _)| i).collect()
     }
+}
+
+/// User row `u`'s candidates ([`Offline::ranking_rows`], `per_source` of each source) with their
+/// scores by `model`, best first (ties by item row). `rows` is scratch space.
+fn ranked(
+    model: &Model,
+    offline: &Offline<'_>,
+    u: usize,
+    per_source: usize,
+    rows: &mut Vec<f32>,
+) -> Vec<(u32, f64)> {
+    rows.clear();
+    let candidates = offline.ranking_rows(u, per_source, rows);
+    let mut scored: Vec<(u32, f64)> = candidates
+        .iter()
+        .zip(rows.chunks_exact(offline::FEATURES.len()))
+        .map(|(&i, row)| (i, model.score(row)))
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    scored
 }
 
 /// An app's history as a ranker learns from it.
@@ -154,20 +167,12 @@ pub fn rank_all(
     let train = Interactions::from_triples(users, items, triples.iter().copied());
     let factors = als::train(&train, als_config, |_| go_on())?;
     let offline = Offline::new(&train, &factors, &triples, &at).with_facets(item_facets.to_vec());
-    let width = offline::FEATURES.len();
     let mut rows = Vec::new();
     for u in 0..users {
         if train.user_items(u).0.is_empty() {
             continue;
         }
-        rows.clear();
-        let candidates = offline.ranking_rows(u, per_source, &mut rows);
-        let mut scored: Vec<(u32, f64)> = candidates
-            .iter()
-            .zip(rows.chunks_exact(width))
-            .map(|(&i, row)| (i, ranker.score(row)))
-            .collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut scored = ranked(ranker, &offline, u, per_source, &mut rows);
         scored.truncate(k);
         let best = scored.first().map_or(0.0, |s| s.1);
         let ranked = scored
