@@ -197,6 +197,15 @@ pub fn event(app_id: &str, user_token: &str, ms: i64, discriminator: u64) -> Byt
     Bytes::from(key)
 }
 
+/// An impression's row: its user, when it was served (ms) and its queryID.
+pub fn impression(app_id: &str, user_token: &str, ms: i64, query_id: &str) -> Bytes {
+    debug_assert!(part_ok(query_id));
+    let mut key = user(app_id, user_token).to_vec();
+    key.extend_from_slice(&(ms.max(0) as u64).to_be_bytes());
+    key.extend_from_slice(query_id.as_bytes());
+    Bytes::from(key)
+}
+
 /// The raw event rows of a user from `from` to `until` ms (`[from, until)`).
 pub fn events_between(app_id: &str, user_token: &str, from: i64, until: i64) -> RowSet {
     let prefix = user(app_id, user_token);

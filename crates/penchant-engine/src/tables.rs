@@ -32,6 +32,7 @@
 //! | `abtests` | app | an A/B test: `app 0 · test ID (u32 BE)`; the app's test ID counter: `app 0` |
 //! | `abtest_users` | user | `app 0 · user 0 · test ID (u32 BE)` |
 //! | `rankers` | app | `app 0 · index` |
+//! | `impressions` | user | `app 0 · user 0 · time ms (u64 BE) · queryID` |
 //!
 //! Rows: **app**, every row is an app's (`app 0 ...`, one key range per app) and moves with the
 //! app; **user**, rows are users' (`app 0 · user ...`, one range per user) and move with a
@@ -96,7 +97,7 @@ impl Table {
 }
 
 /// Every table, in the order of the module's table.
-pub const ALL: [Table; 26] = [
+pub const ALL: [Table; 27] = [
     crate::tenancy::APPS,
     crate::tenancy::KEYS,
     crate::catalog::CATALOG,
@@ -123,6 +124,7 @@ pub const ALL: [Table; 26] = [
     crate::abtests::ABTESTS,
     crate::abtests::ABTEST_USERS,
     crate::recommend::ranker::RANKERS,
+    crate::recommend::impressions::IMPRESSIONS,
 ];
 
 /// Create `tables` in the store, and the families they lack if they exist (made by an older

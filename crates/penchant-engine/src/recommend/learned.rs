@@ -8,6 +8,13 @@
 //! which of the candidates were taken. Users are split, seeded, into training and validation
 //! queries (the validation NDCG stops the boosting); at most [`LearnedConfig::max_queries`]
 //! users are used, so the cost stays bounded on a large shop.
+//!
+//! Once the shop logs impressions ([`super::impressions`]: tracked answers, and the clicks and
+//! conversions sent back with their queryIDs), each served list with an outcome is an example
+//! ([`learn_from_impressions`]): its items labelled by what became of them (a conversion 2, a
+//! click 1, else 0), described as the history before it stood — the impressions are cut in
+//! [`LearnedConfig::cuts`] groups by time, and each group's features come from the events
+//! before its first impression.
 
 use penchant_rank::{Dataset, Model, Params};
 use penchant_vectors::als::{self, AlsConfig, Interactions};
@@ -21,10 +28,28 @@ use super::offline::{self, Offline};
 /// The most of `maxQueries × perSource × cuts` a training may ask for.
 pub const MAX_EXAMPLE_SLOTS: u128 = 5_000_000;
 
-/// How a ranker is learned from the history.
+/// What a ranker learns from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Examples {
+    /// Impressions when at least [`LearnedConfig::min_impressions`] had an outcome, else the
+    /// history.
+    #[default]
+    Auto,
+    /// What each user took next, among the candidates the earlier events gave.
+    History,
+    /// Logged impressions with a click or conversion.
+    Impressions,
+}
+
+/// How a ranker is learned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct LearnedConfig {
+    /// What it learns from.
+    pub examples: Examples,
+    /// Impressions with an outcome that `auto` needs to learn from them.
+    pub min_impressions: usize,
     /// Candidates each source proposes per user.
     pub per_source: usize,
     /// The most users whose next events train the ranker.
@@ -44,6 +69,8 @@ pub struct LearnedConfig {
 impl Default for LearnedConfig {
     fn default() -> Self {
         Self {
+            examples: Examples::Auto,
+            min_impressions: 100,
             per_source: 100,
             max_queries: 5_000,
             validation_share: 0.2,
@@ -60,11 +87,13 @@ impl LearnedConfig {
             && (2..=1_000_000).contains(&self.max_queries)
             && self.validation_share > 0.0
             && self.validation_share < 1.0
-            && (1..=5).contains(&self.cuts);
+            && (1..=5).contains(&self.cuts)
+            && self.min_impressions >= 2;
         if !ok {
             return Err(format!(
                 "perSource must be between 1 and {}, maxQueries between 2 and 1000000, \
-                 validationShare between 0 and 1 (exclusive), cuts between 1 and 5",
+                 validationShare between 0 and 1 (exclusive), cuts between 1 and 5, \
+                 minImpressions at least 2",
                 offline::POOL
             ));
         }
@@ -87,6 +116,13 @@ impl LearnedConfig {
 pub struct Learned {
     #[serde(skip)]
     pub model: Model,
+    /// What it learned from: `history` or `impressions`.
+    #[serde(default = "from_history")]
+    pub examples: Examples,
+    /// Logged impressions with an outcome (clicks or conversions with their queryID) that it
+    /// found, whether or not it learned from them.
+    #[serde(default)]
+    pub impressions: usize,
     pub per_source: usize,
     /// Times the latest events were held out to make examples ([`LearnedConfig::cuts`]).
     pub cuts: usize,
@@ -99,6 +135,10 @@ pub struct Learned {
     pub train_seconds: f64,
     /// Each feature's share of the gain, largest first.
     pub importance: Vec<(String, f64)>,
+}
+
+fn from_history() -> Examples {
+    Examples::History
 }
 
 impl Learned {
@@ -247,6 +287,110 @@ pub fn learn(
         }
         history = split.train_events();
     }
+    let examples = Examples::History;
+    fit(
+        &train_set,
+        &validation,
+        config,
+        examples,
+        started,
+        &mut progress,
+    )
+}
+
+/// A served list with its outcomes: the user row, when it was served (ms), the item rows
+/// served and each one's label (a conversion 2, a click 1, else 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    pub user: u32,
+    pub at: i64,
+    pub items: Vec<u32>,
+    pub labels: Vec<f32>,
+}
+
+/// Learn a ranker from logged impressions (those with a positive label): each is a query of
+/// its served items, described by [`Offline::rows_for`] as the history stood before it — the
+/// impressions are cut in [`LearnedConfig::cuts`] groups by time (the latest
+/// [`LearnedConfig::max_queries`] at most), and each group's sources are computed from the
+/// events before its first impression. Users are split, seeded, into training and validation.
+/// `None` when fewer than two impressions have an outcome, or when `progress` returned false.
+pub fn learn_from_impressions(
+    history: &History<'_>,
+    shown: &[Shown],
+    als_config: &AlsConfig,
+    config: &LearnedConfig,
+    mut progress: impl FnMut(usize) -> bool,
+) -> Option<Learned> {
+    let started = std::time::Instant::now();
+    let mut shown: Vec<&Shown> = shown
+        .iter()
+        .filter(|s| s.labels.iter().any(|&l| l > 0.0))
+        .collect();
+    shown.sort_by_key(|s| s.at);
+    let latest = shown.len().saturating_sub(config.max_queries);
+    let shown = &shown[latest..];
+    // Validation users, drawn seeded among those shown.
+    let mut users: Vec<u32> = shown.iter().map(|s| s.user).collect();
+    users.sort_unstable();
+    users.dedup();
+    users.shuffle(&mut rand::rngs::StdRng::seed_from_u64(7));
+    let validation_users = ((users.len() as f64 * config.validation_share).round() as usize)
+        .clamp(1, users.len().saturating_sub(1).max(1));
+    let validating: std::collections::HashSet<u32> = users[..validation_users.min(users.len())]
+        .iter()
+        .copied()
+        .collect();
+    let width = offline::FEATURES.len();
+    let (mut train_set, mut validation) = (Dataset::new(width), Dataset::new(width));
+    let group = shown.len().div_ceil(config.cuts).max(1);
+    let mut rows = Vec::new();
+    for chunk in shown.chunks(group) {
+        let cut = chunk[0].at;
+        let before = history.events.partition_point(|e| e.3 < cut);
+        let events = &history.events[..before];
+        let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
+        let at: Vec<i64> = events.iter().map(|e| e.3).collect();
+        let train =
+            Interactions::from_triples(history.users, history.items, triples.iter().copied());
+        let factors = als::train(&train, als_config, |_| progress(0))?;
+        let offline =
+            Offline::new(&train, &factors, &triples, &at).with_facets(history.item_facets.to_vec());
+        for (n, s) in chunk.iter().enumerate() {
+            if n % 256 == 0 && !progress(0) {
+                return None;
+            }
+            rows.clear();
+            offline.rows_for(s.user as usize, config.per_source, &s.items, &mut rows);
+            let query = rows.chunks_exact(width).zip(s.labels.iter().copied());
+            if validating.contains(&s.user) {
+                validation.push_query(query);
+            } else {
+                train_set.push_query(query);
+            }
+        }
+    }
+    let mut learned = fit(
+        &train_set,
+        &validation,
+        config,
+        Examples::Impressions,
+        started,
+        &mut progress,
+    )?;
+    learned.impressions = shown.len();
+    Some(learned)
+}
+
+/// Boost a model on examples, validated by others; `None` when either has no query, or when
+/// `progress` returned false.
+fn fit(
+    train_set: &Dataset,
+    validation: &Dataset,
+    config: &LearnedConfig,
+    examples: Examples,
+    started: std::time::Instant,
+    progress: &mut impl FnMut(usize) -> bool,
+) -> Option<Learned> {
     if train_set.queries() == 0 || validation.queries() == 0 {
         return None;
     }
@@ -257,7 +401,7 @@ pub fn learn(
             .or(config.params.base_feature),
         ..config.params.clone()
     };
-    let model = penchant_rank::train(&train_set, Some(&validation), &params, &mut progress).ok()?;
+    let model = penchant_rank::train(train_set, Some(validation), &params, &mut *progress).ok()?;
     // Stopped from outside (a stop is asked for once and stays asked): no model.
     if !progress(model.trees.len()) {
         return None;
@@ -266,7 +410,7 @@ pub fn learn(
         .map(|r| model.score(validation.row(r)))
         .collect();
     let validation_ndcg =
-        penchant_rank::lambda::mean_ndcg(&validation, &scores, config.params.ndcg_at);
+        penchant_rank::lambda::mean_ndcg(validation, &scores, config.params.ndcg_at);
     let mut importance: Vec<(String, f64)> = offline::FEATURES
         .iter()
         .map(|f| (*f).to_owned())
@@ -274,6 +418,8 @@ pub fn learn(
         .collect();
     importance.sort_by(|a, b| b.1.total_cmp(&a.1));
     Some(Learned {
+        examples,
+        impressions: 0,
         per_source: config.per_source,
         cuts: config.cuts,
         train_queries: train_set.queries(),

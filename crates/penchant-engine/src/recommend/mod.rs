@@ -9,6 +9,7 @@
 //! | [`filters`] | Algolia's `filters` / `facetFilters` / `numericFilters` over records | applied to every model's hits |
 //! | [`build`] | the job: lists first, then every user's queues, resumable | one node at a time |
 //! | [`learned`], [`ranker`] | a ranker learned from the history (LambdaMART over every source's candidates), and the job that learns it and writes the queues that name it | one node at a time |
+//! | [`impressions`] | what tracked answers served (`clickAnalytics`), the ranker's examples once clicks come back | logged per answer |
 //!
 //! A model ranks candidates with scores in 0–100; [`Engine::recommendations`] walks them best
 //! first, keeps those whose record exists (a deleted item never comes back), passes the filters
@@ -18,6 +19,7 @@
 
 pub mod build;
 pub mod filters;
+pub mod impressions;
 pub mod learned;
 pub mod offline;
 pub mod personal;
@@ -806,6 +808,10 @@ impl Engine {
                 (Some(a), Some(user)) => self.abtests.served(app, a, user, tracked),
                 _ => Served::plain(tracked),
             };
+            if let (Some(query_id), Some(user)) = (&served.query_id, params.user_token.as_deref()) {
+                self.log_impression(app, &request.index_name, query_id, user, &answer)
+                    .await;
+            }
             out.push((
                 answer,
                 Served {
@@ -815,6 +821,42 @@ impl Engine {
             ));
         }
         Ok(out)
+    }
+
+    /// Log what a tracked answer served to a user ([`impressions`]); a failure is logged, not
+    /// the answer's.
+    async fn log_impression(
+        &self,
+        app: &str,
+        index: &str,
+        query_id: &str,
+        user: &str,
+        answer: &Recommendations,
+    ) {
+        let object_ids: Vec<String> = answer
+            .hits
+            .iter()
+            .filter_map(|hit| match hit {
+                RecommendHit::Item { record, .. } => record
+                    .get("objectID")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                RecommendHit::Facet { .. } => None,
+            })
+            .collect();
+        if object_ids.is_empty() || !keys::user_token_ok(user) {
+            return;
+        }
+        let impression = impressions::Impression {
+            index: index.to_owned(),
+            query_id: query_id.to_owned(),
+            user: user.to_owned(),
+            at: self.now_ms(),
+            object_ids,
+        };
+        if let Err(e) = impressions::log(&*self.store, app, &impression).await {
+            tracing::warn!(%app, error = %e, "an impression was not logged");
+        }
     }
 
     /// One request: its model's hits, personalized and boosted if asked ([`personal`]).

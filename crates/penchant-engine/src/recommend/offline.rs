@@ -231,6 +231,23 @@ impl<'a> Offline<'a> {
     /// popularity), none of the user's training items — and one row of [`FEATURES`] for each,
     /// appended to `rows`.
     pub fn ranking_rows(&self, u: usize, per_source: usize, rows: &mut Vec<f32>) -> Vec<u32> {
+        self.rows_of(u, per_source, None, rows)
+    }
+
+    /// One row of [`FEATURES`] for each of `items` (item rows, e.g. what an answer served), as
+    /// [`Offline::ranking_rows`] computes them: an item no source proposes has no source.
+    pub fn rows_for(&self, u: usize, per_source: usize, items: &[u32], rows: &mut Vec<f32>) {
+        self.rows_of(u, per_source, Some(items), rows);
+    }
+
+    /// The rows of `items`, else of the candidates; returns the items.
+    fn rows_of(
+        &self,
+        u: usize,
+        per_source: usize,
+        items: Option<&[u32]>,
+        rows: &mut Vec<f32>,
+    ) -> Vec<u32> {
         let sources = candidate_sources();
         let (seen, _) = self.train.user_items(u);
         let unseen = |i: &u32| seen.binary_search(i).is_err();
@@ -273,8 +290,14 @@ impl<'a> Offline<'a> {
         for &(i, _) in followers.iter().take(per_source) {
             proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
         }
-        let mut items: Vec<u32> = proposed.keys().copied().collect();
-        items.sort_unstable();
+        let items: Vec<u32> = match items {
+            Some(items) => items.to_vec(),
+            None => {
+                let mut items: Vec<u32> = proposed.keys().copied().collect();
+                items.sort_unstable();
+                items
+            }
+        };
 
         let vector = |i: u32| self.factors.items.row(i as usize);
         let dot = penchant_vectors::kernels::dot;
@@ -312,7 +335,8 @@ impl<'a> Offline<'a> {
         };
         rows.reserve(items.len() * FEATURES.len());
         for &i in &items {
-            let (sources, als_place, related_place) = proposed[&i];
+            let (sources, als_place, related_place) =
+                proposed.get(&i).copied().unwrap_or((0, absent, absent));
             let (first, last) = self.item_days[i as usize];
             // Never had in training (an item of held-out events only): -1.
             let days = |day: i64| {

@@ -9,7 +9,10 @@
 //!
 //! 1. **learn**: the index's events in the retention window, weighed as the space's last ALS
 //!    training weighed them (else as a training would: the strategy's event scores), each
-//!    user's latest 20% held out as what came next ([`learned::learn`]); the model is stored.
+//!    user's latest 20% held out as what came next ([`learned::learn`]) — or, once the index
+//!    has logged impressions with outcomes ([`LearnedConfig::examples`]), those impressions,
+//!    their items labelled by the clicks and conversions sent with their queryIDs
+//!    ([`learned::learn_from_impressions`]); the model is stored.
 //! 2. **queues**: every user's candidates as the sources stand after the last event, in the
 //!    model's order ([`learned::rank_all`], the same features the training computed: no skew
 //!    between training and serving), written to each learned queue of the index, minus what
@@ -33,8 +36,10 @@ use penchant_vectors::eval::Holdout;
 use serde::{Deserialize, Serialize};
 
 use super::QueueDefinition;
-use super::learned::{self, History, Learned, LearnedConfig};
+use super::impressions;
+use super::learned::{self, Examples, History, Learned, LearnedConfig, Shown};
 use super::queues::Ranker;
+use crate::events::EventType;
 use crate::jobs::{Job, JobState, Progress, Run};
 use crate::tables::{Gc, Rows, Table};
 use crate::{Engine, EngineError, Result, internal, keys};
@@ -187,11 +192,13 @@ impl Job for Rank {
     }
 }
 
-/// An index's events as the ranker reads them, and their items' facet values.
+/// An index's events as the ranker reads them, their items' facet values, and its logged
+/// impressions with an outcome.
 struct Read {
     data: crate::vectors::training::Data,
     als: AlsConfig,
     facets: Vec<Vec<u32>>,
+    shown: Vec<Shown>,
 }
 
 impl Engine {
@@ -263,7 +270,12 @@ impl Engine {
         let app = run.app();
         let config = run.status().config;
         let (done, cancel) = (run.counter(), run.cancelled());
-        let Read { data, als, facets } = self.ranker_history(app, &config).await?;
+        let Read {
+            data,
+            als,
+            facets,
+            shown,
+        } = self.ranker_history(app, &config).await?;
         let (users, items, events) = (data.users.len(), data.items.len(), data.read);
         let data = Arc::new(data);
         let facets = Arc::new(facets);
@@ -274,6 +286,20 @@ impl Engine {
                 _ => return Err(internal("ranker", "the stored model is gone")),
             },
             None => {
+                let found = shown.len();
+                let from_impressions = match config.ranker.examples {
+                    Examples::Impressions => true,
+                    Examples::History => false,
+                    Examples::Auto => found >= config.ranker.min_impressions,
+                };
+                if from_impressions && found < 2 {
+                    return Err(EngineError::Refused(format!(
+                        "no logged impression of index '{}' to learn from: {found} had a click \
+                         or conversion with its queryID (serve answers with clickAnalytics, \
+                         send their events with the queryID), and learning needs 2",
+                        config.index_name
+                    )));
+                }
                 let (data2, facets2, als2) = (data.clone(), facets.clone(), als.clone());
                 let learned_config = config.ranker.clone();
                 let go_on = cancel.clone();
@@ -285,10 +311,21 @@ impl Engine {
                         items: data2.items.len(),
                         item_facets: &facets2,
                     };
-                    learned::learn(&history, HOLDOUT, &als2, &learned_config, |trees| {
+                    let progress = |trees: usize| {
                         counter.store(trees as u64, Ordering::Relaxed);
                         !go_on.load(Ordering::Relaxed)
-                    })
+                    };
+                    if from_impressions {
+                        learned::learn_from_impressions(
+                            &history,
+                            &shown,
+                            &als2,
+                            &learned_config,
+                            progress,
+                        )
+                    } else {
+                        learned::learn(&history, HOLDOUT, &als2, &learned_config, progress)
+                    }
                 })
                 .await
                 .map_err(|e| internal("ranker thread", e))?;
@@ -296,12 +333,19 @@ impl Engine {
                     return Ok(JobState::Running);
                 }
                 let Some(mut learned) = learned else {
-                    return Err(EngineError::Refused(
+                    return Err(EngineError::Refused(if from_impressions {
+                        format!(
+                            "too few impressions to learn a ranker from ({found} with an \
+                             outcome): their users split into none to train on or none to \
+                             validate with"
+                        )
+                    } else {
                         "no user's next events were among the candidates of their earlier \
                          ones: too few events to learn a ranker from"
-                            .into(),
-                    ));
+                            .into()
+                    }));
                 };
+                learned.impressions = found;
                 let model = std::mem::take(&mut learned.model);
                 let version = self.now_ms() * 1000;
                 let stored = StoredRanker {
@@ -475,7 +519,78 @@ impl Engine {
         let facets = self
             .item_facets(app, &config.index_name, &data.items)
             .await?;
-        Ok(Read { data, als, facets })
+        let shown = self.shown(app, &config.index_name, &data).await?;
+        Ok(Read {
+            data,
+            als,
+            facets,
+            shown,
+        })
+    }
+
+    /// An index's logged impressions that a click or conversion followed (with its queryID),
+    /// their users and items numbered as in `data` (items it lacks are left out, and
+    /// impressions of users it lacks).
+    async fn shown(
+        &self,
+        app: &str,
+        index: &str,
+        data: &crate::vectors::training::Data,
+    ) -> Result<Vec<Shown>> {
+        // Per queryID, per objectID: the best outcome (a conversion 2, a click 1).
+        let mut outcomes: HashMap<&str, HashMap<&str, f32>> = HashMap::new();
+        for (query_id, id, kind) in &data.outcomes {
+            let label = if *kind == EventType::Conversion {
+                2.0
+            } else {
+                1.0
+            };
+            let best = outcomes
+                .entry(query_id.as_str())
+                .or_default()
+                .entry(id.as_str())
+                .or_default();
+            *best = best.max(label);
+        }
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let since = self.now_ms() - self.tenancy.retention(app).await?.as_millis() as i64;
+        let logged = impressions::read(&self.store, app, index, since).await?;
+        let number = |names: &[String]| -> HashMap<String, u32> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(n, name)| (name.clone(), n as u32))
+                .collect()
+        };
+        let (users, items) = (number(&data.users), number(&data.items));
+        let mut shown = Vec::new();
+        for impression in logged {
+            let (Some(outcome), Some(&user)) = (
+                outcomes.get(impression.query_id.as_str()),
+                users.get(&impression.user),
+            ) else {
+                continue;
+            };
+            let (items, labels): (Vec<u32>, Vec<f32>) = impression
+                .object_ids
+                .iter()
+                .filter_map(|id| {
+                    let label = outcome.get(id.as_str()).copied().unwrap_or(0.0);
+                    items.get(id).map(|&i| (i, label))
+                })
+                .unzip();
+            if labels.iter().any(|&l| l > 0.0) {
+                shown.push(Shown {
+                    user,
+                    at: impression.at,
+                    items,
+                    labels,
+                });
+            }
+        }
+        Ok(shown)
     }
 
     /// Per item, its values of the facets the app's strategy scores (as numbers, the same

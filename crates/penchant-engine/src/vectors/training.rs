@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
-use crate::events::{self, Event, Target};
+use crate::events::{self, Event, EventType, Target};
 use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime};
 use crate::recommend::learned::{self, LearnedConfig};
 use crate::recommend::offline::Offline;
@@ -341,6 +341,9 @@ pub(crate) struct Data {
     pub read: u64,
     /// (user, item) pairs left out: a user token or objectID too long to name a vector's row.
     pub skipped: u64,
+    /// Clicks and conversions that carry a queryID (any weight): `(queryID, objectID, type)`,
+    /// what a served answer's items became ([`crate::recommend::impressions`]).
+    pub outcomes: Vec<(String, String, EventType)>,
 }
 
 /// Rows of a trained matrix with the names they stand for.
@@ -587,6 +590,16 @@ impl Trainings {
             let Target::ObjectIds(ids) = &event.target else {
                 continue;
             };
+            if let Some(query_id) = &event.query_id
+                && event.event_type != EventType::View
+                && index.is_none_or(|i| i == event.index)
+                && !seen.is_negative(&event.event_name)
+            {
+                data.outcomes.extend(
+                    ids.iter()
+                        .map(|id| (query_id.clone(), id.clone(), event.event_type)),
+                );
+            }
             let weight = weight_of(weights, &event);
             if weight <= 0.0
                 || index.is_some_and(|i| i != event.index)
@@ -822,6 +835,13 @@ impl Trainings {
     pub fn check_evaluation(config: &TrainingConfig, request: &EvaluationRequest) -> Result<()> {
         config.check()?;
         request.learned.check().map_err(EngineError::Invalid)?;
+        if request.learned.examples == learned::Examples::Impressions {
+            return Err(EngineError::Invalid(
+                "an evaluation's ranker learns from the held-out history: examples \
+                 'impressions' is for the ranker job (POST /1/ranker/train)"
+                    .into(),
+            ));
+        }
         let EvaluationRequest { holdout, k, .. } = *request;
         let holdout_ok = match holdout {
             eval::Holdout::Count(n) => (1..=100).contains(&n),

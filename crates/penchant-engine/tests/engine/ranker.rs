@@ -440,6 +440,135 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
     assert_eq!(scheduled.config.ranker.max_queries, 300);
     assert!(scheduled.version.unwrap() > newer);
 
+    // From impressions: none is logged yet, so asking for them fails the job.
+    let asked = |examples: serde_json::Value| -> RankerConfig {
+        serde_json::from_value(json!({
+            "indexName": "items",
+            "ranker": {"examples": examples, "minImpressions": 50, "maxQueries": 300, "cuts": 2,
+                "params": {"trees": 60}}
+        }))
+        .unwrap()
+    };
+    engine
+        .start_ranker(APP, asked(json!("impressions")))
+        .await
+        .unwrap();
+    let failed = finished().await;
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("no logged impression of index 'items'"),
+        "{failed:?}"
+    );
+    // Every user is served a tracked answer from the learned queue (logged as an impression)
+    // and clicks the first hit of one of the user's topics with its queryID; every fourth
+    // user buys it too.
+    let mut clicked = 0usize;
+    let mut outcomes = Vec::new();
+    for u in 0..users {
+        let user = format!("u{u}");
+        let request: RecommendRequest = serde_json::from_value(json!({
+            "indexName": "items", "model": "recommended-for-you", "threshold": 0,
+            "maxRecommendations": 10, "queue": "learned",
+            "queryParameters": {"userToken": user, "clickAnalytics": true}
+        }))
+        .unwrap();
+        let (answer, served) = engine
+            .recommendations_served(APP, &[request])
+            .await
+            .unwrap()
+            .remove(0);
+        let query_id = served.query_id.expect("a queryID");
+        let hit = answer
+            .hits
+            .iter()
+            .enumerate()
+            .find_map(|(p, hit)| match hit {
+                penchant_engine::recommend::RecommendHit::Item { record, .. } => {
+                    let topic = record["topic"].as_u64().unwrap() as u32;
+                    truth.user_topics[u]
+                        .iter()
+                        .any(|(t, _)| *t == topic)
+                        .then(|| (p, record["objectID"].as_str().unwrap().to_owned()))
+                }
+                _ => None,
+            });
+        let Some((place, id)) = hit else { continue };
+        clicked += 1;
+        let mut types = vec![EventType::Click];
+        if u % 4 == 0 {
+            types.push(EventType::Conversion);
+        }
+        for event_type in types {
+            outcomes.push(Event {
+                event_type,
+                event_subtype: None,
+                event_name: "After recommend".into(),
+                index: "items".into(),
+                user_token: user.clone(),
+                authenticated_user_token: None,
+                timestamp: engine.now_ms(),
+                target: Target::ObjectIds(vec![id.clone()]),
+                query_id: Some(query_id.clone()),
+                positions: (event_type == EventType::Click).then(|| vec![place as i64 + 1]),
+                object_data: None,
+                value: None,
+                currency: None,
+            });
+        }
+    }
+    engine.push_events(APP, &outcomes).await.unwrap();
+    let logged = store
+        .read_all(
+            "impressions",
+            penchant_store::ReadRows::new(penchant_store::RowSet::prefix(bytes::Bytes::from(
+                format!("{APP}\0"),
+            ))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(logged.len(), users, "one impression per tracked answer");
+    assert!(clicked >= 100, "{clicked} users clicked");
+    // `auto` takes the impressions once `minImpressions` had an outcome.
+    engine
+        .start_ranker(APP, asked(json!("auto")))
+        .await
+        .unwrap();
+    let from_impressions = finished().await;
+    assert_eq!(
+        from_impressions.state,
+        JobState::Done,
+        "{from_impressions:?}"
+    );
+    let impressed = engine.ranker(APP, "items").await.unwrap().unwrap();
+    assert_eq!(impressed.version, from_impressions.version.unwrap());
+    assert_eq!(
+        impressed.learned.examples,
+        penchant_engine::recommend::learned::Examples::Impressions
+    );
+    assert_eq!(impressed.learned.impressions, clicked);
+    assert_eq!(
+        impressed.learned.train_queries + impressed.learned.validation_queries,
+        clicked,
+        "each clicked impression is a query"
+    );
+    let queue = engine.stored_queue(APP, "learned", "u7").await.unwrap();
+    assert_eq!(queue.ranked_by, Some(impressed.version));
+    // Fewer than `minImpressions`: `auto` learns from the history.
+    let mut high = asked(json!("auto"));
+    high.ranker.min_impressions = clicked + 1;
+    engine.start_ranker(APP, high).await.unwrap();
+    assert_eq!(finished().await.state, JobState::Done);
+    let from_history = engine.ranker(APP, "items").await.unwrap().unwrap();
+    assert_eq!(
+        from_history.learned.examples,
+        penchant_engine::recommend::learned::Examples::History
+    );
+    assert_eq!(from_history.learned.impressions, clicked, "found, not used");
+
     // Bad settings are refused before anything runs.
     let bad: RankerConfig = serde_json::from_value(json!({
         "indexName": "items", "ranker": {"maxQueries": 1000000, "perSource": 1000}

@@ -134,6 +134,25 @@ async fn the_official_python_client_runs_an_ab_test_end_to_end() {
     run_python("abtests.py", &node, "E2E", &key);
 }
 
+/// 160 users who each click their own kind of product (4 kinds, 60 products); a hand-blend
+/// queue `for-you` and a learned queue `for-you-learned`, and a first ranker learned from the
+/// history (`examples: history`). Asking for `examples: impressions` before any click with a
+/// queryID fails, saying "no logged impression". Then an A/B test, hand blend vs learned
+/// ranker: two rounds of tracked `recommended-for-you` answers (queryID, variant; variant 2
+/// `learned-queue` with the ranker's version), each user clicking the first hit of their kind
+/// with its queryID, one in four converting, the clicks and conversions counted per variant by
+/// `get_ab_test`. The ranker is learned again: `auto` under `minImpressions` falls back to
+/// history; `auto` and `impressions` learn from the logged impressions (`learned.impressions`
+/// = the clicked impressions = train + validation queries), each a newer version; variant-2
+/// users are then served that version, still of their own kind. All through the official
+/// Python clients plus plain HTTP for Penchant's routes (`e2e/python/ranker.py`).
+#[tokio::test]
+async fn a_ranker_learned_from_logged_impressions_is_ab_tested_through_the_official_clients() {
+    let node = Node::embedded();
+    let key = node.app("RANK").await;
+    run_python("ranker.py", &node, "RANK", &key);
+}
+
 /// A hit list for rerank: six products, brands in turn.
 fn hits() -> Value {
     let brands = ["Apple", "Samsung", "Google"];
