@@ -555,10 +555,25 @@ fn read_f32(path: &Path, rows: usize, dim: usize) -> anyhow::Result<Matrix> {
 /// `scripts/bench-python.sh` prints (it makes the virtual environment on first use); with
 /// `--no-install`, that environment only if it is made and up to date.
 fn python(args: &AlsBenchArgs) -> anyhow::Result<PathBuf> {
-    if let Some(python) = &args.python {
-        return Ok(python.clone());
+    bench_python(
+        args.python.as_deref(),
+        args.no_install,
+        "als: finding implicit's Python",
+    )
+}
+
+/// The bench's Python (`implicit`, LightGBM): `explicit` if given, else what
+/// `scripts/bench-python.sh` prints (it makes the virtual environment on first use); with
+/// `no_install`, that environment only if it is made and up to date.
+pub(crate) fn bench_python(
+    explicit: Option<&Path>,
+    no_install: bool,
+    label: &str,
+) -> anyhow::Result<PathBuf> {
+    if let Some(python) = explicit {
+        return Ok(python.to_owned());
     }
-    if args.no_install {
+    if no_install {
         return made_python();
     }
     let candidates = [
@@ -570,7 +585,7 @@ fn python(args: &AlsBenchArgs) -> anyhow::Result<PathBuf> {
         .find(|p| p.is_file())
         .context("no --python given and scripts/bench-python.sh not found")?;
     let progress = spinner(format!(
-        "als: finding implicit's Python with {} (made on first use)",
+        "{label} with {} (made on first use)",
         script.display()
     ));
     let out = Command::new(script)

@@ -79,6 +79,7 @@ mod http;
 pub mod ingest;
 pub mod mixed;
 pub mod personalization;
+mod ranker;
 pub mod recommend;
 mod redis;
 pub mod report;

@@ -18,6 +18,8 @@
 //! 4. **Blends on MovieLens**, offline: the engine's evaluation (`POST /1/als/evaluate`) of
 //!    popularity, each model a queue blends and a few blends, on each user's latest 20% of the
 //!    same events (precision, recall and NDCG at 10): which queue definition to pick.
+//! 5. **The learned ranker from logged impressions** on a synthetic shop ([`crate::ranker`]):
+//!    the ranker job's time end to end, and its boosting beside LightGBM's on the same examples.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -88,6 +90,18 @@ pub struct RecommendBenchArgs {
     /// `redis-server` for the reference (default: the one on PATH).
     #[arg(long)]
     redis_server: Option<PathBuf>,
+    /// Impressions the learned ranker's table logs and learns from [default by scale: small
+    /// 20,000, medium 200,000, large 1,000,000].
+    #[arg(long)]
+    impressions: Option<usize>,
+    /// A Python with LightGBM installed, the reference of the ranker's boosting (default:
+    /// `scripts/bench-python.sh` makes one).
+    #[arg(long, env = "PENCHANT_BENCH_PYTHON")]
+    python: Option<PathBuf>,
+    /// Use the virtual environment of `scripts/bench-python.sh` only if it is already made
+    /// (else skip LightGBM) instead of making it; `all` runs so.
+    #[arg(long)]
+    no_install: bool,
 }
 
 const APP: &str = "BENCH";
@@ -98,6 +112,7 @@ const SPLIT_PERCENT: usize = 80;
 
 impl Bench for RecommendBenchArgs {
     const NAME: &'static str = "recommend";
+    const IN_ALL: &'static [&'static str] = &["--no-install"];
 
     fn common(&self) -> &CommonArgs {
         &self.common
@@ -126,6 +141,18 @@ impl Bench for RecommendBenchArgs {
                 report.table(table);
             }
         }
+        let python = crate::als::bench_python(
+            self.python.as_deref(),
+            self.no_install,
+            "recommend: finding LightGBM's Python",
+        );
+        let table = runtime.block_on(crate::ranker::impressions(
+            self.common.scale,
+            self.impressions,
+            self.no_sync,
+            python,
+        ))?;
+        report.table(table);
         Ok(())
     }
 }

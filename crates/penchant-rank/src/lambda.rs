@@ -9,11 +9,24 @@ use crate::Params;
 use crate::data::Dataset;
 
 fn gain(label: f32) -> f64 {
-    f64::from(label).exp2() - 1.0
+    // Labels are small whole numbers, as a rule: no exp2 for them.
+    match label {
+        0.0 => 0.0,
+        1.0 => 1.0,
+        2.0 => 3.0,
+        _ => f64::from(label).exp2() - 1.0,
+    }
 }
 
+/// `1 / log₂(p + 2)` for the first places (computed once).
+static DISCOUNTS: std::sync::LazyLock<Vec<f64>> =
+    std::sync::LazyLock::new(|| (0..4096).map(|p| 1.0 / ((p + 2) as f64).log2()).collect());
+
 fn discount(place: usize) -> f64 {
-    1.0 / ((place + 2) as f64).log2()
+    DISCOUNTS
+        .get(place)
+        .copied()
+        .unwrap_or_else(|| 1.0 / ((place + 2) as f64).log2())
 }
 
 /// The ideal DCG of some labels at cut-off `k`.
@@ -27,35 +40,67 @@ fn ideal_dcg(labels: &mut [f32], k: usize) -> f64 {
         .sum()
 }
 
-/// Candidates' indices, best score first (ties: the later candidate last — input order).
-fn order(scores: &[f64]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..scores.len()).collect();
+/// Each query's ideal DCG at cut-off `k` (they do not change as the scores do).
+pub(crate) fn ideals(data: &Dataset, k: usize) -> Vec<f64> {
+    (0..data.queries())
+        .map(|q| ideal_dcg(&mut data.labels()[data.query(q)].to_vec(), k))
+        .collect()
+}
+
+/// Candidates' indices into `idx`, best score first (ties: the later candidate last — input
+/// order).
+fn order(scores: &[f64], idx: &mut Vec<usize>) {
+    idx.clear();
+    idx.extend(0..scores.len());
     idx.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    idx
 }
 
 /// NDCG at `k` of candidates with these labels ranked by these scores; `None` when no order
 /// could be better than another (no positive label).
 pub fn ndcg(labels: &[f32], scores: &[f64], k: usize) -> Option<f64> {
     let ideal = ideal_dcg(&mut labels.to_vec(), k);
+    ndcg_of(labels, scores, k, ideal, &mut Vec::new())
+}
+
+/// [`ndcg`] with the labels' ideal DCG given, and scratch space for the order.
+fn ndcg_of(
+    labels: &[f32],
+    scores: &[f64],
+    k: usize,
+    ideal: f64,
+    idx: &mut Vec<usize>,
+) -> Option<f64> {
     if ideal <= 0.0 {
         return None;
     }
-    let dcg: f64 = order(scores)
-        .into_iter()
+    order(scores, idx);
+    let dcg: f64 = idx
+        .iter()
         .take(k)
         .enumerate()
-        .map(|(p, i)| gain(labels[i]) * discount(p))
+        .map(|(p, &i)| gain(labels[i]) * discount(p))
         .sum();
     Some(dcg / ideal)
 }
 
 /// The mean NDCG at `k` over the queries that have a positive label.
 pub fn mean_ndcg(data: &Dataset, scores: &[f64], k: usize) -> f64 {
+    mean_ndcg_of(data, scores, k, &ideals(data, k))
+}
+
+/// [`mean_ndcg`] with each query's ideal DCG at `k` given ([`ideals`]).
+pub(crate) fn mean_ndcg_of(data: &Dataset, scores: &[f64], k: usize, ideals: &[f64]) -> f64 {
     let (mut sum, mut n) = (0.0, 0usize);
-    for q in 0..data.queries() {
+    let mut idx = Vec::new();
+    for (q, &ideal) in ideals.iter().enumerate() {
         let rows = data.query(q);
-        if let Some(v) = ndcg(&data.labels()[rows.clone()], &scores[rows], k) {
+        if let Some(v) = ndcg_of(
+            &data.labels()[rows.clone()],
+            &scores[rows],
+            k,
+            ideal,
+            &mut idx,
+        ) {
             sum += v;
             n += 1;
         }
@@ -65,29 +110,77 @@ pub fn mean_ndcg(data: &Dataset, scores: &[f64], k: usize) -> f64 {
 
 /// Each row's gradient and hessian of the LambdaMART loss at the current scores (the
 /// gradient's sign: negative pulls a row up).
+/// `ideals`: each query's ideal DCG at [`Params::truncation`] ([`ideals`]). Queries are
+/// shared between up to [`Params::threads`] threads (each writes its queries' rows).
 pub(crate) fn gradients(
     data: &Dataset,
     scores: &[f64],
     params: &Params,
+    ideals: &[f64],
+    gradients: &mut [f64],
+    hessians: &mut [f64],
+) {
+    let threads = params.threads().min(data.rows() / ROWS_PER_THREAD).max(1);
+    // Runs of whole queries of about equal rows.
+    let share = data.rows().div_ceil(threads).max(1);
+    let mut runs = Vec::new();
+    let mut first = 0usize;
+    for q in 1..=data.queries() {
+        if q == data.queries() || data.query(q).start - data.query(first).start >= share {
+            runs.push(first..q);
+            first = q;
+        }
+    }
+    if runs.len() <= 1 {
+        let all = 0..data.queries();
+        return gradients_of(data, all, scores, params, ideals, gradients, hessians);
+    }
+    std::thread::scope(|scope| {
+        let (mut g, mut h) = (gradients, hessians);
+        let mut offset = 0;
+        for run in runs {
+            let end = data.query(run.end - 1).end;
+            let (mine_g, rest_g) = std::mem::take(&mut g).split_at_mut(end - offset);
+            let (mine_h, rest_h) = std::mem::take(&mut h).split_at_mut(end - offset);
+            scope.spawn(move || gradients_of(data, run, scores, params, ideals, mine_g, mine_h));
+            (g, h, offset) = (rest_g, rest_h, end);
+        }
+    });
+}
+
+/// Rows a gradient thread takes at least.
+const ROWS_PER_THREAD: usize = 65_536;
+
+/// The gradients of a run of whole queries: `gradients` and `hessians` hold the run's rows
+/// only (from its first query's first row); `scores` all rows.
+fn gradients_of(
+    data: &Dataset,
+    queries: std::ops::Range<usize>,
+    scores: &[f64],
+    params: &Params,
+    ideals: &[f64],
     gradients: &mut [f64],
     hessians: &mut [f64],
 ) {
     gradients.fill(0.0);
     hessians.fill(0.0);
+    let Some(base) = (queries.start < data.queries()).then(|| data.query(queries.start).start)
+    else {
+        return;
+    };
     let sigma = params.sigma;
-    for q in 0..data.queries() {
+    let mut ranked = Vec::new();
+    for q in queries {
+        let ideal = ideals[q];
         let rows = data.query(q);
         let labels = &data.labels()[rows.clone()];
-        if labels.iter().all(|&l| l == labels[0]) {
-            continue;
-        }
-        let ideal = ideal_dcg(&mut labels.to_vec(), params.truncation);
-        if ideal <= 0.0 {
+        if ideal <= 0.0 || labels.iter().all(|&l| l == labels[0]) {
             continue;
         }
         let s = &scores[rows.clone()];
-        let (g, h) = (&mut gradients[rows.clone()], &mut hessians[rows]);
-        let ranked = order(s);
+        let local = rows.start - base..rows.end - base;
+        let (g, h) = (&mut gradients[local.clone()], &mut hessians[local]);
+        order(s, &mut ranked);
         let top = params.truncation.min(ranked.len());
         for (pi, &i) in ranked.iter().enumerate().take(top) {
             for (pj, &j) in ranked.iter().enumerate().skip(pi + 1) {
@@ -134,7 +227,9 @@ mod tests {
         let mut data = Dataset::new(1);
         data.push_query([(&[0.0f32][..], 0.0), (&[0.0][..], 0.0), (&[0.0][..], 1.0)]);
         let (mut g, mut h) = (vec![0.0; 3], vec![0.0; 3]);
-        gradients(&data, &[2.0, 1.0, 0.0], &Params::default(), &mut g, &mut h);
+        let params = Params::default();
+        let ideals = ideals(&data, params.truncation);
+        gradients(&data, &[2.0, 1.0, 0.0], &params, &ideals, &mut g, &mut h);
         assert!(g[2] < 0.0 && g[0] > 0.0 && g[1] > 0.0, "{g:?}");
         assert!(g.iter().sum::<f64>().abs() < 1e-12);
         // The pair ordered worse at the top pulls harder.

@@ -57,6 +57,9 @@ pub struct Params {
     /// `base_weight × row[base_feature]`, and the trees learn what to change in that order.
     pub base_feature: Option<usize>,
     pub base_weight: f64,
+    /// Threads the largest steps (histograms, gradients) are shared between; 0: the machine's
+    /// cores (at most 8). Fewer leave cores to a node's serving.
+    pub threads: usize,
 }
 
 impl Default for Params {
@@ -73,6 +76,7 @@ impl Default for Params {
             patience: 40,
             base_feature: None,
             base_weight: 1.0,
+            threads: 0,
         }
     }
 }
@@ -90,14 +94,15 @@ impl Params {
             && self.sigma > 0.0
             && self.sigma.is_finite()
             && self.truncation >= 1
-            && self.ndcg_at >= 1;
+            && self.ndcg_at >= 1
+            && self.threads <= 64;
         if ok {
             Ok(())
         } else {
             Err(
                 "ranker parameters: trees 1 to 10000, learningRate in (0, 1], leaves 2 to \
                  1024, minRowsInLeaf, truncation and ndcgAt at least 1, l2 at least 0, sigma \
-                 positive"
+                 positive, threads at most 64"
                     .into(),
             )
         }
@@ -149,6 +154,16 @@ impl Model {
     }
 }
 
+impl Params {
+    /// The threads a training shares its largest steps between ([`Params::threads`]).
+    pub fn threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            n => n,
+        }
+    }
+}
+
 /// Train a ranker on `data`, watching `validation` if given (early stopping). `progress` is
 /// called after each tree with the trees so far; returning false stops training there.
 pub fn train(
@@ -190,19 +205,31 @@ pub fn train(
     });
     let mut gradients = vec![0.0f64; rows];
     let mut hessians = vec![0.0f64; rows];
+    // Each query's ideal DCG, which the scores do not change.
+    let truncated = lambda::ideals(data, params.truncation);
+    let train_ideals = lambda::ideals(data, params.ndcg_at);
+    let valid_ideals = validation.map(|v| lambda::ideals(v, params.ndcg_at));
     // The best validation NDCG so far: after how many trees, with which gains. With a base,
     // no tree at all may be best.
     let mut best = (
         validation
             .zip(valid_scores.as_ref())
-            .map_or(f64::NEG_INFINITY, |(v, vs)| {
-                lambda::mean_ndcg(v, vs, params.ndcg_at)
+            .zip(valid_ideals.as_deref())
+            .map_or(f64::NEG_INFINITY, |((v, vs), ideals)| {
+                lambda::mean_ndcg_of(v, vs, params.ndcg_at, ideals)
             }),
         0usize,
         model.gains.clone(),
     );
     for t in 0..params.trees {
-        lambda::gradients(data, &scores, params, &mut gradients, &mut hessians);
+        lambda::gradients(
+            data,
+            &scores,
+            params,
+            &truncated,
+            &mut gradients,
+            &mut hessians,
+        );
         let Some(tree) = tree::grow(&binned, &gradients, &hessians, params, &mut model.gains)
         else {
             break; // nothing left to split on
@@ -211,14 +238,16 @@ pub fn train(
             *s += tree.value(data.row(r));
         }
         let mut round = Round {
-            train: lambda::mean_ndcg(data, &scores, params.ndcg_at),
+            train: lambda::mean_ndcg_of(data, &scores, params.ndcg_at, &train_ideals),
             validation: None,
         };
-        if let (Some(v), Some(vs)) = (validation, valid_scores.as_mut()) {
+        if let (Some(v), Some(vs), Some(ideals)) =
+            (validation, valid_scores.as_mut(), valid_ideals.as_deref())
+        {
             for (r, s) in vs.iter_mut().enumerate() {
                 *s += tree.value(v.row(r));
             }
-            let ndcg = lambda::mean_ndcg(v, vs, params.ndcg_at);
+            let ndcg = lambda::mean_ndcg_of(v, vs, params.ndcg_at, ideals);
             round.validation = Some(ndcg);
             if ndcg > best.0 {
                 best = (ndcg, t + 1, model.gains.clone());

@@ -50,8 +50,40 @@ impl Tree {
 #[derive(Clone)]
 struct Histogram(Vec<(f64, f64, u32)>);
 
+/// Rows a histogram needs before its build is split between threads.
+const ROWS_PER_THREAD: usize = 32_768;
+
 impl Histogram {
-    fn build(data: &Binned, rows: &[u32], g: &[f64], h: &[f64]) -> Self {
+    /// Built by up to `threads` threads, each over a share of the rows, then summed.
+    fn build(data: &Binned, rows: &[u32], g: &[f64], h: &[f64], threads: usize) -> Self {
+        let threads = threads.min(rows.len() / ROWS_PER_THREAD).max(1);
+        if threads == 1 {
+            return Self::build_one(data, rows, g, h);
+        }
+        let share = rows.len().div_ceil(threads);
+        let parts: Vec<Histogram> = std::thread::scope(|scope| {
+            let handles: Vec<_> = rows
+                .chunks(share)
+                .map(|part| scope.spawn(move || Self::build_one(data, part, g, h)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a histogram thread"))
+                .collect()
+        });
+        let mut parts = parts.into_iter();
+        let mut sum = parts.next().expect("one part at least");
+        for part in parts {
+            for (a, b) in sum.0.iter_mut().zip(part.0) {
+                a.0 += b.0;
+                a.1 += b.1;
+                a.2 += b.2;
+            }
+        }
+        sum
+    }
+
+    fn build_one(data: &Binned, rows: &[u32], g: &[f64], h: &[f64]) -> Self {
         let mut sums = vec![(0.0, 0.0, 0u32); data.features * MAX_BINS];
         for &r in rows {
             let r = r as usize;
@@ -146,7 +178,7 @@ pub(crate) fn grow(
 ) -> Option<Tree> {
     let mut order: Vec<u32> = (0..data.rows as u32).collect();
     let (gs, hs) = (g.iter().sum::<f64>(), h.iter().sum::<f64>());
-    let histogram = Histogram::build(data, &order, g, h);
+    let histogram = Histogram::build(data, &order, g, h, params.threads());
     let best = Some(best_split(&histogram, data, (gs, hs, data.rows), params)?);
     let mut nodes = vec![Node::Leaf(0.0)];
     let mut open = vec![Open {
@@ -196,7 +228,7 @@ pub(crate) fn grow(
         } else {
             &right_rows
         };
-        let small_hist = Histogram::build(data, &order[small.clone()], g, h);
+        let small_hist = Histogram::build(data, &order[small.clone()], g, h, params.threads());
         let large_hist = leaf.histogram.minus(&small_hist);
         let (left_hist, right_hist) = if small == &left_rows {
             (small_hist, large_hist)

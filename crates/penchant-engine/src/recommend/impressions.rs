@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::tables::{Gc, Rows, Table};
-use crate::{Result, internal, keys};
+use crate::{Engine, EngineError, Result, internal, keys};
 
 pub const IMPRESSIONS_TABLE: &str = "impressions";
 const FAMILY: &str = "i";
@@ -72,6 +72,51 @@ pub(crate) async fn log(store: &dyn Store, app: &str, impression: &Impression) -
     } else {
         let TableMutation { table, row } = write;
         store.mutate_row(table, row.row_key, row.mutations).await?;
+    }
+    Ok(())
+}
+
+/// The longest queryID an impression takes (Algolia's are 32 hex digits).
+const MAX_QUERY_ID_BYTES: usize = 64;
+
+impl Engine {
+    /// Log impressions served elsewhere (an import of a shop's own logs, a benchmark), durably,
+    /// a thousand rows a write; refused as a whole when one is malformed.
+    pub async fn log_impressions(&self, app: &str, impressions: &[Impression]) -> Result<()> {
+        for (n, impression) in impressions.iter().enumerate() {
+            crate::catalog::check_index_name(&impression.index)
+                .and_then(|()| check(impression))
+                .map_err(|e| match e {
+                    EngineError::Invalid(m) => {
+                        EngineError::Invalid(format!("impressions[{n}]: {m}"))
+                    }
+                    other => other,
+                })?;
+        }
+        for chunk in impressions.chunks(1000) {
+            let rows = chunk
+                .iter()
+                .map(|i| write(app, i).map(|w| w.row))
+                .collect::<Result<Vec<_>>>()?;
+            self.store.mutate_all(IMPRESSIONS_TABLE, rows).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuse an impression whose user, queryID or items could not be keyed or matched.
+fn check(impression: &Impression) -> Result<()> {
+    if !keys::user_token_ok(&impression.user) {
+        return Err(EngineError::Invalid(keys::USER_TOKEN_MESSAGE.into()));
+    }
+    let id = &impression.query_id;
+    if id.is_empty() || id.len() > MAX_QUERY_ID_BYTES || id.contains('\0') {
+        return Err(EngineError::Invalid(format!(
+            "queryID must be 1 to {MAX_QUERY_ID_BYTES} bytes"
+        )));
+    }
+    for id in &impression.object_ids {
+        crate::catalog::check_object_id(id)?;
     }
     Ok(())
 }

@@ -98,9 +98,11 @@ impl LearnedConfig {
             ));
         }
         // Each example holds a row of features per candidate (up to a few per source): the
-        // product bounds the memory a training takes (~1 GB at the limit).
+        // product bounds the memory a training takes (~1 GB at the limit). An impression's
+        // rows are its served items: those are bounded as they are read
+        // ([`impression_examples`]).
         let slots = self.max_queries as u128 * self.per_source as u128 * self.cuts as u128;
-        if slots > MAX_EXAMPLE_SLOTS {
+        if slots > MAX_EXAMPLE_SLOTS && self.examples != Examples::Impressions {
             return Err(format!(
                 "maxQueries × perSource × cuts must be at most {MAX_EXAMPLE_SLOTS} (the training \
                  examples are held in memory), not {slots}"
@@ -322,12 +324,44 @@ pub fn learn_from_impressions(
     mut progress: impl FnMut(usize) -> bool,
 ) -> Option<Learned> {
     let started = std::time::Instant::now();
+    let (train_set, validation, used) =
+        impression_examples(history, shown, als_config, config, &mut progress)?;
+    let mut learned = fit(
+        &train_set,
+        &validation,
+        config,
+        Examples::Impressions,
+        started,
+        &mut progress,
+    )?;
+    learned.impressions = used;
+    Some(learned)
+}
+
+/// [`learn_from_impressions`]'s examples: the training and validation queries, and how many
+/// impressions they hold.
+pub fn impression_examples(
+    history: &History<'_>,
+    shown: &[Shown],
+    als_config: &AlsConfig,
+    config: &LearnedConfig,
+    mut progress: impl FnMut(usize) -> bool,
+) -> Option<(Dataset, Dataset, usize)> {
     let mut shown: Vec<&Shown> = shown
         .iter()
         .filter(|s| s.labels.iter().any(|&l| l > 0.0))
         .collect();
     shown.sort_by_key(|s| s.at);
-    let latest = shown.len().saturating_sub(config.max_queries);
+    // The latest `maxQueries`, and no more rows than a training's bound.
+    let mut latest = shown.len().saturating_sub(config.max_queries);
+    let mut rows_kept = 0u128;
+    for (n, s) in shown.iter().enumerate().skip(latest).rev() {
+        rows_kept += s.items.len() as u128;
+        if rows_kept > MAX_EXAMPLE_SLOTS {
+            latest = n + 1;
+            break;
+        }
+    }
     let shown = &shown[latest..];
     // Validation users, drawn seeded among those shown.
     let mut users: Vec<u32> = shown.iter().map(|s| s.user).collect();
@@ -343,6 +377,7 @@ pub fn learn_from_impressions(
     let width = offline::FEATURES.len();
     let (mut train_set, mut validation) = (Dataset::new(width), Dataset::new(width));
     let group = shown.len().div_ceil(config.cuts).max(1);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = Vec::new();
     for chunk in shown.chunks(group) {
         let cut = chunk[0].at;
@@ -355,30 +390,54 @@ pub fn learn_from_impressions(
         let factors = als::train(&train, als_config, |_| progress(0))?;
         let offline =
             Offline::new(&train, &factors, &triples, &at).with_facets(history.item_facets.to_vec());
-        for (n, s) in chunk.iter().enumerate() {
-            if n % 256 == 0 && !progress(0) {
+        // The rows of 256 impressions at a time, shared between the cores.
+        for batch in chunk.chunks(256) {
+            if !progress(0) {
                 return None;
             }
+            let share = batch.len().div_ceil(threads);
+            let parts: Vec<Vec<f32>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = batch
+                    .chunks(share)
+                    .map(|part| {
+                        let offline = &offline;
+                        scope.spawn(move || {
+                            let mut rows = Vec::new();
+                            for s in part {
+                                offline.rows_for(
+                                    s.user as usize,
+                                    config.per_source,
+                                    &s.items,
+                                    &mut rows,
+                                );
+                            }
+                            rows
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a features thread"))
+                    .collect()
+            });
             rows.clear();
-            offline.rows_for(s.user as usize, config.per_source, &s.items, &mut rows);
-            let query = rows.chunks_exact(width).zip(s.labels.iter().copied());
-            if validating.contains(&s.user) {
-                validation.push_query(query);
-            } else {
-                train_set.push_query(query);
+            parts.iter().for_each(|part| rows.extend_from_slice(part));
+            let mut at = 0;
+            for s in batch {
+                let end = at + s.items.len() * width;
+                let query = rows[at..end]
+                    .chunks_exact(width)
+                    .zip(s.labels.iter().copied());
+                if validating.contains(&s.user) {
+                    validation.push_query(query);
+                } else {
+                    train_set.push_query(query);
+                }
+                at = end;
             }
         }
     }
-    let mut learned = fit(
-        &train_set,
-        &validation,
-        config,
-        Examples::Impressions,
-        started,
-        &mut progress,
-    )?;
-    learned.impressions = shown.len();
-    Some(learned)
+    Some((train_set, validation, shown.len()))
 }
 
 /// Boost a model on examples, validated by others; `None` when either has no query, or when

@@ -321,7 +321,7 @@ impl<'a> Offline<'a> {
         let last3_queries: Vec<&[f32]> = last3.iter().map(|&i| vector(i)).collect();
         let last3_mean = (!last3_queries.is_empty())
             .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
-        let today = self.last_day[u];
+        let today = self.today(u);
         let trend = self.trending(today);
         let user_items = (1.0 + recent.len() as f32).ln();
         let user_popularity = if recent.is_empty() {
@@ -392,6 +392,15 @@ impl<'a> Offline<'a> {
             ]);
         }
         items
+    }
+
+    /// The day user row `u` stands at: that of the user's last training event, else (a user
+    /// without any) the last day of the training.
+    fn today(&self, u: usize) -> i64 {
+        match self.last_day[u] {
+            i64::MIN => self.days.last().copied().unwrap_or(0),
+            day => day,
+        }
     }
 
     /// Item rows by popularity, best first (computed once).
@@ -499,7 +508,7 @@ impl<'a> Offline<'a> {
                 ranked
             }
             Source::Trending { .. } => self
-                .trending(self.last_day[u])
+                .trending(self.today(u))
                 .ranked
                 .iter()
                 .take(pool)
@@ -581,6 +590,24 @@ mod tests {
             items: matrix(&[&[0.9, 0.1], &[0.5, 0.5], &[0.1, 0.9], &[1.0, 0.0]]),
         };
         (train, factors, events, at)
+    }
+
+    #[test]
+    fn a_user_without_training_events_stands_at_the_trainings_last_day() {
+        let (_, factors, events, at) = shop();
+        let train = Interactions::from_triples(4, 4, events.iter().copied());
+        let users = matrix(&[&[1.0, 0.0], &[0.0, 1.0], &[1.0, 1.0], &[0.0, 0.0]]);
+        let factors = Factors {
+            users,
+            items: factors.items,
+        };
+        let offline = Offline::new(&train, &factors, &events, &at);
+        let mut rows = Vec::new();
+        offline.rows_for(3, 10, &[1, 2], &mut rows);
+        assert_eq!(rows.len(), 2 * FEATURES.len());
+        // As of day 21, item 1 trends most (twice in the week).
+        let trending = FEATURES.iter().position(|f| *f == "trending").unwrap();
+        assert_eq!(rows[trending], 1.0);
     }
 
     #[test]

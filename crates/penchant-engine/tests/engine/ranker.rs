@@ -449,10 +449,22 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
         }))
         .unwrap()
     };
-    engine
-        .start_ranker(APP, asked(json!("impressions")))
-        .await
-        .unwrap();
+    // A job that just ended may still hold its lease a moment (on Bigtable): start again until
+    // it is free.
+    let start = async |config: RankerConfig| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match engine.start_ranker(APP, config.clone()).await {
+                Err(EngineError::Refused(m))
+                    if m.contains("is running") && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                started => return started.unwrap(),
+            }
+        }
+    };
+    start(asked(json!("impressions"))).await;
     let failed = finished().await;
     assert_eq!(failed.state, JobState::Failed, "{failed:?}");
     assert!(
@@ -533,10 +545,7 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
     assert_eq!(logged.len(), users, "one impression per tracked answer");
     assert!(clicked >= 100, "{clicked} users clicked");
     // `auto` takes the impressions once `minImpressions` had an outcome.
-    engine
-        .start_ranker(APP, asked(json!("auto")))
-        .await
-        .unwrap();
+    start(asked(json!("auto"))).await;
     let from_impressions = finished().await;
     assert_eq!(
         from_impressions.state,
@@ -560,7 +569,7 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
     // Fewer than `minImpressions`: `auto` learns from the history.
     let mut high = asked(json!("auto"));
     high.ranker.min_impressions = clicked + 1;
-    engine.start_ranker(APP, high).await.unwrap();
+    start(high).await;
     assert_eq!(finished().await.state, JobState::Done);
     let from_history = engine.ranker(APP, "items").await.unwrap().unwrap();
     assert_eq!(

@@ -1001,6 +1001,193 @@ async fn kill_9_during_ingestion_loses_no_acknowledged_event_and_counts_none_twi
     );
 }
 
+/// `kill -9` of a node while its ranker job learns (phase `learn`, some trees grown and saved),
+/// and a node restarted on the same folder with a 2 s lease. Right after the restart the job
+/// still reads `running`: the dead node left it, neither lost nor failed. The restarted node
+/// takes it over once the dead node's lease has expired and finishes it: the same job (its
+/// `startedAt`) ends `done` with a ranker stored after the kill, every user's learned queue
+/// written, and Recommend serves a user from that queue with that ranker's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_the_ranker_job_leaves_it_to_the_restarted_node() {
+    use reqwest::{Method, StatusCode};
+    use serde_json::{Value, json};
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    const APP: &str = "RANK";
+    const USERS: usize = 1_000;
+    const CLICKS: usize = 15;
+    const KINDS: usize = 4;
+    const PER_KIND: usize = 15;
+    let dir = tempfile::tempdir().unwrap();
+    let start = |dir: &std::path::Path| {
+        common::serve(|cmd| {
+            cmd.arg("--data-dir")
+                .arg(dir)
+                .env("PENCHANT_AUTH__ADMIN_KEY", "root")
+                .env("PENCHANT_PERSONALIZATION__LEASE_TTL_SECS", "2")
+                .stderr(Stdio::null());
+        })
+    };
+    let (mut child, url) = start(dir.path());
+    let http = reqwest::Client::new();
+    let call = |url: &str, method: Method, path: &str, body: Option<Value>| {
+        let (http, url) = (http.clone(), format!("{url}{path}"));
+        async move { common::call(&http, method, &url, (APP, "root"), body).await }
+    };
+    let ok = |url: &str, method: Method, path: &str, body: Option<Value>| {
+        let call = call(url, method, path, body);
+        let path = path.to_owned();
+        async move {
+            let (status, answer) = call.await;
+            assert!(status.is_success(), "{path}: {status} {answer}");
+            answer
+        }
+    };
+    post_ok(&url, "/1/apps", APP, json!({"appID": APP})).await;
+    // No scheduled job: the ranker job is the only work.
+    let off = json!({"trainEveryHours": 0, "foldInEveryMinutes": 0, "buildEveryMinutes": 0,
+        "rankEveryHours": 0, "queueStaleAfterMinutes": 0});
+    ok(&url, Method::PUT, "/1/schedules", Some(off)).await;
+
+    // 60 products in 4 kinds; each user clicks 15 items of their own kind, the popular ones
+    // (low numbers) more often.
+    let products: Vec<Value> = (0..KINDS * PER_KIND)
+        .map(|i| {
+            json!({"action": "addObject", "body": {
+                "objectID": format!("p{i}"), "kind": format!("k{}", i % KINDS),
+            }})
+        })
+        .collect();
+    let batch = json!({ "requests": products });
+    ok(&url, Method::POST, "/1/indexes/products/batch", Some(batch)).await;
+    let mut seed = 17u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let t = now - 3_600_000;
+    let events: Vec<Value> = (0..USERS * CLICKS)
+        .map(|n| {
+            let user = n % USERS;
+            let rank = (next() % PER_KIND).min(next() % PER_KIND);
+            json!({
+                "eventType": "click", "eventName": "Clicked", "index": "products",
+                "userToken": format!("u{user}"),
+                "objectIDs": [format!("p{}", rank * KINDS + user % KINDS)],
+                "timestamp": t + n as i64 * 100,
+            })
+        })
+        .collect();
+    for chunk in events.chunks(1000) {
+        let body = json!({ "events": chunk });
+        ok(&url, Method::POST, "/1/events", Some(body)).await;
+    }
+    let queue = json!({"indexName": "products", "ranker": "learned", "size": 20,
+        "sources": [{"source": "trending"}]});
+    ok(&url, Method::PUT, "/1/queues/learned", Some(queue)).await;
+
+    // Learning that lasts: no early stop, slow steps.
+    let settings = json!({"indexName": "products", "ranker": {
+        "examples": "history", "maxQueries": 1000, "cuts": 2,
+        "params": {"trees": 150, "patience": 150, "learningRate": 0.01, "minRowsInLeaf": 5},
+    }});
+    let (status, started) = call(&url, Method::POST, "/1/ranker/train", Some(settings)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    assert_eq!(started["phase"], "learn", "{started}");
+    let learning = Instant::now();
+    // Mid-learning, with trees grown and saved.
+    let killed_at = loop {
+        let status = ok(&url, Method::GET, "/1/ranker/train", None).await;
+        assert_eq!(status["state"], "running", "{status}");
+        assert_eq!(
+            status["phase"], "learn",
+            "the job learned too fast: {status}"
+        );
+        if status["trees"].as_u64().unwrap() > 0 {
+            break status;
+        }
+        assert!(learning.elapsed() < Duration::from_secs(60), "{status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    println!(
+        "killed after {:.1} s of learning, {} trees grown: {killed_at}",
+        learning.elapsed().as_secs_f64(),
+        killed_at["trees"]
+    );
+
+    let (restarted, url) = start(dir.path());
+    child = restarted;
+    let restart = Instant::now();
+    let left = ok(&url, Method::GET, "/1/ranker/train", None).await;
+    assert_eq!(left["state"], "running", "the dead node's job: {left}");
+    assert_eq!(left["startedAt"], killed_at["startedAt"], "{left}");
+    println!("right after the restart: {left}");
+    // When the restarted node was seen writing queues: its learning done.
+    let mut learned = None;
+    let done = loop {
+        let status = ok(&url, Method::GET, "/1/ranker/train", None).await;
+        if status["state"] != "running" {
+            break status;
+        }
+        if status["phase"] == "queues" && learned.is_none() {
+            learned = Some(restart.elapsed());
+        }
+        assert!(
+            restart.elapsed() < Duration::from_secs(90),
+            "not taken over and finished in 90 s: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let took = restart.elapsed();
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["phase"], "done", "{done}");
+    assert_eq!(
+        done["startedAt"], killed_at["startedAt"],
+        "the same job: {done}"
+    );
+    assert_eq!(done["queues"], json!(["learned"]), "{done}");
+    assert_eq!(done["users"], USERS, "{done}");
+    let version = done["version"].as_i64().expect("a version");
+    assert!(version > killed_ms * 1000, "learned after the kill: {done}");
+
+    let ranker = ok(&url, Method::GET, "/1/rankers/products", None).await;
+    assert_eq!(ranker["version"], version, "{ranker}");
+    let asked = json!({"requests": [{"indexName": "products", "model": "recommended-for-you",
+        "threshold": 0, "queue": "learned", "queryParameters": {"userToken": "u5"}}]});
+    let answer = ok(
+        &url,
+        Method::POST,
+        "/1/indexes/*/recommendations",
+        Some(asked),
+    )
+    .await;
+    let answer = &answer["results"][0];
+    assert_eq!(answer["source"], "learned-queue", "{answer}");
+    assert_eq!(answer["rankerVersion"], version, "{answer}");
+    println!(
+        "taken over, learned {:.1} s and done {:.1} s after the restart: {} trees, {} users: \
+         {done}",
+        learned.unwrap_or(took).as_secs_f64(),
+        took.as_secs_f64(),
+        ranker["learned"]["trees"],
+        done["users"]
+    );
+    signal(&child, "-TERM");
+    assert!(wait(child).0.success());
+}
+
 /// A node started without an admin key says why no key can manage apps.
 #[tokio::test]
 async fn a_node_without_an_admin_key_says_so_when_asked_to_manage_apps() {
