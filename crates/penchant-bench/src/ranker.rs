@@ -30,6 +30,7 @@ use penchant_engine::catalog::Write;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::recommend::impressions::Impression;
 use penchant_engine::recommend::learned::{self, History, LearnedConfig, Shown};
+use penchant_engine::recommend::ranker::{RankerConfig, RankerStatus, StoredRanker};
 use penchant_engine::{Engine, EngineConfig};
 use penchant_rank::Dataset;
 use penchant_store::Store;
@@ -200,28 +201,9 @@ pub(crate) async fn impressions(
             max_queries,
             ..LearnedConfig::default()
         };
-        let config: penchant_engine::recommend::ranker::RankerConfig =
-            serde_json::from_value(json!({"indexName": INDEX, "ranker": ranker}))?;
-        let started = Instant::now();
-        engine.start_ranker(APP, config).await?;
-        let status = loop {
-            let status = engine.ranker_status(APP).await?.context("no ranker job")?;
-            if status.state != penchant_engine::jobs::JobState::Running {
-                break status;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        let seconds = started.elapsed().as_secs_f64();
+        let config = serde_json::from_value(json!({"indexName": INDEX, "ranker": ranker}))?;
+        let (seconds, _, stored) = ranker_job(&engine, APP, config).await?;
         drop(progress);
-        anyhow::ensure!(
-            status.error.is_none(),
-            "the ranker job failed: {:?}",
-            status.error
-        );
-        let stored = engine
-            .ranker(APP, INDEX)
-            .await?
-            .context("no stored ranker")?;
         jobs.push((max_queries, seconds, stored));
     }
     let ranker = LearnedConfig {
@@ -376,6 +358,36 @@ pub(crate) async fn impressions(
         ranker.cuts
     ));
     Ok(table)
+}
+
+/// Run the ranker job of `app` to its end: its seconds, its last status and the ranker it
+/// stored.
+pub(crate) async fn ranker_job(
+    engine: &Engine,
+    app: &str,
+    config: RankerConfig,
+) -> anyhow::Result<(f64, RankerStatus, StoredRanker)> {
+    let index = config.index_name.clone();
+    let started = Instant::now();
+    engine.start_ranker(app, config).await?;
+    let status = loop {
+        let status = engine.ranker_status(app).await?.context("no ranker job")?;
+        if status.state != penchant_engine::jobs::JobState::Running {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        status.error.is_none(),
+        "the ranker job failed: {:?}",
+        status.error
+    );
+    let stored = engine
+        .ranker(app, &index)
+        .await?
+        .context("no stored ranker")?;
+    Ok((seconds, status, stored))
 }
 
 fn event(kind: EventType, user: u32, item: u32, at: i64, query_id: Option<String>) -> Event {

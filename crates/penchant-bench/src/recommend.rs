@@ -752,28 +752,9 @@ async fn quality(
     };
     engine.define_queue(APP, "learned", &learned).await?;
     let progress = spinner("recommend: MovieLens, the ranker job".to_owned());
-    let started = Instant::now();
-    let config: penchant_engine::recommend::ranker::RankerConfig =
-        serde_json::from_value(json!({"indexName": "movies"}))?;
-    engine.start_ranker(APP, config).await?;
-    let ranked = loop {
-        let status = engine.ranker_status(APP).await?.context("no ranker job")?;
-        if status.state != penchant_engine::jobs::JobState::Running {
-            break status;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let ranker_seconds = started.elapsed().as_secs_f64();
+    let config = serde_json::from_value(json!({"indexName": "movies"}))?;
+    let (ranker_seconds, ranked, stored) = crate::ranker::ranker_job(&engine, APP, config).await?;
     drop(progress);
-    anyhow::ensure!(
-        ranked.error.is_none(),
-        "the ranker job failed: {:?}",
-        ranked.error
-    );
-    let stored = engine
-        .ranker(APP, "movies")
-        .await?
-        .context("no stored ranker")?;
     queues.push((
         "learned".to_owned(),
         format!(
