@@ -165,9 +165,16 @@ impl Engine {
             Some(a) => self.abtests.served(app, a, user, options.click_analytics),
             None => Served::plain(options.click_analytics),
         };
+        let ranked = rerank::rerank(&records, &scores, impact);
+        if let Some(query_id) = &served.query_id {
+            let order = ranked
+                .iter()
+                .filter_map(|(at, _)| records[*at].get("objectID"));
+            self.log_impression(app, index, query_id, user, order).await;
+        }
         Ok(Reranked {
             impact,
-            ranked: rerank::rerank(&records, &scores, impact),
+            ranked,
             served,
         })
     }

@@ -425,7 +425,7 @@ impl<J: Job> Runner<J> {
         mut status: J::Status,
     ) -> Result<J::Status> {
         status.report();
-        if !self.claims.claim(app).await? {
+        if !self.claim_after_end(app).await? {
             return Err(EngineError::Refused(format!(
                 "a {} of this app is running: wait for it to end",
                 J::NAME
@@ -493,6 +493,24 @@ impl<J: Job> Runner<J> {
             resumed += 1;
         }
         Ok(resumed)
+    }
+
+    /// Claim `app`'s job of this kind. A job that just ended saves its last status before it
+    /// gives its claim up: while the saved status says it ended, the claim is tried again for
+    /// up to a second, so that a caller who saw it end can start the next one at once.
+    async fn claim_after_end(&self, app: &str) -> Result<bool> {
+        for _ in 0..20 {
+            if self.claims.claim(app).await? {
+                return Ok(true);
+            }
+            match self.status(app).await? {
+                Some(saved) if saved.state() != JobState::Running => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                _ => return Ok(false),
+            }
+        }
+        Ok(false)
     }
 
     async fn release(&self, app: &str) {

@@ -1,6 +1,6 @@
-//! Impressions: what a tracked answer served. A Recommend answer with `clickAnalytics` for a
-//! user carries a `queryID`; the engine logs the objectIDs it served, in order, under that
-//! queryID, so that the clicks and conversions sent back with it say which of the served items
+//! Impressions: what a tracked answer served. A Recommend or re-ranking answer with
+//! `clickAnalytics` for a user carries a `queryID`; the engine logs the objectIDs it served, in
+//! order, under that queryID, so that the clicks and conversions sent back with it say which of the served items
 //! were taken and which were passed over — the examples a learned ranker trains from
 //! ([`super::ranker`]).
 //!
@@ -80,6 +80,34 @@ pub(crate) async fn log(store: &dyn Store, app: &str, impression: &Impression) -
 const MAX_QUERY_ID_BYTES: usize = 64;
 
 impl Engine {
+    /// Log what a tracked answer served to a user, in order (the `objectID`s of its hits); a
+    /// failure is logged, not the answer's.
+    pub(crate) async fn log_impression(
+        &self,
+        app: &str,
+        index: &str,
+        query_id: &str,
+        user: &str,
+        served: impl Iterator<Item = &serde_json::Value>,
+    ) {
+        let object_ids: Vec<String> = served
+            .filter_map(|id| id.as_str().map(str::to_owned))
+            .collect();
+        if object_ids.is_empty() || !keys::user_token_ok(user) {
+            return;
+        }
+        let impression = Impression {
+            index: index.to_owned(),
+            query_id: query_id.to_owned(),
+            user: user.to_owned(),
+            at: self.now_ms(),
+            object_ids,
+        };
+        if let Err(e) = log(&*self.store, app, &impression).await {
+            tracing::warn!(%app, error = %e, "an impression was not logged");
+        }
+    }
+
     /// Log impressions served elsewhere (an import of a shop's own logs, a benchmark), durably,
     /// a thousand rows a write; refused as a whole when one is malformed.
     pub async fn log_impressions(&self, app: &str, impressions: &[Impression]) -> Result<()> {

@@ -809,7 +809,11 @@ impl Engine {
                 _ => Served::plain(tracked),
             };
             if let (Some(query_id), Some(user)) = (&served.query_id, params.user_token.as_deref()) {
-                self.log_impression(app, &request.index_name, query_id, user, &answer)
+                let served = answer.hits.iter().filter_map(|hit| match hit {
+                    RecommendHit::Item { record, .. } => record.get("objectID"),
+                    RecommendHit::Facet { .. } => None,
+                });
+                self.log_impression(app, &request.index_name, query_id, user, served)
                     .await;
             }
             out.push((
@@ -821,42 +825,6 @@ impl Engine {
             ));
         }
         Ok(out)
-    }
-
-    /// Log what a tracked answer served to a user ([`impressions`]); a failure is logged, not
-    /// the answer's.
-    async fn log_impression(
-        &self,
-        app: &str,
-        index: &str,
-        query_id: &str,
-        user: &str,
-        answer: &Recommendations,
-    ) {
-        let object_ids: Vec<String> = answer
-            .hits
-            .iter()
-            .filter_map(|hit| match hit {
-                RecommendHit::Item { record, .. } => record
-                    .get("objectID")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                RecommendHit::Facet { .. } => None,
-            })
-            .collect();
-        if object_ids.is_empty() || !keys::user_token_ok(user) {
-            return;
-        }
-        let impression = impressions::Impression {
-            index: index.to_owned(),
-            query_id: query_id.to_owned(),
-            user: user.to_owned(),
-            at: self.now_ms(),
-            object_ids,
-        };
-        if let Err(e) = impressions::log(&*self.store, app, &impression).await {
-            tracing::warn!(%app, error = %e, "an impression was not logged");
-        }
     }
 
     /// One request: its model's hits, personalized and boosted if asked ([`personal`]).

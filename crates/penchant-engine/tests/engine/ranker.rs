@@ -449,21 +449,9 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
         }))
         .unwrap()
     };
-    // A job that just ended may still hold its lease a moment (on Bigtable): start again until
-    // it is free.
-    let start = async |config: RankerConfig| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            match engine.start_ranker(APP, config.clone()).await {
-                Err(EngineError::Refused(m))
-                    if m.contains("is running") && std::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                started => return started.unwrap(),
-            }
-        }
-    };
+    // Started right after the last one ended (its claim given up a moment after its last
+    // status: the engine waits for it).
+    let start = async |config: RankerConfig| engine.start_ranker(APP, config).await.unwrap();
     start(asked(json!("impressions"))).await;
     let failed = finished().await;
     assert_eq!(failed.state, JobState::Failed, "{failed:?}");
@@ -543,6 +531,52 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
         .await
         .unwrap();
     assert_eq!(logged.len(), users, "one impression per tracked answer");
+    // A tracked re-ranking is an impression too, of the hits in the order served (an untracked
+    // one is not).
+    let hits: Vec<penchant_engine::catalog::Record> = ["i3", "i1", "i2"]
+        .iter()
+        .map(|id| json!({"objectID": id}).as_object().unwrap().clone())
+        .collect();
+    let options = |click_analytics| penchant_engine::RerankOptions {
+        click_analytics,
+        ..Default::default()
+    };
+    engine
+        .rerank(APP, "items", &hits, "reranked", options(false))
+        .await
+        .unwrap();
+    let reranked = engine
+        .rerank(APP, "items", &hits, "reranked", options(true))
+        .await
+        .unwrap();
+    let read = |prefix: String| {
+        let store = store.clone();
+        async move {
+            store
+                .read_all(
+                    "impressions",
+                    penchant_store::ReadRows::new(penchant_store::RowSet::prefix(
+                        bytes::Bytes::from(prefix),
+                    )),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let rows = read(format!("{APP}\0reranked\0")).await;
+    assert_eq!(rows.len(), 1, "the tracked re-ranking only");
+    let cell = rows[0].latest("i", b"served".as_slice()).unwrap();
+    let impression: serde_json::Value = serde_json::from_slice(&cell.value).unwrap();
+    let order: Vec<&str> = reranked
+        .ranked
+        .iter()
+        .map(|(at, _)| hits[*at]["objectID"].as_str().unwrap())
+        .collect();
+    assert_eq!(impression["objectIDs"], json!(order), "{impression}");
+    assert_eq!(
+        impression["queryID"],
+        json!(reranked.served.query_id.unwrap())
+    );
     assert!(clicked >= 100, "{clicked} users clicked");
     // `auto` takes the impressions once `minImpressions` had an outcome.
     start(asked(json!("auto"))).await;
