@@ -267,8 +267,9 @@ pub struct Recommendations {
     /// The model that answered: the one asked, `trending-items` (the zero-day fallback) or
     /// `fallbackParameters`.
     pub answered_by: &'static str,
-    /// What the model read: `queue`, `learned-queue` (a queue the learned ranker ordered), `vectors`, `similar-to-liked`, `co-interaction`,
-    /// `co-interaction+vectors`, `trending`, `catalog`, or `none`.
+    /// What the model read: `queue`, `learned-queue` (a queue the learned ranker ordered),
+    /// `vectors`, `similar-to-liked`, `co-interaction`, `co-interaction+vectors`, `trending`,
+    /// `catalog`, or `none`.
     pub source: &'static str,
     /// When what answered was built (ms): the user's queue, the co-interaction lists' build,
     /// the space's training (the older of two for a blend); trending counts are live (now).
