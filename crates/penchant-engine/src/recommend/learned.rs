@@ -17,7 +17,7 @@
 //! before its first impression.
 
 use penchant_rank::{Dataset, Model, Params};
-use penchant_vectors::als::{self, AlsConfig, Interactions};
+use penchant_vectors::als::{self, AlsConfig, Factors, Interactions};
 use penchant_vectors::eval::{self, Holdout};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -183,6 +183,43 @@ pub struct History<'a> {
     pub item_facets: &'a [Vec<u32>],
 }
 
+/// The sources as they stood after some of a history's events (time-ordered): ALS trained on
+/// those alone.
+struct Stood {
+    triples: Vec<(u32, u32, f32)>,
+    at: Vec<i64>,
+    train: Interactions,
+    factors: Factors,
+}
+
+impl Stood {
+    /// `None` when `go_on` (asked as ALS iterates) returned false.
+    fn after(
+        history: &History<'_>,
+        events: &[(u32, u32, f32, i64)],
+        als_config: &AlsConfig,
+        mut go_on: impl FnMut() -> bool,
+    ) -> Option<Self> {
+        let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
+        let at = events.iter().map(|e| e.3).collect();
+        let train =
+            Interactions::from_triples(history.users, history.items, triples.iter().copied());
+        let factors = als::train(&train, als_config, |_| go_on())?;
+        Some(Self {
+            triples,
+            at,
+            train,
+            factors,
+        })
+    }
+
+    /// Every source and feature of these events, with the history's facet values.
+    fn offline(&self, history: &History<'_>) -> Offline<'_> {
+        Offline::new(&self.train, &self.factors, &self.triples, &self.at)
+            .with_facets(history.item_facets.to_vec())
+    }
+}
+
 /// Every user's best `k` candidates by a learned ranker, from all of `events` (time-ordered
 /// `(user row, item row, weight, time)`): the sources as they stand after the last event (ALS
 /// trained on all of them), the same features as the training's ([`Offline::ranking_rows`]),
@@ -198,20 +235,11 @@ pub fn rank_all(
     go_on: impl Fn() -> bool,
     mut each: impl FnMut(usize, Vec<(u32, f32)>),
 ) -> Option<()> {
-    let History {
-        events,
-        users,
-        items,
-        item_facets,
-    } = *history;
-    let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
-    let at: Vec<i64> = events.iter().map(|e| e.3).collect();
-    let train = Interactions::from_triples(users, items, triples.iter().copied());
-    let factors = als::train(&train, als_config, |_| go_on())?;
-    let offline = Offline::new(&train, &factors, &triples, &at).with_facets(item_facets.to_vec());
+    let stood = Stood::after(history, history.events, als_config, &go_on)?;
+    let offline = stood.offline(history);
     let mut rows = Vec::new();
-    for u in 0..users {
-        if train.user_items(u).0.is_empty() {
+    for u in 0..history.users {
+        if stood.train.user_items(u).0.is_empty() {
             continue;
         }
         let mut scored = ranked(ranker, &offline, u, per_source, &mut rows);
@@ -383,13 +411,8 @@ pub fn impression_examples(
         let cut = chunk[0].at;
         let before = history.events.partition_point(|e| e.3 < cut);
         let events = &history.events[..before];
-        let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
-        let at: Vec<i64> = events.iter().map(|e| e.3).collect();
-        let train =
-            Interactions::from_triples(history.users, history.items, triples.iter().copied());
-        let factors = als::train(&train, als_config, |_| progress(0))?;
-        let offline =
-            Offline::new(&train, &factors, &triples, &at).with_facets(history.item_facets.to_vec());
+        let stood = Stood::after(history, events, als_config, || progress(0))?;
+        let offline = stood.offline(history);
         // The rows of 256 impressions at a time, shared between the cores.
         for batch in chunk.chunks(256) {
             if !progress(0) {
