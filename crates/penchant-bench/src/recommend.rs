@@ -94,6 +94,10 @@ pub struct RecommendBenchArgs {
     /// 20,000, medium 200,000, large 1,000,000].
     #[arg(long)]
     impressions: Option<usize>,
+    /// Users of the learned ranker's synthetic shop [default by scale: small 2,000, medium
+    /// 20,000, large 100,000].
+    #[arg(long)]
+    ranker_users: Option<usize>,
     /// A Python with LightGBM installed, the reference of the ranker's boosting (default:
     /// `scripts/bench-python.sh` makes one).
     #[arg(long, env = "PENCHANT_BENCH_PYTHON")]
@@ -148,7 +152,7 @@ impl Bench for RecommendBenchArgs {
         );
         let table = runtime.block_on(crate::ranker::impressions(
             self.common.scale,
-            self.impressions,
+            (self.ranker_users, self.impressions),
             self.no_sync,
             python,
         ))?;

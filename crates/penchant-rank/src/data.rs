@@ -75,7 +75,8 @@ pub(crate) const MAX_BINS: usize = 256;
 /// Values per feature the cut points are chosen from.
 const SAMPLE: usize = 200_000;
 
-/// A dataset's features as bin numbers (row-major), with each feature's cut points: bin `b`
+/// A dataset's features as bin numbers (column-major: a feature's bins are together, which a
+/// histogram build reads one feature at a time), with each feature's cut points: bin `b`
 /// holds the values in `(cuts[b - 1], cuts[b]]`, so a split after bin `b` sends `v <= cuts[b]`
 /// left — a threshold on values a model keeps without the bins.
 #[derive(Debug)]
@@ -104,7 +105,7 @@ impl Binned {
                 let b = cuts[f]
                     .partition_point(|c| c < v)
                     .min(cuts[f].len().saturating_sub(1));
-                bins[r * features + f] = b as u8;
+                bins[f * rows + r] = b as u8;
             }
         }
         Self {
@@ -115,8 +116,9 @@ impl Binned {
         }
     }
 
-    pub fn row(&self, r: usize) -> &[u8] {
-        &self.bins[r * self.features..(r + 1) * self.features]
+    /// Every row's bin of feature `f`.
+    pub fn column(&self, f: usize) -> &[u8] {
+        &self.bins[f * self.rows..(f + 1) * self.rows]
     }
 }
 
@@ -153,9 +155,8 @@ mod tests {
         assert_eq!(data.row(2), &[2.0, 5.0]);
         let binned = Binned::new(&data);
         assert_eq!(binned.cuts[0], vec![1.0, 2.0, 3.0]);
-        assert_eq!(binned.row(0), &[0, 0]);
-        assert_eq!(binned.row(1), &[2, 0]);
-        assert_eq!(binned.row(2), &[1, 1]);
+        assert_eq!(binned.column(0), &[0, 2, 1]);
+        assert_eq!(binned.column(1), &[0, 0, 1]);
     }
 
     #[test]

@@ -48,18 +48,22 @@ pub(crate) fn ideals(data: &Dataset, k: usize) -> Vec<f64> {
 }
 
 /// Candidates' indices into `idx`, best score first (ties: the later candidate last — input
-/// order).
-fn order(scores: &[f64], idx: &mut Vec<usize>) {
+/// order); `keyed` is scratch space.
+fn order(scores: &[f64], keyed: &mut Vec<(f64, usize)>, idx: &mut Vec<usize>) {
+    // Sorted with their scores at hand (no look-up per comparison); the order is total, so
+    // an unstable sort gives the stable one's.
+    keyed.clear();
+    keyed.extend(scores.iter().copied().zip(0..));
+    keyed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     idx.clear();
-    idx.extend(0..scores.len());
-    idx.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    idx.extend(keyed.iter().map(|&(_, i)| i));
 }
 
 /// NDCG at `k` of candidates with these labels ranked by these scores; `None` when no order
 /// could be better than another (no positive label).
 pub fn ndcg(labels: &[f32], scores: &[f64], k: usize) -> Option<f64> {
     let ideal = ideal_dcg(&mut labels.to_vec(), k);
-    ndcg_of(labels, scores, k, ideal, &mut Vec::new())
+    ndcg_of(labels, scores, k, ideal, &mut Default::default())
 }
 
 /// [`ndcg`] with the labels' ideal DCG given, and scratch space for the order.
@@ -68,12 +72,12 @@ fn ndcg_of(
     scores: &[f64],
     k: usize,
     ideal: f64,
-    idx: &mut Vec<usize>,
+    (keyed, idx): &mut (Vec<(f64, usize)>, Vec<usize>),
 ) -> Option<f64> {
     if ideal <= 0.0 {
         return None;
     }
-    order(scores, idx);
+    order(scores, keyed, idx);
     let dcg: f64 = idx
         .iter()
         .take(k)
@@ -91,7 +95,7 @@ pub fn mean_ndcg(data: &Dataset, scores: &[f64], k: usize) -> f64 {
 /// [`mean_ndcg`] with each query's ideal DCG at `k` given ([`ideals`]).
 pub(crate) fn mean_ndcg_of(data: &Dataset, scores: &[f64], k: usize, ideals: &[f64]) -> f64 {
     let (mut sum, mut n) = (0.0, 0usize);
-    let mut idx = Vec::new();
+    let mut idx = Default::default();
     for (q, &ideal) in ideals.iter().enumerate() {
         let rows = data.query(q);
         if let Some(v) = ndcg_of(
@@ -169,7 +173,7 @@ fn gradients_of(
         return;
     };
     let sigma = params.sigma;
-    let mut ranked = Vec::new();
+    let (mut keyed, mut ranked) = (Vec::new(), Vec::new());
     for q in queries {
         let ideal = ideals[q];
         let rows = data.query(q);
@@ -180,7 +184,7 @@ fn gradients_of(
         let s = &scores[rows.clone()];
         let local = rows.start - base..rows.end - base;
         let (g, h) = (&mut gradients[local.clone()], &mut hessians[local]);
-        order(s, &mut ranked);
+        order(s, &mut keyed, &mut ranked);
         let top = params.truncation.min(ranked.len());
         for (pi, &i) in ranked.iter().enumerate().take(top) {
             for (pj, &j) in ranked.iter().enumerate().skip(pi + 1) {

@@ -230,13 +230,12 @@ pub fn train(
             &mut gradients,
             &mut hessians,
         );
-        let Some(tree) = tree::grow(&binned, &gradients, &hessians, params, &mut model.gains)
+        let Some(grown) = tree::grow(&binned, &gradients, &hessians, params, &mut model.gains)
         else {
             break; // nothing left to split on
         };
-        for (r, s) in scores.iter_mut().enumerate() {
-            *s += tree.value(data.row(r));
-        }
+        grown.add_to(&mut scores);
+        let tree = grown.tree;
         let mut round = Round {
             train: lambda::mean_ndcg_of(data, &scores, params.ndcg_at, &train_ideals),
             validation: None,
@@ -341,6 +340,15 @@ mod tests {
         };
         let model = train(&data, None, &params, |_| true).unwrap();
         assert_eq!(model.trees.len(), 20);
+        // Training added each tree's leaf values to the rows it grouped (no walk down the
+        // tree): the model's own scores give the NDCG training saw.
+        let scores: Vec<f64> = (0..data.rows()).map(|r| model.score(data.row(r))).collect();
+        let ndcg = lambda::mean_ndcg(&data, &scores, params.ndcg_at);
+        assert!(
+            (ndcg - model.history[19].train).abs() < 1e-9,
+            "{ndcg} vs {:?}",
+            model.history[19]
+        );
         let back: Model = serde_json::from_str(&serde_json::to_string(&model).unwrap()).unwrap();
         // JSON keeps every leaf value to its last digit but one, at most.
         for r in 0..data.rows() {

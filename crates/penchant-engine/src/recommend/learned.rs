@@ -237,24 +237,55 @@ pub fn rank_all(
 ) -> Option<()> {
     let stood = Stood::after(history, history.events, als_config, &go_on)?;
     let offline = stood.offline(history);
-    let mut rows = Vec::new();
-    for u in 0..history.users {
-        if stood.train.user_items(u).0.is_empty() {
-            continue;
-        }
-        let mut scored = ranked(ranker, &offline, u, per_source, &mut rows);
-        scored.truncate(k);
-        let best = scored.first().map_or(0.0, |s| s.1);
-        let ranked = scored
-            .into_iter()
-            .map(|(i, s)| (i, ((s - best).exp() as f32).max(f32::MIN_POSITIVE)))
-            .collect();
-        each(u, ranked);
-        if u % 256 == 0 && !go_on() {
+    let users: Vec<usize> = (0..history.users)
+        .filter(|&u| !stood.train.user_items(u).0.is_empty())
+        .collect();
+    // A few hundred users a core at a time, handed to `each` in order.
+    for batch in users.chunks(256 * cores()) {
+        if !go_on() {
             return None;
+        }
+        let ranked = on_cores(batch, |part| {
+            let mut rows = Vec::new();
+            part.iter()
+                .map(|&u| {
+                    let mut scored = ranked(ranker, &offline, u, per_source, &mut rows);
+                    scored.truncate(k);
+                    let best = scored.first().map_or(0.0, |s| s.1);
+                    scored
+                        .into_iter()
+                        .map(|(i, s)| (i, ((s - best).exp() as f32).max(f32::MIN_POSITIVE)))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        });
+        for (&u, ranked) in batch.iter().zip(ranked.into_iter().flatten()) {
+            each(u, ranked);
         }
     }
     Some(())
+}
+
+/// The cores a job's feature work is shared between.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `work` on about equal shares of `items`, one per core (scoped threads), its results in the
+/// shares' order.
+fn on_cores<T: Sync, R: Send>(items: &[T], work: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+    let share = items.len().div_ceil(cores()).max(1);
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .chunks(share)
+            .map(|part| scope.spawn(move || work(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a features thread"))
+            .collect()
+    })
 }
 
 /// Learn a ranker from time-ordered events `(user row, item row, weight, time)`: the latest
@@ -405,7 +436,6 @@ pub fn impression_examples(
     let width = offline::FEATURES.len();
     let (mut train_set, mut validation) = (Dataset::new(width), Dataset::new(width));
     let group = shown.len().div_ceil(config.cuts).max(1);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut rows = Vec::new();
     for chunk in shown.chunks(group) {
         let cut = chunk[0].at;
@@ -418,30 +448,12 @@ pub fn impression_examples(
             if !progress(0) {
                 return None;
             }
-            let share = batch.len().div_ceil(threads);
-            let parts: Vec<Vec<f32>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = batch
-                    .chunks(share)
-                    .map(|part| {
-                        let offline = &offline;
-                        scope.spawn(move || {
-                            let mut rows = Vec::new();
-                            for s in part {
-                                offline.rows_for(
-                                    s.user as usize,
-                                    config.per_source,
-                                    &s.items,
-                                    &mut rows,
-                                );
-                            }
-                            rows
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("a features thread"))
-                    .collect()
+            let parts = on_cores(batch, |part| {
+                let mut rows = Vec::new();
+                for s in part {
+                    offline.rows_for(s.user as usize, config.per_source, &s.items, &mut rows);
+                }
+                rows
             });
             rows.clear();
             parts.iter().for_each(|part| rows.extend_from_slice(part));

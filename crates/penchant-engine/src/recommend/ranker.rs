@@ -424,6 +424,13 @@ impl Engine {
         if queues.is_empty() {
             return Ok(JobState::Done);
         }
+        // What the catalog has of the history's items, asked once for the phase rather than
+        // for each user's queue.
+        let mut present = HashSet::new();
+        for chunk in data.items.chunks(1000) {
+            present.extend(self.catalog.present(app, index, chunk).await?);
+        }
+        let in_catalog: Vec<bool> = data.items.iter().map(|i| present.contains(i)).collect();
         let k = queues.iter().map(|(_, def)| def.size).max().unwrap_or(0);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<(u32, f32)>)>(256);
         let cancel = run.cancelled();
@@ -459,22 +466,16 @@ impl Engine {
                 let user = data.users[u].as_str();
                 let ranked: Vec<(String, f32)> = ranked
                     .into_iter()
+                    .filter(|&(i, _)| in_catalog[i as usize])
                     .map(|(i, s)| (data.items[i as usize].clone(), s))
                     .collect();
-                let queues = &queues;
+                let (queues, present) = (&queues, &present);
                 async move {
                     for (name, def) in queues {
                         let mut mine = ranked.clone();
                         mine.truncate(def.size);
-                        self.write_queue(
-                            app,
-                            user,
-                            (name, def),
-                            mine,
-                            &HashSet::new(),
-                            Some(version),
-                        )
-                        .await?;
+                        self.write_queue(app, user, (name, def), mine, present, Some(version))
+                            .await?;
                     }
                     Ok::<_, EngineError>(())
                 }
