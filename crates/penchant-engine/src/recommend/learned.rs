@@ -163,11 +163,7 @@ fn ranked(
 ) -> Vec<(u32, f64)> {
     rows.clear();
     let candidates = offline.ranking_rows(u, per_source, rows);
-    let mut scored: Vec<(u32, f64)> = candidates
-        .iter()
-        .zip(rows.chunks_exact(offline::FEATURES.len()))
-        .map(|(&i, row)| (i, model.score(row)))
-        .collect();
+    let mut scored: Vec<(u32, f64)> = candidates.into_iter().zip(model.score_rows(rows)).collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     scored
 }

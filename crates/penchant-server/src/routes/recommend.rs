@@ -25,6 +25,10 @@
 //!   (`search`): its status; `GET /1/rankers/{indexName}` (`search`): the index's ranker (its
 //!   version, what its training saw, feature importance; not its trees)
 //!   ([`penchant_engine::recommend::ranker`]);
+//! - `POST /1/impressions` (`search`, as Insights events) `{impressions: [{index, queryID,
+//!   userToken, timestamp?, objectIDs}]}`: answers served elsewhere (a shop's own logs), for the
+//!   ranker to learn from with the clicks and conversions sent with their queryIDs
+//!   ([`penchant_engine::recommend::impressions`]);
 //! - `GET /1/schedules` (`settings`): what keeps the models fresh — `{settings:
 //!   {trainEveryHours, foldInEveryMinutes, buildEveryMinutes, rankEveryHours,
 //!   queueStaleAfterMinutes}, tasks:
@@ -68,6 +72,7 @@ pub fn routes() -> Router<AppState> {
         .route("/1/recommend/build", get(build_status).post(build))
         .route("/1/ranker/train", get(ranker_status).post(train_ranker))
         .route("/1/rankers/{index}", get(ranker))
+        .route("/1/impressions", post(import_impressions))
         .route("/1/schedules", get(schedules).put(set_schedules))
 }
 
@@ -420,4 +425,76 @@ async fn ranker(
         fields.remove("model");
     }
     Ok(Json(out))
+}
+
+/// The most impressions one import takes, and served items one impression holds.
+const MAX_IMPRESSIONS: usize = 1000;
+const MAX_SERVED: usize = 1000;
+
+/// An impression as an import gives it (Insights' names).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ImportedImpression {
+    index: String,
+    #[serde(rename = "queryID")]
+    query_id: String,
+    user_token: String,
+    /// Unix ms; now if left out.
+    timestamp: Option<i64>,
+    #[serde(rename = "objectIDs")]
+    object_ids: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImpressionImport {
+    impressions: Vec<ImportedImpression>,
+}
+
+/// `POST /1/impressions`: log answers served elsewhere, durably; refused as a whole when one
+/// is malformed, with the same time bounds as Insights events (a click sent with its queryID
+/// must be able to follow it).
+async fn import_impressions(
+    auth: Auth,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    use crate::protocol::insights::{MAX_CLOCK_SKEW, MAX_EVENT_AGE};
+    use penchant_engine::recommend::impressions::Impression;
+
+    let app = &auth.require(Acl::Search)?.app_id;
+    let import: ImpressionImport = serde_json::from_value(body)
+        .map_err(|e| ApiError::bad_request(format!("Invalid impressions: {e}")))?;
+    let n = import.impressions.len();
+    if !(1..=MAX_IMPRESSIONS).contains(&n) {
+        return Err(ApiError::bad_request(format!(
+            "impressions must hold 1 to {MAX_IMPRESSIONS} impressions, not {n}"
+        )));
+    }
+    let now = state.engine.now_ms();
+    let mut impressions = Vec::with_capacity(n);
+    for (i, imported) in import.impressions.into_iter().enumerate() {
+        let at = imported.timestamp.unwrap_or(now);
+        let why = if at < now - MAX_EVENT_AGE.as_millis() as i64 {
+            Some("The timestamp must be at most 30 days in the past".to_owned())
+        } else if at > now + MAX_CLOCK_SKEW.as_millis() as i64 {
+            Some("The timestamp must not be in the future".to_owned())
+        } else if !(1..=MAX_SERVED).contains(&imported.object_ids.len()) {
+            Some(format!("objectIDs must hold 1 to {MAX_SERVED} items"))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ApiError::bad_request(format!("impressions[{i}]: {why}")));
+        }
+        impressions.push(Impression {
+            index: imported.index,
+            query_id: imported.query_id,
+            user: imported.user_token,
+            at,
+            object_ids: imported.object_ids,
+        });
+    }
+    state.engine.log_impressions(app, &impressions).await?;
+    Ok(Json(json!({"status": 200, "message": "OK"})))
 }

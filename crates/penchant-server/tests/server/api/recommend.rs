@@ -48,6 +48,18 @@ fn ids(result: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The app's ranker job's status once it ended (60 s at most).
+async fn ranker_job_end(s: &Server, creds: Creds<'_>) -> Value {
+    for _ in 0..3000 {
+        let status = ok(s, creds, Method::GET, "/1/ranker/train", None).await;
+        if status["state"] != "running" {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the ranker job did not end within 60 s");
+}
+
 /// A shop: ten products; "p0" converted most, then "p1", ... (by buyers of one item each);
 /// u1 and u2 bought p0 and p1 on one day, u3 p2 and p3; u4 clicked p5 and p6; u5 only viewed.
 async fn shop(s: &Server, creds: Creds<'_>) {
@@ -959,14 +971,7 @@ async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{started}");
     assert_eq!(started["phase"], "learn", "{started}");
-    let mut done = Value::Null;
-    for _ in 0..3000 {
-        done = ok(&s, a, Method::GET, "/1/ranker/train", None).await;
-        if done["state"] != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let done = ranker_job_end(&s, a).await;
     assert_eq!(done["state"], "done", "{done}");
     assert_eq!(done["queues"], json!(["learned"]), "{done}");
     assert_eq!(done["users"], users, "{done}");
@@ -1012,4 +1017,81 @@ async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
         StatusCode::CONFLICT,
         "the ranker job writes it",
     );
+
+    // Answers served elsewhere, imported: 40 users were each shown 6 items, one of each kind
+    // but one, and clicked the one of their own kind (with the answer's queryID).
+    let impression = |u: usize, at: i64| {
+        let kind = u % kinds;
+        let served: Vec<String> = (0..6)
+            .map(|j| format!("p{}", j * kinds + (kind + j) % kinds))
+            .collect();
+        json!({"index": "products", "queryID": format!("{:032x}", 1000 + u),
+            "userToken": format!("u{u}"), "timestamp": at, "objectIDs": served})
+    };
+    let at = now_ms() - 60_000;
+    let click = |u: usize| {
+        json!({"eventType": "click", "eventName": "Item click", "index": "products",
+            "userToken": format!("u{u}"), "objectIDs": [format!("p{}", u % kinds)],
+            "queryID": format!("{:032x}", 1000 + u), "positions": [1], "timestamp": at + 1000})
+    };
+    let imported = ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/impressions",
+        Some(json!({"impressions": (0..40).map(|u| impression(u, at)).collect::<Vec<_>>()})),
+    )
+    .await;
+    assert_eq!(imported["status"], 200, "{imported}");
+    // Refused as a whole: the good first impression of this batch (which a click follows) is
+    // not logged either.
+    let mut bad = impression(40, at);
+    bad["queryID"] = json!("q".repeat(65));
+    for (body, message) in [
+        (
+            json!({"impressions": []}),
+            "impressions must hold 1 to 1000 impressions, not 0",
+        ),
+        (
+            json!({"impressions": [{"index": "products", "queryID": "q", "userTokn": "u1",
+                "objectIDs": ["p1"]}]}),
+            "Invalid impressions: unknown field `userTokn`",
+        ),
+        (
+            json!({"impressions": [impression(1, at - 31 * 86_400_000)]}),
+            "impressions[0]: The timestamp must be at most 30 days in the past",
+        ),
+        (
+            json!({"impressions": [{"index": "products", "queryID": "q", "userToken": "u1",
+                "objectIDs": []}]}),
+            "impressions[0]: objectIDs must hold 1 to 1000 items",
+        ),
+        (
+            json!({"impressions": [impression(41, at), bad]}),
+            "impressions[1]: queryID must be 1 to 64 bytes",
+        ),
+    ] {
+        assert_error(
+            s.call(Method::POST, "/1/impressions", a, Some(body)).await,
+            StatusCode::BAD_REQUEST,
+            message,
+        );
+    }
+    let clicks: Vec<Value> = (0..42).map(click).collect();
+    ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/events",
+        Some(json!({"events": clicks})),
+    )
+    .await;
+    let settings = json!({"indexName": "products", "ranker": {"examples": "impressions",
+        "cuts": 1, "params": {"trees": 20, "minRowsInLeaf": 5}}});
+    ok(&s, a, Method::POST, "/1/ranker/train", Some(settings)).await;
+    let done = ranker_job_end(&s, a).await;
+    assert_eq!(done["state"], "done", "{done}");
+    let ranker = ok(&s, a, Method::GET, "/1/rankers/products", None).await;
+    assert_eq!(ranker["learned"]["examples"], "impressions", "{ranker}");
+    assert_eq!(ranker["learned"]["impressions"], 40, "{ranker}");
 }
