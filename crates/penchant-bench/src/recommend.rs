@@ -98,6 +98,9 @@ pub struct RecommendBenchArgs {
     /// 20,000, large 100,000].
     #[arg(long)]
     ranker_users: Option<usize>,
+    /// Run the learned ranker's table (5) alone: no rebuild, API or quality table.
+    #[arg(long)]
+    ranker_only: bool,
     /// A Python with LightGBM installed, the reference of the ranker's boosting (default:
     /// `scripts/bench-python.sh` makes one).
     #[arg(long, env = "PENCHANT_BENCH_PYTHON")]
@@ -128,8 +131,10 @@ impl Bench for RecommendBenchArgs {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
-        runtime.block_on(rebuild_and_api(&self, &plan, dir.path(), report))?;
-        if self.movielens.as_os_str() != "none" {
+        if !self.ranker_only {
+            runtime.block_on(rebuild_and_api(&self, &plan, dir.path(), report))?;
+        }
+        if self.movielens.as_os_str() != "none" && !self.ranker_only {
             let tables = match crate::personalization::load(&self.movielens) {
                 Ok(data) => runtime.block_on(quality(&self, data))?,
                 Err(e) => match e.downcast_ref::<Missing>() {

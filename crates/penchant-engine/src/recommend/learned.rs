@@ -209,6 +209,57 @@ impl Stood {
         })
     }
 
+    /// The sources after later `events` (a longer prefix of the same history), without
+    /// training ALS again: the item factors stay these ones (trained on fewer, earlier events:
+    /// nothing of what came after leaks in), and each of `users` who had an event since gets
+    /// the least-squares vector of all its events under them ([`als::fold_in`], what ALS's
+    /// last user step solves); the others keep theirs.
+    fn moved_on(
+        &self,
+        history: &History<'_>,
+        events: &[(u32, u32, f32, i64)],
+        users: &[u32],
+        als_config: &AlsConfig,
+    ) -> Self {
+        let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
+        let at = events.iter().map(|e| e.3).collect();
+        let train =
+            Interactions::from_triples(history.users, history.items, triples.iter().copied());
+        let mut moved = vec![false; history.users];
+        for &(u, ..) in &triples[self.triples.len()..] {
+            moved[u as usize] = true;
+        }
+        let mut changed: Vec<u32> = users
+            .iter()
+            .copied()
+            .filter(|&u| moved[u as usize])
+            .collect();
+        changed.sort_unstable();
+        changed.dedup();
+        let items = &self.factors.items;
+        let gramian = als::gramian(items);
+        let vectors = on_cores(&changed, |part| {
+            part.iter()
+                .map(|&u| {
+                    let (rows, weights) = train.user_items(u as usize);
+                    let pairs: Vec<(u32, f32)> =
+                        rows.iter().copied().zip(weights.iter().copied()).collect();
+                    als::fold_in(items, &gramian, &pairs, als_config)
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut factors = self.factors.clone();
+        for (&u, vector) in changed.iter().zip(vectors.iter().flatten()) {
+            factors.users.set(u as usize, vector);
+        }
+        Self {
+            triples,
+            at,
+            train,
+            factors,
+        }
+    }
+
     /// Every source and feature of these events, with the history's facet values.
     fn offline(&self, history: &History<'_>) -> Offline<'_> {
         Offline::new(&self.train, &self.factors, &self.triples, &self.at)
@@ -433,11 +484,20 @@ pub fn impression_examples(
     let (mut train_set, mut validation) = (Dataset::new(width), Dataset::new(width));
     let group = shown.len().div_ceil(config.cuts).max(1);
     let mut rows = Vec::new();
+    // ALS is trained once, on the events before the first group; later groups fold their
+    // users' newer events in ([`Stood::moved_on`]).
+    let mut first: Option<Stood> = None;
     for chunk in shown.chunks(group) {
         let cut = chunk[0].at;
         let before = history.events.partition_point(|e| e.3 < cut);
         let events = &history.events[..before];
-        let stood = Stood::after(history, events, als_config, || progress(0))?;
+        let stood = match &first {
+            None => Stood::after(history, events, als_config, || progress(0))?,
+            Some(first) => {
+                let users: Vec<u32> = chunk.iter().map(|s| s.user).collect();
+                first.moved_on(history, events, &users, als_config)
+            }
+        };
         let offline = stood.offline(history);
         // The rows of 256 impressions at a time, shared between the cores.
         for batch in chunk.chunks(256) {
@@ -467,6 +527,8 @@ pub fn impression_examples(
                 at = end;
             }
         }
+        drop(offline);
+        first.get_or_insert(stood);
     }
     Some((train_set, validation, shown.len()))
 }
@@ -520,4 +582,49 @@ fn fit(
         importance,
         model,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_groups_fold_their_users_in_under_the_first_groups_item_factors() {
+        // Six users, eight items; users 0 and 1 have more events after the first cut.
+        let mut events: Vec<(u32, u32, f32, i64)> = (0..60)
+            .map(|n| ((n % 6) as u32, ((n * 7 + n / 6) % 8) as u32, 1.0, n as i64))
+            .collect();
+        let cut = events.len();
+        events.extend([(0, 5, 1.0, 100), (1, 2, 2.0, 101), (0, 6, 1.0, 102)]);
+        let history = History {
+            events: &events,
+            users: 6,
+            items: 8,
+            item_facets: &[],
+        };
+        let als_config = AlsConfig {
+            factors: 4,
+            iterations: 5,
+            ..AlsConfig::default()
+        };
+        let first = Stood::after(&history, &events[..cut], &als_config, || true).unwrap();
+        // Users 0, 2 and 5 are asked for; 2 and 5 had nothing new, 1 is not asked for.
+        let moved = first.moved_on(&history, &events, &[5, 0, 2], &als_config);
+        assert_eq!(moved.triples.len(), events.len());
+        assert_eq!(moved.factors.items, first.factors.items);
+        for u in [1, 2, 3, 4, 5] {
+            assert_eq!(
+                moved.factors.users.row(u),
+                first.factors.users.row(u),
+                "user {u}"
+            );
+        }
+        let gramian = als::gramian(&first.factors.items);
+        let (rows, weights) = moved.train.user_items(0);
+        let pairs: Vec<(u32, f32)> = rows.iter().copied().zip(weights.iter().copied()).collect();
+        assert!(rows.contains(&5) && rows.contains(&6));
+        let expected = als::fold_in(&first.factors.items, &gramian, &pairs, &als_config);
+        assert_eq!(moved.factors.users.row(0), &expected[..]);
+        assert_ne!(moved.factors.users.row(0), first.factors.users.row(0));
+    }
 }

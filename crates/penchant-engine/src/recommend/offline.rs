@@ -72,6 +72,40 @@ pub struct Offline<'a> {
     affinity: Vec<HashMap<u32, f32>>,
 }
 
+/// Per user row: the items of its `events` (time-ordered), newest first, each once. Linear in
+/// the events, however many one user has (a bot's tens of thousands included).
+fn newest_distinct(users: usize, items: usize, events: &[(u32, u32, f32)]) -> Vec<Vec<u32>> {
+    // The events' indexes grouped by user, in time order (a counting sort).
+    let mut starts = vec![0usize; users + 1];
+    for &(u, ..) in events {
+        starts[u as usize + 1] += 1;
+    }
+    for u in 0..users {
+        starts[u + 1] += starts[u];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0u32; events.len()];
+    for (e, &(u, ..)) in events.iter().enumerate() {
+        order[next[u as usize]] = e as u32;
+        next[u as usize] += 1;
+    }
+    // Per item row, the last user row that took it (so each user takes an item once).
+    let mut taken_by = vec![u32::MAX; items];
+    (0..users)
+        .map(|u| {
+            let mut recent = Vec::new();
+            for &e in order[starts[u]..starts[u + 1]].iter().rev() {
+                let i = events[e as usize].1;
+                if taken_by[i as usize] != u as u32 {
+                    taken_by[i as usize] = u as u32;
+                    recent.push(i);
+                }
+            }
+            recent
+        })
+        .collect()
+}
+
 /// Items had after another within this many of a user's next distinct items count as its
 /// followers.
 const NEXT_WINDOW: usize = 5;
@@ -80,20 +114,37 @@ const NEXT_WINDOW: usize = 5;
 /// after `a` (the nearer, the more: `1 / distance`), as a share of all of `a`'s followers, by
 /// item row.
 fn transitions(items: usize, recent: &[Vec<u32>]) -> Vec<Vec<(u32, f32)>> {
-    let mut next: Vec<HashMap<u32, f32>> = vec![HashMap::new(); items];
-    for newest_first in recent {
-        let seq: Vec<u32> = newest_first.iter().rev().copied().collect();
-        for (p, &a) in seq.iter().enumerate() {
-            for (d, &b) in seq[p + 1..].iter().take(NEXT_WINDOW).enumerate() {
-                *next[a as usize].entry(b).or_default() += 1.0 / (d + 1) as f32;
-            }
+    // Where each item row stands in users' sequences (oldest first): (user row, place), in
+    // user then place order — the order the followers are summed in.
+    let mut at: Vec<Vec<(u32, u32)>> = vec![Vec::new(); items];
+    for (u, newest_first) in recent.iter().enumerate() {
+        for (p, &a) in newest_first.iter().rev().enumerate() {
+            at[a as usize].push((u as u32, p as u32));
         }
     }
-    next.into_iter()
-        .map(|followers| {
-            let mut list: Vec<(u32, f32)> = followers.into_iter().collect();
-            list.sort_unstable_by_key(|(b, _)| *b);
-            // Summed in item order, so the shares do not depend on the map's order.
+    // Followers' weights by item row (dense), and the rows weighed, to read and reset them.
+    let mut weights = vec![0.0f32; items];
+    let mut weighed: Vec<u32> = Vec::new();
+    at.into_iter()
+        .map(|places| {
+            for (u, p) in places {
+                let newest_first = &recent[u as usize];
+                // The items after place `p`, oldest first: newest_first[..n - 1 - p], reversed.
+                let after = &newest_first[..newest_first.len() - 1 - p as usize];
+                for (d, &b) in after.iter().rev().take(NEXT_WINDOW).enumerate() {
+                    let w = &mut weights[b as usize];
+                    if *w == 0.0 {
+                        weighed.push(b);
+                    }
+                    *w += 1.0 / (d + 1) as f32;
+                }
+            }
+            weighed.sort_unstable();
+            let mut list: Vec<(u32, f32)> = weighed
+                .drain(..)
+                .map(|b| (b, std::mem::take(&mut weights[b as usize])))
+                .collect();
+            // Summed in item order, so the shares do not depend on the users' order.
             let total: f32 = list.iter().map(|(_, w)| w).sum();
             list.iter_mut().for_each(|(_, w)| *w /= total);
             list
@@ -162,13 +213,7 @@ impl<'a> Offline<'a> {
         train_events: &'a [(u32, u32, f32)],
         train_at: &[i64],
     ) -> Self {
-        let mut recent: Vec<Vec<u32>> = vec![Vec::new(); train.users()];
-        for &(u, i, _) in train_events.iter().rev() {
-            let items = &mut recent[u as usize];
-            if !items.contains(&i) {
-                items.push(i);
-            }
-        }
+        let recent = newest_distinct(train.users(), train.items(), train_events);
         let days: Vec<i64> = train_at.iter().map(|t| t.div_euclid(DAY_MS)).collect();
         let mut last_day = vec![i64::MIN; train.users()];
         for (&(u, ..), &day) in train_events.iter().zip(&days) {
@@ -529,28 +574,39 @@ fn co_interaction(items: usize, recent: &[Vec<u32>]) -> Vec<Vec<(u32, f32)>> {
         }
     }
     let mut lists = vec![Vec::new(); items];
-    let mut counts: HashMap<u32, u32> = HashMap::new();
+    // Counts by item row (dense: a hash map per item was most of the time), and the rows
+    // counted, to read and reset them.
+    let mut counts = vec![0u32; items];
+    let mut counted: Vec<u32> = Vec::new();
+    let best_first = |x: &(u32, f32), y: &(u32, f32)| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0));
     for (a, users) in users_of.iter().enumerate() {
-        counts.clear();
         for &u in users {
             for &b in latest(u as usize) {
                 if b as usize != a {
-                    *counts.entry(b).or_default() += 1;
+                    let n = &mut counts[b as usize];
+                    if *n == 0 {
+                        counted.push(b);
+                    }
+                    *n += 1;
                 }
             }
         }
         let n_a = users.len() as f32;
-        let mut list: Vec<(u32, f32)> = counts
-            .iter()
-            .map(|(&b, &n)| {
+        let mut list: Vec<(u32, f32)> = counted
+            .drain(..)
+            .map(|b| {
+                let n = std::mem::take(&mut counts[b as usize]);
                 (
                     b,
                     n as f32 / (n_a * users_of[b as usize].len() as f32).sqrt(),
                 )
             })
             .collect();
-        list.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-        list.truncate(related::NEIGHBOURS);
+        if list.len() > related::NEIGHBOURS {
+            list.select_nth_unstable_by(related::NEIGHBOURS, best_first);
+            list.truncate(related::NEIGHBOURS);
+        }
+        list.sort_by(best_first);
         lists[a] = list;
     }
     lists
@@ -590,6 +646,78 @@ mod tests {
             items: matrix(&[&[0.9, 0.1], &[0.5, 0.5], &[0.1, 0.9], &[1.0, 0.0]]),
         };
         (train, factors, events, at)
+    }
+
+    /// Users' items in a seeded random order: some with none, one with many repeats.
+    fn sequences() -> (usize, Vec<(u32, u32, f32)>) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        // Enough items that co-interaction lists hold more than they keep.
+        let (users, items) = (40u32, 150u32);
+        let mut events: Vec<(u32, u32, f32)> = (0..3000)
+            .map(|_| (rng.random_range(1..users), rng.random_range(0..items), 1.0))
+            .collect();
+        events.extend((0..400).map(|_| (7, rng.random_range(0..items), 1.0)));
+        (items as usize, events)
+    }
+
+    #[test]
+    fn lists_match_their_definitions_computed_the_plain_way() {
+        let (items, events) = sequences();
+        let users = 40;
+        // Newest first, each item once.
+        let mut recent: Vec<Vec<u32>> = vec![Vec::new(); users];
+        for &(u, i, _) in events.iter().rev() {
+            if !recent[u as usize].contains(&i) {
+                recent[u as usize].push(i);
+            }
+        }
+        assert_eq!(newest_distinct(users, items, &events), recent);
+        assert!(recent[0].is_empty());
+        assert!(recent[7].len() > related::MAX_ITEMS_PER_USER);
+        // Followers within the window, summed per item pair in users' then places' order.
+        let mut next: Vec<HashMap<u32, f32>> = vec![HashMap::new(); items];
+        for newest_first in &recent {
+            let seq: Vec<u32> = newest_first.iter().rev().copied().collect();
+            for (p, &a) in seq.iter().enumerate() {
+                for (d, &b) in seq[p + 1..].iter().take(NEXT_WINDOW).enumerate() {
+                    *next[a as usize].entry(b).or_default() += 1.0 / (d + 1) as f32;
+                }
+            }
+        }
+        let plain: Vec<Vec<(u32, f32)>> = next
+            .into_iter()
+            .map(|followers| {
+                let mut list: Vec<(u32, f32)> = followers.into_iter().collect();
+                list.sort_unstable_by_key(|(b, _)| *b);
+                let total: f32 = list.iter().map(|(_, w)| w).sum();
+                list.iter_mut().for_each(|(_, w)| *w /= total);
+                list
+            })
+            .collect();
+        assert_eq!(transitions(items, &recent), plain);
+        // Co-interaction: pairs among each user's latest items, the best of each item.
+        let lists = co_interaction(items, &recent);
+        let mut longest = 0;
+        let latest = |u: usize| &recent[u][..recent[u].len().min(related::MAX_ITEMS_PER_USER)];
+        let had = |i: u32| (0..users).filter(|&u| latest(u).contains(&i)).count() as f32;
+        for (a, list) in lists.iter().enumerate() {
+            let mut plain: Vec<(u32, f32)> = (0..items as u32)
+                .filter(|&b| b as usize != a)
+                .filter_map(|b| {
+                    let n = (0..users)
+                        .filter(|&u| latest(u).contains(&(a as u32)) && latest(u).contains(&b))
+                        .count();
+                    (n > 0).then(|| (b, n as f32 / (had(a as u32) * had(b)).sqrt()))
+                })
+                .collect();
+            plain.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+            let kept = plain.len().min(related::NEIGHBOURS);
+            longest = longest.max(plain.len());
+            plain.truncate(kept);
+            assert_eq!(list, &plain, "item {a}");
+        }
+        assert!(longest > related::NEIGHBOURS, "{longest}");
     }
 
     #[test]
