@@ -25,6 +25,22 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// The most splits on a way from the root to a leaf.
+    pub fn depth(&self) -> u32 {
+        let mut deepest = 0;
+        let mut stack = vec![(0usize, 0u32)];
+        while let Some((n, depth)) = stack.pop() {
+            match self.nodes.get(n) {
+                Some(&Node::Split { left, right, .. }) => {
+                    stack.push((left as usize, depth + 1));
+                    stack.push((right as usize, depth + 1));
+                }
+                _ => deepest = deepest.max(depth),
+            }
+        }
+        deepest
+    }
+
     /// The leaf value a row reaches (missing features read as 0).
     pub fn value(&self, row: &[f32]) -> f64 {
         let mut at = 0usize;

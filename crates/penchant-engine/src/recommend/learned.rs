@@ -16,7 +16,7 @@
 //! [`LearnedConfig::cuts`] groups by time, and each group's features come from the events
 //! before its first impression.
 
-use penchant_rank::{Dataset, Model, Params};
+use penchant_rank::{Dataset, Forest, Model, Params};
 use penchant_vectors::als::{self, AlsConfig, Factors, Interactions};
 use penchant_vectors::eval::{self, Holdout};
 use rand::SeedableRng;
@@ -144,18 +144,24 @@ fn from_history() -> Examples {
 }
 
 impl Learned {
-    /// The best `k` candidates for user row `u` of a split's sources.
-    pub fn recommend(&self, offline: &Offline<'_>, u: usize, k: usize) -> Vec<u32> {
-        let mut scored = ranked(&self.model, offline, u, self.per_source, &mut Vec::new());
-        scored.truncate(k);
-        scored.into_iter().map(|(i, _)| i).collect()
+    /// What gives the best `k` candidates for user row `u` of a split's sources.
+    pub fn recommender<'s>(
+        &'s self,
+        offline: &'s Offline<'_>,
+    ) -> impl Fn(usize, usize) -> Vec<u32> + 's {
+        let forest = self.model.forest();
+        move |u, k| {
+            let mut scored = ranked(&forest, offline, u, self.per_source, &mut Vec::new());
+            scored.truncate(k);
+            scored.into_iter().map(|(i, _)| i).collect()
+        }
     }
 }
 
 /// User row `u`'s candidates ([`Offline::ranking_rows`], `per_source` of each source) with their
 /// scores by `model`, best first (ties by item row). `rows` is scratch space.
 fn ranked(
-    model: &Model,
+    model: &Forest,
     offline: &Offline<'_>,
     u: usize,
     per_source: usize,
@@ -284,6 +290,7 @@ pub fn rank_all(
 ) -> Option<()> {
     let stood = Stood::after(history, history.events, als_config, &go_on)?;
     let offline = stood.offline(history);
+    let forest = ranker.forest();
     let users: Vec<usize> = (0..history.users)
         .filter(|&u| !stood.train.user_items(u).0.is_empty())
         .collect();
@@ -296,7 +303,7 @@ pub fn rank_all(
             let mut rows = Vec::new();
             part.iter()
                 .map(|&u| {
-                    let mut scored = ranked(ranker, &offline, u, per_source, &mut rows);
+                    let mut scored = ranked(&forest, &offline, u, per_source, &mut rows);
                     scored.truncate(k);
                     let best = scored.first().map_or(0.0, |s| s.1);
                     scored

@@ -933,8 +933,8 @@ impl Trainings {
             };
             let learned = learned::learn(&history, holdout, &als, &learned_config, |_| true);
             if let Some(ranker) = &learned {
-                let metrics =
-                    eval::ranking_metrics(&split.test, k, |u| ranker.recommend(&offline, u, k));
+                let recommend = ranker.recommender(&offline);
+                let metrics = eval::ranking_metrics(&split.test, k, |u| recommend(u, k));
                 table.push(EvaluatedRow {
                     name: "learned".into(),
                     sources: crate::recommend::offline::candidate_sources().to_vec(),

@@ -111,7 +111,10 @@ fn compare(
         |_| true,
     )
     .expect("a ranker");
-    let learned = eval::ranking_metrics(&split.test, 10, |u| ranker.recommend(&offline, u, 10));
+    let learned = {
+        let recommend = ranker.recommender(&offline);
+        eval::ranking_metrics(&split.test, 10, |u| recommend(u, 10))
+    };
     println!(
         "NDCG@10 hand blend {:.4}, learned {:.4} ({:+.1}%); {} trees, {} + {} queries, {:.1} s; \
          importance {:?}",
