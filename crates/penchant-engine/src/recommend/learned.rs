@@ -202,11 +202,22 @@ impl Stood {
         als_config: &AlsConfig,
         mut go_on: impl FnMut() -> bool,
     ) -> Option<Self> {
+        Self::with(history, events, |train| {
+            als::train(train, als_config, |_| go_on())
+        })
+    }
+
+    /// `events` as sources, with the factors `factors` gives for their interactions.
+    fn with(
+        history: &History<'_>,
+        events: &[(u32, u32, f32, i64)],
+        factors: impl FnOnce(&Interactions) -> Option<Factors>,
+    ) -> Option<Self> {
         let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
         let at = events.iter().map(|e| e.3).collect();
         let train =
             Interactions::from_triples(history.users, history.items, triples.iter().copied());
-        let factors = als::train(&train, als_config, |_| go_on())?;
+        let factors = factors(&train)?;
         Some(Self {
             triples,
             at,
@@ -227,12 +238,8 @@ impl Stood {
         users: &[u32],
         als_config: &AlsConfig,
     ) -> Self {
-        let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
-        let at = events.iter().map(|e| e.3).collect();
-        let train =
-            Interactions::from_triples(history.users, history.items, triples.iter().copied());
         let mut moved = vec![false; history.users];
-        for &(u, ..) in &triples[self.triples.len()..] {
+        for &(u, ..) in &events[self.triples.len()..] {
             moved[u as usize] = true;
         }
         let mut changed: Vec<u32> = users
@@ -244,26 +251,24 @@ impl Stood {
         changed.dedup();
         let items = &self.factors.items;
         let gramian = als::gramian(items);
-        let vectors = on_cores(&changed, |part| {
-            part.iter()
-                .map(|&u| {
-                    let (rows, weights) = train.user_items(u as usize);
-                    let pairs: Vec<(u32, f32)> =
-                        rows.iter().copied().zip(weights.iter().copied()).collect();
-                    als::fold_in(items, &gramian, &pairs, als_config)
-                })
-                .collect::<Vec<_>>()
+        let folded = Self::with(history, events, |train| {
+            let vectors = on_cores(&changed, |part| {
+                part.iter()
+                    .map(|&u| {
+                        let (rows, weights) = train.user_items(u as usize);
+                        let pairs: Vec<(u32, f32)> =
+                            rows.iter().copied().zip(weights.iter().copied()).collect();
+                        als::fold_in(items, &gramian, &pairs, als_config)
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let mut factors = self.factors.clone();
+            for (&u, vector) in changed.iter().zip(vectors.iter().flatten()) {
+                factors.users.set(u as usize, vector);
+            }
+            Some(factors)
         });
-        let mut factors = self.factors.clone();
-        for (&u, vector) in changed.iter().zip(vectors.iter().flatten()) {
-            factors.users.set(u as usize, vector);
-        }
-        Self {
-            triples,
-            at,
-            train,
-            factors,
-        }
+        folded.expect("folding in always gives factors")
     }
 
     /// Every source and feature of these events, with the history's facet values.
