@@ -229,6 +229,12 @@ pub(crate) async fn impressions(
     let config = serde_json::from_value(json!({"indexName": INDEX}))?;
     let queues_job = ranker_job(&engine, APP, config).await?;
     drop(progress);
+    // At request time: 1,000 candidates ordered for a user by the ranker the job stored (the
+    // user's events read from the store, the vector folded in, the features, the model),
+    // beside the model alone on the same rows.
+    let progress = spinner("recommend: the learned ranker at request time".to_owned());
+    let request_time = request_time(&engine, users, items).await?;
+    drop(progress);
     let ranker = LearnedConfig {
         examples: learned::Examples::Impressions,
         max_queries: 1_000_000,
@@ -264,6 +270,7 @@ pub(crate) async fn impressions(
         model.learned.per_source,
         QUEUE_SIZE,
         || true,
+        |_| {},
         |_, _| ranked_users += 1,
     )
     .context("ranking stopped")?;
@@ -367,6 +374,29 @@ pub(crate) async fn impressions(
         .into(),
         "".into(),
     ]);
+    let RequestTime {
+        requests,
+        candidates,
+        total,
+        model: model_alone,
+        trees,
+    } = request_time;
+    table.row(vec![
+        format!(
+            "request time: {candidates} candidates ordered for a user by the stored ranker              ({requests} users: their events read, the vector folded in, the features, the              model)"
+        )
+        .into(),
+        Cell::fixed(total * requests as f64, 2),
+        Cell::int(trees as f64),
+        "".into(),
+        format!(
+            "{:.0} µs a request; the model alone on the same rows {:.0} µs",
+            total * 1e6,
+            model_alone * 1e6
+        )
+        .into(),
+        Cell::times(total / model_alone.max(1e-12), 1),
+    ]);
     let (reference, ratio) = match &lightgbm {
         Ok(l) => (
             format!(
@@ -418,6 +448,57 @@ pub(crate) async fn impressions(
         ranker.cuts
     ));
     Ok(table)
+}
+
+/// What ordering candidates at request time costs, per request (seconds).
+struct RequestTime {
+    requests: usize,
+    candidates: usize,
+    /// `Engine::learned_scores` end to end.
+    total: f64,
+    /// The model alone, on the rows it scored.
+    model: f64,
+    trees: usize,
+}
+
+/// [`RequestTime`] over 200 users (the first 20 warm the node's snapshot and caches), each
+/// with 1,000 candidates (the catalog's first, or all of a smaller one).
+async fn request_time(engine: &Engine, users: usize, items: usize) -> anyhow::Result<RequestTime> {
+    let candidates: Vec<String> = (0..items.min(1000)).map(|i| format!("i{i}")).collect();
+    let ids: Vec<&str> = candidates.iter().map(String::as_str).collect();
+    let (warm, requests) = (20, 200);
+    let (mut total, mut model) = (Duration::ZERO, Duration::ZERO);
+    let mut trees = 0;
+    for n in 0..warm + requests {
+        let user = format!("u{}", (n * 7919) % users);
+        let started = Instant::now();
+        let (serving, scored) = engine
+            .learned_scores(APP, INDEX, &user, &ids)
+            .await?
+            .context("no ranker serves the index")?;
+        let took = started.elapsed();
+        let rows: Vec<f32> = scored.features.concat();
+        let forest = serving.model().forest();
+        let started = Instant::now();
+        let again = forest.score_rows(&rows);
+        let alone = started.elapsed();
+        anyhow::ensure!(
+            again == scored.scores,
+            "the model scores the rows as served"
+        );
+        trees = serving.model().trees.len();
+        if n >= warm {
+            total += took;
+            model += alone;
+        }
+    }
+    Ok(RequestTime {
+        requests,
+        candidates: ids.len(),
+        total: total.as_secs_f64() / requests as f64,
+        model: model.as_secs_f64() / requests as f64,
+        trees,
+    })
 }
 
 /// Run the ranker job of `app` to its end: its seconds, its last status and the ranker it

@@ -17,7 +17,7 @@ use crate::catalog::{Record, facet_values};
 use crate::profiles::Scores;
 
 /// What re-ranking says about one hit (Algolia's `_rankingInfo.personalization`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Personalization {
     pub filters_score: u32,

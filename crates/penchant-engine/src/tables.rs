@@ -31,7 +31,7 @@
 //! | `waiting` | app | `app 0 · index 0 · objectID 0 · event row key` |
 //! | `abtests` | app | an A/B test: `app 0 · test ID (u32 BE)`; the app's test ID counter: `app 0` |
 //! | `abtest_users` | user | `app 0 · user 0 · test ID (u32 BE)` |
-//! | `rankers` | app | `app 0 · index` |
+//! | `rankers` | app | a ranker: `app 0 · index`; a chunk of the snapshot it serves from: `app 0 · index 0 · chunk (u32 BE)` |
 //! | `impressions` | user | `app 0 · user 0 · time ms (u64 BE) · queryID` |
 //!
 //! Rows: **app**, every row is an app's (`app 0 ...`, one key range per app) and moves with the

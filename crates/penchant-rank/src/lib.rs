@@ -159,6 +159,24 @@ impl Model {
         Forest::of(self)
     }
 
+    /// Why a row scores what it does: the score's part that no feature moved (the trees'
+    /// roots), and each feature's part (the base feature's weight times its value, and what
+    /// the splits on it moved, [`Tree::contributions`]); the parts sum to [`Model::score`].
+    /// `None` for a model stored before splits kept their values.
+    pub fn contributions(&self, row: &[f32]) -> Option<(f64, Vec<f64>)> {
+        let mut by_feature = vec![0.0; self.features];
+        if let Some((f, w)) = self.base
+            && let Some(slot) = by_feature.get_mut(f)
+        {
+            *slot += w * f64::from(row.get(f).copied().unwrap_or(0.0));
+        }
+        let mut bias = 0.0;
+        for tree in &self.trees {
+            bias += tree.contributions(row, &mut by_feature)?;
+        }
+        Some((bias, by_feature))
+    }
+
     /// Each feature's share of the training gain (sums to 1 unless no tree split).
     pub fn importance(&self) -> Vec<f64> {
         let total: f64 = self.gains.iter().sum();
@@ -211,6 +229,7 @@ impl Forest {
                         threshold,
                         left,
                         right,
+                        ..
                     } => {
                         forest.feature.push(feature);
                         forest.threshold.push(threshold);
@@ -439,6 +458,29 @@ mod tests {
             .filter_map(|r| r.validation)
             .fold(f64::NEG_INFINITY, f64::max);
         assert_eq!(model.history.last().unwrap().validation, Some(best));
+        // Each row's score, taken apart by feature: the parts sum to it, and the noise moves
+        // it least.
+        let mut moved = vec![0.0; 4];
+        for r in 0..test.rows() {
+            let (bias, parts) = model.contributions(test.row(r)).unwrap();
+            let sum = bias + parts.iter().sum::<f64>();
+            let score = model.score(test.row(r));
+            assert!((sum - score).abs() < 1e-9, "{sum} vs {score}");
+            moved
+                .iter_mut()
+                .zip(&parts)
+                .for_each(|(m, p)| *m += p.abs());
+        }
+        assert!(moved[3] < moved[0] && moved[3] < moved[2], "{moved:?}");
+        // A model stored before splits kept their values cannot be taken apart.
+        let mut old = model.clone();
+        for node in &mut old.trees[0].nodes {
+            if let Node::Split { value, .. } = node {
+                *value = None;
+            }
+        }
+        assert_eq!(old.contributions(test.row(0)), None);
+        assert_eq!(old.score(test.row(0)), model.score(test.row(0)));
     }
 
     #[test]
@@ -482,6 +524,7 @@ mod tests {
             threshold,
             left,
             right,
+            value: None,
         };
         let chain = Tree {
             nodes: vec![

@@ -8,12 +8,16 @@ use crate::data::{Binned, MAX_BINS};
 /// One node of a tree: a split (`left`/`right` index the tree's nodes) or a leaf (`value`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Node {
-    /// Rows whose `feature` is at most `threshold` (or not a number) go left.
+    /// Rows whose `feature` is at most `threshold` (or not a number) go left. `value`: what
+    /// the node would give as a leaf (its rows' Newton step), for [`Tree::contributions`];
+    /// models stored before it was kept have none.
     Split {
         feature: u32,
         threshold: f32,
         left: u32,
         right: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<f64>,
     },
     Leaf(f64),
 }
@@ -52,6 +56,7 @@ impl Tree {
                     threshold,
                     left,
                     right,
+                    ..
                 } => {
                     let v = row.get(feature as usize).copied().unwrap_or(0.0);
                     // Written so that NaN goes left, as its bin (0) does in training.
@@ -59,6 +64,37 @@ impl Tree {
                 }
             }
         }
+    }
+}
+
+impl Tree {
+    /// How each feature moved a row's value along its way (Saabas): each split on a feature
+    /// adds the child's value less its own to `by_feature`; returns the root's value, so that
+    /// it and the additions sum to [`Tree::value`]. `None` when a split has no value.
+    pub fn contributions(&self, row: &[f32], by_feature: &mut [f64]) -> Option<f64> {
+        let value_of = |n: usize| match self.nodes[n] {
+            Node::Leaf(v) => Some(v),
+            Node::Split { value, .. } => value,
+        };
+        let root = value_of(0)?;
+        let mut at = 0usize;
+        while let Node::Split {
+            feature,
+            threshold,
+            left,
+            right,
+            value,
+        } = self.nodes[at]
+        {
+            let v = row.get(feature as usize).copied().unwrap_or(0.0);
+            let next = if v > threshold { right } else { left } as usize;
+            let moved = value_of(next)? - value?;
+            if let Some(slot) = by_feature.get_mut(feature as usize) {
+                *slot += moved;
+            }
+            at = next;
+        }
+        Some(root)
     }
 }
 
@@ -303,6 +339,7 @@ pub(crate) fn grow(
             threshold: data.cuts[split.feature][split.bin],
             left: left as u32,
             right: right as u32,
+            value: Some(newton(leaf.g, leaf.h, params)),
         };
         for (node, rows, g, h, histogram) in [
             (left, left_rows, lg, lh, left_hist),
@@ -323,8 +360,7 @@ pub(crate) fn grow(
     let leaves = open
         .into_iter()
         .map(|leaf| {
-            // A Newton step, shrunk by the learning rate.
-            let value = -leaf.g / (leaf.h + params.l2) * params.learning_rate;
+            let value = newton(leaf.g, leaf.h, params);
             nodes[leaf.node] = Node::Leaf(value);
             (leaf.rows, value)
         })
@@ -334,6 +370,11 @@ pub(crate) fn grow(
         order,
         leaves,
     })
+}
+
+/// A leaf's value: a Newton step on its rows' gradients, shrunk by the learning rate.
+fn newton(g: f64, h: f64, params: &Params) -> f64 {
+    -g / (h + params.l2) * params.learning_rate
 }
 
 /// A tree just grown, and where its training rows went.

@@ -93,6 +93,9 @@ pub struct VariantParams {
     /// Recommend: the vector space the vector models read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub space: Option<String>,
+    /// Recommend and re-ranking: `learned` orders the hits by the index's learned ranker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranker: Option<String>,
 }
 
 /// One side of a test.
@@ -233,6 +236,9 @@ impl VariantParams {
         if let Some(space) = &self.space {
             out.space = Some(space.clone());
         }
+        if let Some(ranker) = &self.ranker {
+            out.ranker = Some(ranker.clone());
+        }
         out
     }
 }
@@ -315,8 +321,8 @@ fn variant_params(i: usize, given: Option<Value>) -> Result<Option<VariantParams
     let params: VariantParams = serde_json::from_value(given).map_err(|e| {
         EngineError::Invalid(format!(
             "variants[{i}].customSearchParameters: {e} (Penchant applies enablePersonalization, \
-             personalizationImpact, personalizationStrategy, and for Recommend model, queue, \
-             space)"
+             personalizationImpact, personalizationStrategy, ranker, and for Recommend model, \
+             queue, space)"
         ))
     })?;
     if params.personalization_impact.is_some_and(|p| p > 100) {
@@ -329,6 +335,8 @@ fn variant_params(i: usize, given: Option<Value>) -> Result<Option<VariantParams
             EngineError::Invalid(format!("variants[{i}].customSearchParameters.model: {e}"))
         })?;
     }
+    crate::recommend::names_learned(params.ranker.as_deref())
+        .map_err(|e| EngineError::Invalid(format!("variants[{i}].customSearchParameters.{e}")))?;
     Ok(Some(params))
 }
 

@@ -8,6 +8,7 @@ use crate::profiles::job::RecomputeStatus;
 use crate::profiles::{self, Profile};
 use crate::strategy::{Strategy, Versioned};
 use crate::{Consistency, Engine, EngineError, Result, keys, rerank};
+use serde_json::Value;
 
 /// How a re-ranking call asks to personalize (an A/B test's variant applies over it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,9 @@ pub struct RerankOptions {
     pub click_analytics: bool,
     /// `false`: answer as if no A/B test ran on the index.
     pub enable_ab_test: bool,
+    /// `learned`: order the hits by the index's learned ranker for the user (`blend`, the
+    /// default: by the profile).
+    pub ranker: Option<String>,
 }
 
 impl Default for RerankOptions {
@@ -32,6 +36,7 @@ impl Default for RerankOptions {
             strategy: None,
             click_analytics: false,
             enable_ab_test: true,
+            ranker: None,
         }
     }
 }
@@ -43,6 +48,8 @@ pub struct Reranked {
     pub impact: u32,
     pub ranked: Vec<(usize, rerank::Personalization)>,
     pub served: Served,
+    /// With the learned ranker: its version, and each hit's score (in `ranked`'s order).
+    pub learned: Option<(i64, Vec<crate::recommend::LearnedScore>)>,
 }
 
 /// Strategies and profiles.
@@ -153,7 +160,9 @@ impl Engine {
                 .enable_personalization
                 .or(options.enable_personalization);
             options.strategy = params.personalization_strategy.clone().or(options.strategy);
+            options.ranker = params.ranker.clone().or(options.ranker);
         }
+        let learned = crate::recommend::names_learned(options.ranker.as_deref())?;
         let (impact, scores) = match options.enable_personalization {
             Some(false) => (0, profiles::Scores::new()),
             _ => {
@@ -165,7 +174,14 @@ impl Engine {
             Some(a) => self.abtests.served(app, a, user, options.click_analytics),
             None => Served::plain(options.click_analytics),
         };
-        let ranked = rerank::rerank(&records, &scores, impact);
+        let mut ranked = rerank::rerank(&records, &scores, impact);
+        let learned = match learned {
+            true => {
+                self.learned_rerank(app, index, user, &records, &mut ranked)
+                    .await?
+            }
+            false => None,
+        };
         if let Some(query_id) = &served.query_id {
             let order = ranked
                 .iter()
@@ -176,7 +192,52 @@ impl Engine {
             impact,
             ranked,
             served,
+            learned,
         })
+    }
+
+    /// `ranked` (positions in `records`, personalized) put in the learned ranker's order, with
+    /// each hit's score; `None` (and `ranked` as it was) while no ranker serves the index.
+    async fn learned_rerank(
+        &self,
+        app: &str,
+        index: &str,
+        user: &str,
+        records: &[Record],
+        ranked: &mut Vec<(usize, rerank::Personalization)>,
+    ) -> Result<Option<(i64, Vec<crate::recommend::LearnedScore>)>> {
+        let ids: Vec<&str> = ranked
+            .iter()
+            .map(|(at, _)| {
+                records[*at]
+                    .get("objectID")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            })
+            .collect();
+        let Some((serving, scored)) = self.learned_scores(app, index, user, &ids).await? else {
+            return Ok(None);
+        };
+        let mut order: Vec<_> = std::mem::take(ranked)
+            .into_iter()
+            .zip(scored.scores.into_iter().zip(scored.features))
+            .collect();
+        // Stable: equal scores keep the personalized order.
+        order.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        let (order, scores): (Vec<_>, Vec<_>) = order
+            .into_iter()
+            .map(|(hit, (score, features))| {
+                let contributions = serving.model().contributions(&features);
+                let learned = crate::recommend::LearnedScore {
+                    score,
+                    features,
+                    contributions,
+                };
+                (hit, learned)
+            })
+            .unzip();
+        *ranked = order;
+        Ok(Some((serving.version, scores)))
     }
 
     /// The impact and the user's scores a personalized answer uses: the app's strategy and the

@@ -281,9 +281,11 @@ impl Stood {
 /// Every user's best `k` candidates by a learned ranker, from all of `events` (time-ordered
 /// `(user row, item row, weight, time)`): the sources as they stand after the last event (ALS
 /// trained on all of them), the same features as the training's ([`Offline::ranking_rows`]),
-/// none of the user's items. `each` gets a user row and its items with their scores, best
-/// first — `e^(s − s_best)`, so the best is 1 and every score is positive. Users without
-/// events are skipped. `None` when `go_on` (asked as it goes) returned false.
+/// none of the user's items. `items` gets the sources' item side first (what the ranker serves
+/// from, [`super::serving`]); then `each` gets a user row and its items with their scores, best
+/// first — `e^(s − s_best)`, so the best is 1 and every score is positive (no user when `k` is
+/// 0). Users without events are skipped. `None` when `go_on` (asked as it goes) returned false.
+#[allow(clippy::too_many_arguments)]
 pub fn rank_all(
     history: &History<'_>,
     als_config: &AlsConfig,
@@ -291,10 +293,15 @@ pub fn rank_all(
     per_source: usize,
     k: usize,
     go_on: impl Fn() -> bool,
+    items: impl FnOnce(offline::Items),
     mut each: impl FnMut(usize, Vec<(u32, f32)>),
 ) -> Option<()> {
     let stood = Stood::after(history, history.events, als_config, &go_on)?;
     let offline = stood.offline(history);
+    items(offline.items());
+    if k == 0 {
+        return Some(());
+    }
     let forest = ranker.forest();
     let users: Vec<usize> = (0..history.users)
         .filter(|&u| !stood.train.user_items(u).0.is_empty())

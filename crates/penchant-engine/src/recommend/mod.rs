@@ -26,6 +26,7 @@ pub mod personal;
 pub mod queues;
 pub mod ranker;
 pub mod related;
+pub mod serving;
 pub mod trending;
 
 use std::collections::{HashMap, HashSet};
@@ -212,6 +213,23 @@ pub struct RecommendRequest {
     pub space: Option<String>,
     /// Penchant: the queue `recommended-for-you` reads first (default `for-you`).
     pub queue: Option<String>,
+    /// Penchant: `learned` puts the model's hits in the order of the index's learned ranker
+    /// for the user ([`serving`]); `blend` (the default) keeps the model's own.
+    pub ranker: Option<String>,
+}
+
+/// Candidates a request's learned ranker orders (at least; more when the request needs them).
+const LEARNED_POOL: usize = 100;
+
+/// Whether a request names the learned ranker (`blend`, the default, or `learned`).
+pub fn names_learned(ranker: Option<&str>) -> Result<bool> {
+    match ranker {
+        None | Some("blend") => Ok(false),
+        Some("learned") => Ok(true),
+        Some(other) => Err(EngineError::Invalid(format!(
+            "ranker: `{other}` is not a ranker (blend or learned)"
+        ))),
+    }
 }
 
 /// Most hits a request returns.
@@ -252,12 +270,27 @@ pub enum RecommendHit {
         score: f64,
         /// How the profile re-ranked it, when the request personalized.
         personalization: Option<crate::rerank::Personalization>,
+        /// How the learned ranker scored it, when the request named it.
+        learned: Option<LearnedScore>,
     },
     Facet {
         name: String,
         value: String,
         score: f64,
     },
+}
+
+/// What a learned ranker made of a hit ([`serving`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedScore {
+    /// The model's score (its order: higher first).
+    pub score: f64,
+    /// The hit's row of features, named as [`offline::FEATURES`].
+    pub features: Vec<f32>,
+    /// With `getRankingInfo`: the part of the score no feature moved, and each feature's
+    /// part ([`penchant_rank::Model::contributions`]; `None` for a model stored before
+    /// its splits kept their values).
+    pub contributions: Option<(f64, Vec<f64>)>,
 }
 
 /// The answer to one request.
@@ -325,6 +358,10 @@ pub struct Recommend {
     pub(crate) rankers: crate::jobs::Runner<ranker::Rank>,
     /// Queues (app, queue, user) being rebuilt in the background because they were stale.
     rebuilding: parking_lot::Mutex<HashSet<(String, String, String)>>,
+    /// Learned rankers served, by (app, index): what was found, for the caches' time to live
+    /// ([`serving`]), and the snapshots loaded (kept while their version is the newest).
+    serving: TtlCache<(String, String), Option<Arc<serving::Serving>>>,
+    loaded: parking_lot::Mutex<HashMap<(String, String), Arc<serving::Serving>>>,
 }
 
 impl Recommend {
@@ -338,10 +375,12 @@ impl Recommend {
             trends: trending::Trends::new(store.clone()),
             queues: queues::Queues::new(store),
             trending: TtlCache::new(1024, ttl, clock.clone()),
-            facets: TtlCache::new(1024, ttl, clock),
+            facets: TtlCache::new(1024, ttl, clock.clone()),
             builds: runtime.runner(),
             rankers: runtime.runner(),
             rebuilding: Default::default(),
+            serving: TtlCache::new(256, ttl, clock),
+            loaded: Default::default(),
         }
     }
 
@@ -849,7 +888,13 @@ impl Engine {
                 )));
             }
         };
-        let personal = self.personal(app, req).await?;
+        let learned = names_learned(req.ranker.as_deref())?;
+        if learned && params.user_token.is_none() {
+            return Err(EngineError::Invalid(
+                "queryParameters.userToken is required with ranker learned".into(),
+            ));
+        }
+        let personal = self.personal(app, req, learned).await?;
         // Items the user said "not for me" about stay out of every model's answer.
         let hidden = match params.user_token.as_deref() {
             Some(user) if keys::user_token_ok(user) => {
@@ -857,7 +902,10 @@ impl Engine {
             }
             _ => Default::default(),
         };
-        let pool = personal.pool(wanted) + hidden.len().min(MAX_HIDDEN_SKIPPED);
+        let mut pool = personal.pool(wanted) + hidden.len().min(MAX_HIDDEN_SKIPPED);
+        if learned {
+            pool = pool.max(LEARNED_POOL);
+        }
         let mut answer = self.recommend_pool(app, req, pool).await?;
         if !hidden.is_empty() {
             answer.hits.retain(|hit| match hit {
@@ -868,19 +916,86 @@ impl Engine {
                 RecommendHit::Facet { .. } => true,
             });
         }
+        if let (true, Some(user)) = (learned, params.user_token.as_deref()) {
+            let explain = params.get_ranking_info == Some(true);
+            self.learned_order(app, &req.index_name, user, explain, &mut answer)
+                .await?;
+        }
         answer.hits = personal.apply(answer.hits, wanted);
         Ok(answer)
     }
 
+    /// An answer's hits in the order of the index's learned ranker for `user`, their
+    /// `_score`s `100·e^(s − s_best)`, and the ranker's version; as they were when no ranker
+    /// serves yet.
+    async fn learned_order(
+        &self,
+        app: &str,
+        index: &str,
+        user: &str,
+        explain: bool,
+        answer: &mut Recommendations,
+    ) -> Result<()> {
+        let ids: Vec<&str> = answer
+            .hits
+            .iter()
+            .map(|hit| match hit {
+                RecommendHit::Item { record, .. } => {
+                    record.get("objectID").and_then(Value::as_str).unwrap_or("")
+                }
+                RecommendHit::Facet { .. } => "",
+            })
+            .collect();
+        if ids.is_empty() || ids.contains(&"") {
+            return Ok(());
+        }
+        let Some((serving, scored)) = self.learned_scores(app, index, user, &ids).await? else {
+            return Ok(());
+        };
+        let best = scored.scores.iter().copied().fold(f64::MIN, f64::max);
+        let mut scored: Vec<_> = std::mem::take(&mut answer.hits)
+            .into_iter()
+            .zip(scored.scores.into_iter().zip(scored.features))
+            .collect();
+        // Stable: equal scores keep the model's order.
+        scored.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        answer.hits = scored
+            .into_iter()
+            .map(|(mut hit, (s, row))| {
+                if let RecommendHit::Item { score, learned, .. } = &mut hit {
+                    *score = round2(100.0 * (s - best).exp());
+                    let contributions = explain
+                        .then(|| serving.model().contributions(&row))
+                        .flatten();
+                    *learned = Some(LearnedScore {
+                        score: s,
+                        features: row,
+                        contributions,
+                    });
+                }
+                hit
+            })
+            .collect();
+        answer.ranker_version = Some(serving.version);
+        Ok(())
+    }
+
     /// How a request re-orders its hits: the user's profile when it personalizes, its
     /// optional filters.
-    async fn personal(&self, app: &str, req: &RecommendRequest) -> Result<personal::Personal> {
+    /// A request for the learned ranker personalizes only when it says so (the ranker weighs
+    /// the user's facet affinities itself).
+    async fn personal(
+        &self,
+        app: &str,
+        req: &RecommendRequest,
+        learned: bool,
+    ) -> Result<personal::Personal> {
         let params = &req.query_parameters;
         let boosts = personal::optional_filters(params.optional_filters.as_ref())?;
         let impact = personal::impact(params)?;
         let enabled = params
             .enable_personalization
-            .unwrap_or(req.model == Model::RecommendedForYou.name());
+            .unwrap_or(req.model == Model::RecommendedForYou.name() && !learned);
         let mut out = personal::Personal {
             boosts,
             ..Default::default()
@@ -1157,6 +1272,7 @@ impl Engine {
                         record,
                         score: round2(score),
                         personalization: None,
+                        learned: None,
                     });
                     if hits.len() == select.max {
                         return Ok(hits);

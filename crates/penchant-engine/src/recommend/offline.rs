@@ -21,8 +21,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use penchant_vectors::Metric;
 use penchant_vectors::als::{Factors, Interactions};
+use penchant_vectors::{Matrix, Metric};
 
 use super::queues::Source;
 use super::{related, trending};
@@ -32,12 +32,22 @@ use crate::aggregates::DAY_MS;
 type Ranked = Vec<(u32, f32)>;
 
 /// Trending as of one day: best first, and each item row's score and place.
-#[derive(Debug)]
-struct Trend {
-    ranked: Ranked,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trend {
+    pub ranked: Ranked,
     /// Per item row: its score over the day's best (0 if absent) and its place (the list's
     /// length if absent).
-    of: Vec<(f32, u32)>,
+    pub of: Vec<(f32, u32)>,
+}
+
+impl Trend {
+    /// Item row `i`'s score over the best and its place (`(0, the list's length)`: absent).
+    pub fn of(&self, i: u32) -> (f32, u32) {
+        self.of
+            .get(i as usize)
+            .copied()
+            .unwrap_or((0.0, self.ranked.len() as u32))
+    }
 }
 
 /// Items each source proposes (a queue's default size).
@@ -57,19 +67,53 @@ pub struct Offline<'a> {
     days: Vec<i64>,
     /// Trending as of each day asked so far.
     trending: Mutex<HashMap<i64, Arc<Trend>>>,
-    /// Per item row: its co-interaction list, best first.
-    related: Vec<Vec<(u32, f32)>>,
-    /// Per item row: `ln(1 + users who had it)`, and the days of its first and last training
-    /// events.
-    popularity: Vec<f32>,
-    item_days: Vec<(i64, i64)>,
+    /// Per item row: its lists, counts and facet values.
+    lists: Lists,
     popular_rows: std::sync::OnceLock<Vec<u32>>,
-    /// Per item row: the items users had soon after it ([`transitions`]).
-    next: Vec<Vec<(u32, f32)>>,
-    /// Per item row: its facet values (as numbers), and per user row the share of the user's
-    /// event weight on items with each value — what a profile counts ([`Offline::with_facets`]).
-    item_facets: Vec<Vec<u32>>,
+    /// Per user row: the share of the user's event weight on items with each facet value —
+    /// what a profile counts ([`Offline::with_facets`]).
     affinity: Vec<HashMap<u32, f32>>,
+}
+
+/// What the features read of each item row, past its vector.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Lists {
+    /// Its co-interaction list, best first.
+    pub related: Vec<Vec<(u32, f32)>>,
+    /// The items users had soon after it ([`transitions`]).
+    pub next: Vec<Vec<(u32, f32)>>,
+    /// `ln(1 + users who had it)`.
+    pub popularity: Vec<f32>,
+    /// The days of its first and last events.
+    pub item_days: Vec<(i64, i64)>,
+    /// Its facet values (as numbers; for every item or for none).
+    pub facets: Vec<Vec<u32>>,
+}
+
+/// An item row past the known ones reads as an item without any event.
+impl Lists {
+    pub(crate) fn related(&self, i: u32) -> &[(u32, f32)] {
+        self.related.get(i as usize).map_or(&[], Vec::as_slice)
+    }
+
+    pub(crate) fn next(&self, i: u32) -> &[(u32, f32)] {
+        self.next.get(i as usize).map_or(&[], Vec::as_slice)
+    }
+
+    pub(crate) fn popularity(&self, i: u32) -> f32 {
+        self.popularity.get(i as usize).copied().unwrap_or(0.0)
+    }
+
+    pub(crate) fn days(&self, i: u32) -> (i64, i64) {
+        self.item_days
+            .get(i as usize)
+            .copied()
+            .unwrap_or((i64::MAX, i64::MIN))
+    }
+
+    pub(crate) fn facets(&self, i: u32) -> &[u32] {
+        self.facets.get(i as usize).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Per user row: the items of its `events` (time-ordered), newest first, each once. Linear in
@@ -238,12 +282,14 @@ impl<'a> Offline<'a> {
             events: train_events,
             days,
             trending: Mutex::new(HashMap::new()),
-            related,
-            popularity,
-            item_days,
+            lists: Lists {
+                related,
+                next,
+                popularity,
+                item_days,
+                facets: Vec::new(),
+            },
             popular_rows: std::sync::OnceLock::new(),
-            next,
-            item_facets: Vec::new(),
             affinity: Vec::new(),
         }
     }
@@ -256,17 +302,18 @@ impl<'a> Offline<'a> {
         let mut affinity: Vec<HashMap<u32, f32>> = vec![HashMap::new(); self.train.users()];
         let mut totals = vec![0.0f32; self.train.users()];
         for &(u, i, w) in self.events {
-            totals[u as usize] += w.max(0.0);
-            for &v in item_facets.get(i as usize).map_or(&[][..], Vec::as_slice) {
-                *affinity[u as usize].entry(v).or_default() += w.max(0.0);
-            }
+            let facets = item_facets.get(i as usize).map_or(&[][..], Vec::as_slice);
+            add_affinity(
+                &mut affinity[u as usize],
+                &mut totals[u as usize],
+                facets,
+                w,
+            );
         }
         for (values, total) in affinity.iter_mut().zip(totals) {
-            if total > 0.0 {
-                values.values_mut().for_each(|a| *a /= total);
-            }
+            share_of(values, total);
         }
-        self.item_facets = item_facets;
+        self.lists.facets = item_facets;
         self.affinity = affinity;
         self
     }
@@ -276,167 +323,24 @@ impl<'a> Offline<'a> {
     /// popularity), none of the user's training items — and one row of [`FEATURES`] for each,
     /// appended to `rows`.
     pub fn ranking_rows(&self, u: usize, per_source: usize, rows: &mut Vec<f32>) -> Vec<u32> {
-        self.rows_of(u, per_source, None, rows)
+        rows_of(self, &self.user(u), per_source, None, rows)
     }
 
     /// One row of [`FEATURES`] for each of `items` (item rows, e.g. what an answer served), as
     /// [`Offline::ranking_rows`] computes them: an item no source proposes has no source.
     pub fn rows_for(&self, u: usize, per_source: usize, items: &[u32], rows: &mut Vec<f32>) {
-        self.rows_of(u, per_source, Some(items), rows);
+        rows_of(self, &self.user(u), per_source, Some(items), rows);
     }
 
-    /// The rows of `items`, else of the candidates; returns the items.
-    fn rows_of(
-        &self,
-        u: usize,
-        per_source: usize,
-        items: Option<&[u32]>,
-        rows: &mut Vec<f32>,
-    ) -> Vec<u32> {
-        let sources = candidate_sources();
-        let (seen, _) = self.train.user_items(u);
-        let unseen = |i: &u32| seen.binary_search(i).is_err();
-        // Per candidate: how many sources proposed it, and its place in ALS's and related's.
-        let mut proposed: HashMap<u32, (u32, u32, u32)> = HashMap::new();
-        let absent = per_source as u32;
-        // Each source's best score for this user (what a blend divides its scores by).
-        let mut tops = [1.0f32; 4];
-        for (s, source) in sources.iter().enumerate() {
-            let best = self.source(source, u, per_source + seen.len());
-            tops[s] = best.first().map_or(1.0, |(_, score)| score.abs().max(1e-6));
-            let best = best.into_iter().filter(|(i, _)| unseen(i)).take(per_source);
-            for (place, (i, _)) in best.enumerate() {
-                let entry = proposed.entry(i).or_insert((0, absent, absent));
-                entry.0 += 1;
-                match s {
-                    0 => entry.1 = place as u32,
-                    2 => entry.2 = place as u32,
-                    _ => {}
-                }
-            }
+    /// User row `u` as the features read it.
+    fn user(&self, u: usize) -> UserSide<'_> {
+        UserSide {
+            seen: self.train.user_items(u).0,
+            recent: &self.recent[u],
+            vector: self.factors.users.row(u),
+            today: self.today(u),
+            affinity: self.affinity.get(u),
         }
-        let popular = self.popular_rows();
-        for &i in popular.iter().filter(|i| unseen(i)).take(per_source) {
-            proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
-        }
-        // What others had soon after the user's last three items (the newest counts most).
-        let mut next: HashMap<u32, f32> = HashMap::new();
-        for (k, &a) in self.recent[u].iter().take(3).enumerate() {
-            for &(b, share) in &self.next[a as usize] {
-                *next.entry(b).or_default() += share / (k + 1) as f32;
-            }
-        }
-        let mut followers: Vec<(u32, f32)> = next
-            .iter()
-            .map(|(&b, &w)| (b, w))
-            .filter(|(b, _)| unseen(b))
-            .collect();
-        followers.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        for &(i, _) in followers.iter().take(per_source) {
-            proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
-        }
-        let items: Vec<u32> = match items {
-            Some(items) => items.to_vec(),
-            None => {
-                let mut items: Vec<u32> = proposed.keys().copied().collect();
-                items.sort_unstable();
-                items
-            }
-        };
-
-        let vector = |i: u32| self.factors.items.row(i as usize);
-        let dot = penchant_vectors::kernels::dot;
-        let user = self.factors.users.row(u);
-        let recent = &self.recent[u];
-        let liked = &recent[..recent.len().min(10)];
-        let queries: Vec<&[f32]> = liked.iter().map(|&i| vector(i)).collect();
-        let liked_mean = (!queries.is_empty())
-            .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &queries));
-        let mut related: HashMap<u32, f32> = HashMap::new();
-        let mut related_last: HashMap<u32, f32> = HashMap::new();
-        for (k, &a) in liked.iter().enumerate() {
-            for &(b, s) in &self.related[a as usize] {
-                *related.entry(b).or_default() += s;
-                if k < 3 {
-                    *related_last.entry(b).or_default() += s;
-                }
-            }
-        }
-        let last3 = &liked[..liked.len().min(3)];
-        let last3_queries: Vec<&[f32]> = last3.iter().map(|&i| vector(i)).collect();
-        let last3_mean = (!last3_queries.is_empty())
-            .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
-        let today = self.today(u);
-        let trend = self.trending(today);
-        let user_items = (1.0 + recent.len() as f32).ln();
-        let user_popularity = if recent.is_empty() {
-            0.0
-        } else {
-            recent
-                .iter()
-                .map(|&i| self.popularity[i as usize])
-                .sum::<f32>()
-                / recent.len() as f32
-        };
-        rows.reserve(items.len() * FEATURES.len());
-        for &i in &items {
-            let (sources, als_place, related_place) =
-                proposed.get(&i).copied().unwrap_or((0, absent, absent));
-            let (first, last) = self.item_days[i as usize];
-            // Never had in training (an item of held-out events only): -1.
-            let days = |day: i64| {
-                if day == i64::MIN || day == i64::MAX {
-                    -1.0
-                } else {
-                    (today - day) as f32
-                }
-            };
-            let (trending, trending_place) = trend.of[i as usize];
-            let als = dot(user, vector(i));
-            let similar = liked_mean.as_ref().map_or(0.0, |q| dot(q, vector(i)));
-            let related = related.get(&i).copied().unwrap_or(0.0);
-            let (als_n, similar_n, related_n) =
-                (als / tops[0], similar / tops[1], related / tops[2]);
-            // The user's affinity to the candidate's facet values: mean and best.
-            let (mut sum, mut best, mut n) = (0.0f32, 0.0f32, 0usize);
-            if let (Some(values), Some(affinity)) =
-                (self.item_facets.get(i as usize), self.affinity.get(u))
-            {
-                for v in values {
-                    let a = affinity.get(v).copied().unwrap_or(0.0);
-                    sum += a;
-                    best = best.max(a);
-                    n += 1;
-                }
-            }
-            let facet_mean = if n == 0 { 0.0 } else { sum / n as f32 };
-            rows.extend_from_slice(&[
-                als_n + similar_n + related_n,
-                als_n,
-                similar_n,
-                related_n,
-                als,
-                similar,
-                liked.first().map_or(0.0, |&l| dot(vector(l), vector(i))),
-                last3_mean.as_ref().map_or(0.0, |q| dot(q, vector(i))),
-                related,
-                related_last.get(&i).copied().unwrap_or(0.0),
-                next.get(&i).copied().unwrap_or(0.0),
-                trending,
-                self.popularity[i as usize],
-                days(first),
-                days(last),
-                user_items,
-                user_popularity,
-                als_place as f32,
-                related_place as f32,
-                trending_place as f32,
-                sources as f32,
-                facet_mean,
-                best,
-            ]);
-        }
-        items
     }
 
     /// The day user row `u` stands at: that of the user's last training event, else (a user
@@ -494,7 +398,7 @@ impl<'a> Offline<'a> {
     pub fn blend(&self, sources: &[Source], u: usize, k: usize) -> Vec<u32> {
         let mut scores: HashMap<u32, f32> = HashMap::new();
         for source in sources {
-            let items = self.source(source, u, POOL);
+            let items = source_of(self, &self.user(u), source, POOL);
             let best = items.first().map_or(0.0, |(_, s)| *s);
             if best <= 0.0 {
                 continue;
@@ -511,55 +415,337 @@ impl<'a> Offline<'a> {
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         ranked.into_iter().take(k).map(|(i, _)| i).collect()
     }
+}
 
-    /// One source's best `pool` items for user row `u`, best first.
-    fn source(&self, source: &Source, u: usize, pool: usize) -> Vec<(u32, f32)> {
-        let rows = |hits: Vec<(usize, f32)>| hits.into_iter().map(|(i, s)| (i as u32, s)).collect();
-        match source {
-            Source::Als { .. } => rows(self.factors.items.top_k(
-                Metric::Dot,
-                self.factors.users.row(u),
-                pool,
-                |_| false,
-            )),
-            Source::SimilarToLiked { last, .. } => {
-                let liked = &self.recent[u][..(*last).min(self.recent[u].len())];
-                let queries: Vec<&[f32]> = liked
-                    .iter()
-                    .map(|&i| self.factors.items.row(i as usize))
-                    .collect();
-                rows(self.factors.items.top_k_multi(
-                    Metric::Dot,
-                    &queries,
-                    penchant_vectors::Aggregate::Mean,
-                    pool,
-                    |i| liked.contains(&(i as u32)),
-                ))
-            }
-            Source::Related { last, .. } => {
-                let liked = &self.recent[u][..(*last).min(self.recent[u].len())];
-                let mut scores: HashMap<u32, f32> = HashMap::new();
-                for &a in liked {
-                    for &(b, s) in &self.related[a as usize] {
-                        *scores.entry(b).or_default() += s;
-                    }
-                }
-                let mut ranked: Vec<(u32, f32)> = scores
-                    .into_iter()
-                    .filter(|(b, _)| !liked.contains(b))
-                    .collect();
-                ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                ranked.truncate(pool);
-                ranked
-            }
-            Source::Trending { .. } => self
-                .trending(self.today(u))
-                .ranked
-                .iter()
-                .take(pool)
-                .copied()
-                .collect(),
+/// The item side of an [`Offline`], owned: what a learned ranker serves from
+/// ([`super::serving`]). Trending is the last day's, whatever day a user stands at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Items {
+    pub vectors: Matrix,
+    pub lists: Lists,
+    pub popular: Vec<u32>,
+    pub trend: Arc<Trend>,
+    /// The day of the last event.
+    pub day: i64,
+}
+
+impl Offline<'_> {
+    /// Its item side, as of its last event's day.
+    pub fn items(&self) -> Items {
+        let day = self.days.last().copied().unwrap_or(0);
+        Items {
+            vectors: self.factors.items.clone(),
+            lists: self.lists.clone(),
+            popular: self.popular_rows().to_vec(),
+            trend: self.trending(day),
+            day,
         }
+    }
+}
+
+impl ItemSide for Items {
+    fn vectors(&self) -> &Matrix {
+        &self.vectors
+    }
+
+    fn lists(&self) -> &Lists {
+        &self.lists
+    }
+
+    fn popular(&self) -> &[u32] {
+        &self.popular
+    }
+
+    fn trend(&self, _today: i64) -> Arc<Trend> {
+        self.trend.clone()
+    }
+}
+
+impl ItemSide for Offline<'_> {
+    fn vectors(&self) -> &Matrix {
+        &self.factors.items
+    }
+
+    fn lists(&self) -> &Lists {
+        &self.lists
+    }
+
+    fn popular(&self) -> &[u32] {
+        self.popular_rows()
+    }
+
+    fn trend(&self, today: i64) -> Arc<Trend> {
+        self.trending(today)
+    }
+}
+
+/// What the features read of the items: a training's own sources ([`Offline`]), or a learned
+/// ranker's stored snapshot of them when it serves ([`super::serving`]). An item row past the
+/// known ones (an item the snapshot never saw) reads as an item without any event.
+pub(crate) trait ItemSide {
+    /// The items' ALS factors (the known ones only: what the sources search).
+    fn vectors(&self) -> &Matrix;
+    /// Each item's lists, counts and facet values.
+    fn lists(&self) -> &Lists;
+    /// Item rows by popularity, best first.
+    fn popular(&self) -> &[u32];
+    /// Trending as of the end of `today`.
+    fn trend(&self, today: i64) -> Arc<Trend>;
+}
+
+/// One user as the features read it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UserSide<'u> {
+    /// The user's item rows, sorted (what no source proposes).
+    pub seen: &'u [u32],
+    /// The same items, newest first.
+    pub recent: &'u [u32],
+    /// The user's ALS vector.
+    pub vector: &'u [f32],
+    /// The day the user stands at (that of their last event).
+    pub today: i64,
+    /// Each facet value's share of the user's event weight (none: no facet features).
+    pub affinity: Option<&'u HashMap<u32, f32>>,
+}
+
+/// Each facet value's share of the weight of a user's events `(item row, weight)`, as a
+/// profile counts them ([`Offline::with_facets`] for every user at once).
+pub(crate) fn affinity(
+    side: &(impl ItemSide + ?Sized),
+    events: impl Iterator<Item = (u32, f32)>,
+) -> HashMap<u32, f32> {
+    let (mut values, mut total) = (HashMap::new(), 0.0f32);
+    for (i, w) in events {
+        add_affinity(&mut values, &mut total, side.lists().facets(i), w);
+    }
+    share_of(&mut values, total);
+    values
+}
+
+fn add_affinity(values: &mut HashMap<u32, f32>, total: &mut f32, facets: &[u32], w: f32) {
+    *total += w.max(0.0);
+    for &v in facets {
+        *values.entry(v).or_default() += w.max(0.0);
+    }
+}
+
+fn share_of(values: &mut HashMap<u32, f32>, total: f32) {
+    if total > 0.0 {
+        values.values_mut().for_each(|a| *a /= total);
+    }
+}
+
+/// The rows of [`FEATURES`] of `items` for `user`, else of the candidates the sources propose
+/// (sorted); returns the items. The one function both training and serving describe a
+/// candidate with.
+pub(crate) fn rows_of(
+    side: &(impl ItemSide + ?Sized),
+    user: &UserSide<'_>,
+    per_source: usize,
+    items: Option<&[u32]>,
+    rows: &mut Vec<f32>,
+) -> Vec<u32> {
+    let sources = candidate_sources();
+    let seen = user.seen;
+    let unseen = |i: &u32| seen.binary_search(i).is_err();
+    // Per candidate: how many sources proposed it, and its place in ALS's and related's.
+    let mut proposed: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+    let absent = per_source as u32;
+    // Each source's best score for this user (what a blend divides its scores by).
+    let mut tops = [1.0f32; 4];
+    for (s, source) in sources.iter().enumerate() {
+        let best = source_of(side, user, source, per_source + seen.len());
+        tops[s] = best.first().map_or(1.0, |(_, score)| score.abs().max(1e-6));
+        let best = best.into_iter().filter(|(i, _)| unseen(i)).take(per_source);
+        for (place, (i, _)) in best.enumerate() {
+            let entry = proposed.entry(i).or_insert((0, absent, absent));
+            entry.0 += 1;
+            match s {
+                0 => entry.1 = place as u32,
+                2 => entry.2 = place as u32,
+                _ => {}
+            }
+        }
+    }
+    for &i in side.popular().iter().filter(|i| unseen(i)).take(per_source) {
+        proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
+    }
+    // What others had soon after the user's last three items (the newest counts most).
+    let mut next: HashMap<u32, f32> = HashMap::new();
+    for (k, &a) in user.recent.iter().take(3).enumerate() {
+        for &(b, share) in side.lists().next(a) {
+            *next.entry(b).or_default() += share / (k + 1) as f32;
+        }
+    }
+    let mut followers: Vec<(u32, f32)> = next
+        .iter()
+        .map(|(&b, &w)| (b, w))
+        .filter(|(b, _)| unseen(b))
+        .collect();
+    followers.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    for &(i, _) in followers.iter().take(per_source) {
+        proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
+    }
+    let items: Vec<u32> = match items {
+        Some(items) => items.to_vec(),
+        None => {
+            let mut items: Vec<u32> = proposed.keys().copied().collect();
+            items.sort_unstable();
+            items
+        }
+    };
+
+    let factors = side.vectors();
+    let zero = vec![0.0f32; factors.dim()];
+    let vector = |i: u32| {
+        if (i as usize) < factors.len() {
+            factors.row(i as usize)
+        } else {
+            &zero
+        }
+    };
+    let dot = penchant_vectors::kernels::dot;
+    let recent = user.recent;
+    let liked = &recent[..recent.len().min(10)];
+    let queries: Vec<&[f32]> = liked.iter().map(|&i| vector(i)).collect();
+    let liked_mean =
+        (!queries.is_empty()).then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &queries));
+    let mut related: HashMap<u32, f32> = HashMap::new();
+    let mut related_last: HashMap<u32, f32> = HashMap::new();
+    for (k, &a) in liked.iter().enumerate() {
+        for &(b, s) in side.lists().related(a) {
+            *related.entry(b).or_default() += s;
+            if k < 3 {
+                *related_last.entry(b).or_default() += s;
+            }
+        }
+    }
+    let last3 = &liked[..liked.len().min(3)];
+    let last3_queries: Vec<&[f32]> = last3.iter().map(|&i| vector(i)).collect();
+    let last3_mean = (!last3_queries.is_empty())
+        .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
+    let today = user.today;
+    let trend = side.trend(today);
+    let user_items = (1.0 + recent.len() as f32).ln();
+    let user_popularity = if recent.is_empty() {
+        0.0
+    } else {
+        recent
+            .iter()
+            .map(|&i| side.lists().popularity(i))
+            .sum::<f32>()
+            / recent.len() as f32
+    };
+    rows.reserve(items.len() * FEATURES.len());
+    for &i in &items {
+        let (sources, als_place, related_place) =
+            proposed.get(&i).copied().unwrap_or((0, absent, absent));
+        let (first, last) = side.lists().days(i);
+        // Never had in training (an item of held-out events only): -1.
+        let days = |day: i64| {
+            if day == i64::MIN || day == i64::MAX {
+                -1.0
+            } else {
+                (today - day) as f32
+            }
+        };
+        let (trending, trending_place) = trend.of(i);
+        let als = dot(user.vector, vector(i));
+        let similar = liked_mean.as_ref().map_or(0.0, |q| dot(q, vector(i)));
+        let related = related.get(&i).copied().unwrap_or(0.0);
+        let (als_n, similar_n, related_n) = (als / tops[0], similar / tops[1], related / tops[2]);
+        // The user's affinity to the candidate's facet values: mean and best.
+        let (mut sum, mut best, mut n) = (0.0f32, 0.0f32, 0usize);
+        if let Some(affinity) = user.affinity {
+            for v in side.lists().facets(i) {
+                let a = affinity.get(v).copied().unwrap_or(0.0);
+                sum += a;
+                best = best.max(a);
+                n += 1;
+            }
+        }
+        let facet_mean = if n == 0 { 0.0 } else { sum / n as f32 };
+        rows.extend_from_slice(&[
+            als_n + similar_n + related_n,
+            als_n,
+            similar_n,
+            related_n,
+            als,
+            similar,
+            liked.first().map_or(0.0, |&l| dot(vector(l), vector(i))),
+            last3_mean.as_ref().map_or(0.0, |q| dot(q, vector(i))),
+            related,
+            related_last.get(&i).copied().unwrap_or(0.0),
+            next.get(&i).copied().unwrap_or(0.0),
+            trending,
+            side.lists().popularity(i),
+            days(first),
+            days(last),
+            user_items,
+            user_popularity,
+            als_place as f32,
+            related_place as f32,
+            trending_place as f32,
+            sources as f32,
+            facet_mean,
+            best,
+        ]);
+    }
+    items
+}
+
+/// One source's best `pool` items for `user`, best first.
+fn source_of(
+    side: &(impl ItemSide + ?Sized),
+    user: &UserSide<'_>,
+    source: &Source,
+    pool: usize,
+) -> Vec<(u32, f32)> {
+    let rows = |hits: Vec<(usize, f32)>| hits.into_iter().map(|(i, s)| (i as u32, s)).collect();
+    let vectors = side.vectors();
+    match source {
+        Source::Als { .. } => rows(vectors.top_k(Metric::Dot, user.vector, pool, |_| false)),
+        Source::SimilarToLiked { last, .. } => {
+            let liked = &user.recent[..(*last).min(user.recent.len())];
+            let queries: Vec<&[f32]> = liked
+                .iter()
+                .filter(|&&i| (i as usize) < vectors.len())
+                .map(|&i| vectors.row(i as usize))
+                .collect();
+            if queries.is_empty() {
+                return Vec::new();
+            }
+            rows(vectors.top_k_multi(
+                Metric::Dot,
+                &queries,
+                penchant_vectors::Aggregate::Mean,
+                pool,
+                |i| liked.contains(&(i as u32)),
+            ))
+        }
+        Source::Related { last, .. } => {
+            let liked = &user.recent[..(*last).min(user.recent.len())];
+            let mut scores: HashMap<u32, f32> = HashMap::new();
+            for &a in liked {
+                for &(b, s) in side.lists().related(a) {
+                    *scores.entry(b).or_default() += s;
+                }
+            }
+            let mut ranked: Vec<(u32, f32)> = scores
+                .into_iter()
+                .filter(|(b, _)| !liked.contains(b))
+                .collect();
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            ranked.truncate(pool);
+            ranked
+        }
+        Source::Trending { .. } => side
+            .trend(user.today)
+            .ranked
+            .iter()
+            .take(pool)
+            .copied()
+            .collect(),
     }
 }
 
@@ -769,7 +955,7 @@ mod tests {
             vec![3]
         );
         // Related: 1 was had with 0 (user 0) and with 2 (user 1).
-        let related: Vec<u32> = offline.related[1].iter().map(|(i, _)| *i).collect();
+        let related: Vec<u32> = offline.lists.related[1].iter().map(|(i, _)| *i).collect();
         assert_eq!(related.len(), 2);
         assert!(related.contains(&0) && related.contains(&2));
         let rel = Source::Related {

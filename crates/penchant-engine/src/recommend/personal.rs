@@ -192,6 +192,7 @@ mod tests {
             record: record.as_object().unwrap().clone(),
             score: 50.0,
             personalization: None,
+            learned: None,
         }
     }
 

@@ -39,14 +39,15 @@ use super::QueueDefinition;
 use super::impressions;
 use super::learned::{self, Examples, History, Learned, LearnedConfig, Shown};
 use super::queues::Ranker;
+use super::serving::Snapshot;
 use crate::events::EventType;
 use crate::jobs::{Job, JobState, Progress, Run};
 use crate::tables::{Gc, Rows, Table};
 use crate::{Engine, EngineError, Result, internal, keys};
 
 pub const RANKERS_TABLE: &str = "rankers";
-const FAMILY: &str = "m";
-const MODEL: &[u8] = b"model";
+pub(crate) const FAMILY: &str = "m";
+pub(crate) const MODEL: &[u8] = b"model";
 /// Each user's latest events held out as what came next, at each of the job's cuts.
 const HOLDOUT: Holdout = Holdout::Fraction(0.2);
 /// Users whose queues are written at once.
@@ -55,7 +56,10 @@ const USERS_AT_ONCE: usize = 16;
 /// Learned rankers, per app and index (the newest two).
 pub const RANKERS: Table = Table {
     name: RANKERS_TABLE,
-    families: &[(FAMILY, Gc::Versions(2))],
+    families: &[
+        (FAMILY, Gc::Versions(2)),
+        (super::serving::FAMILY, Gc::Versions(2)),
+    ],
     rows: Rows::App,
 };
 
@@ -196,6 +200,8 @@ impl Job for Rank {
 /// impressions with an outcome.
 struct Read {
     data: crate::vectors::training::Data,
+    /// How its events were weighed.
+    weights: crate::vectors::training::Weights,
     als: AlsConfig,
     facets: Vec<Vec<u32>>,
     shown: Vec<Shown>,
@@ -275,6 +281,7 @@ impl Engine {
             als,
             facets,
             shown,
+            weights,
         } = self.ranker_history(app, &config).await?;
         let (users, items, events) = (data.users.len(), data.items.len(), data.read);
         let data = Arc::new(data);
@@ -388,7 +395,7 @@ impl Engine {
             }
         };
         let state = self
-            .write_learned_queues(run, &stored, data, facets, als)
+            .write_learned_queues(run, &stored, (data, facets), als, weights)
             .await?;
         if state == JobState::Done {
             run.update(|s| s.phase = Phase::Done);
@@ -396,15 +403,15 @@ impl Engine {
         Ok(state)
     }
 
-    /// Phase queues: every user's candidates in the model's order, written to each learned
-    /// queue of the index.
+    /// Phase queues: the snapshot the ranker serves from ([`super::serving`]), then every
+    /// user's candidates in the model's order, written to each learned queue of the index.
     async fn write_learned_queues(
         &self,
         run: &Run<Rank>,
         stored: &StoredRanker,
-        data: Arc<crate::vectors::training::Data>,
-        facets: Arc<Vec<Vec<u32>>>,
+        (data, facets): (Arc<crate::vectors::training::Data>, Arc<Vec<Vec<u32>>>),
         als: AlsConfig,
+        weights: crate::vectors::training::Weights,
     ) -> Result<JobState> {
         let app = run.app();
         let index = &stored.config.index_name;
@@ -416,23 +423,27 @@ impl Engine {
             .into_iter()
             .filter(|(_, def)| def.ranker == Ranker::Learned && &def.index_name == index)
             .collect();
-        let expected = data.users.len() as u64;
+        let expected = if queues.is_empty() {
+            0
+        } else {
+            data.users.len() as u64
+        };
         run.update(|s| {
             s.queues = queues.iter().map(|(name, _)| name.clone()).collect();
             s.expected_users = Some(expected);
         });
-        if queues.is_empty() {
-            return Ok(JobState::Done);
-        }
         // What the catalog has of the history's items, asked once for the phase rather than
         // for each user's queue.
         let mut present = HashSet::new();
-        for chunk in data.items.chunks(1000) {
-            present.extend(self.catalog.present(app, index, chunk).await?);
+        if !queues.is_empty() {
+            for chunk in data.items.chunks(1000) {
+                present.extend(self.catalog.present(app, index, chunk).await?);
+            }
         }
         let in_catalog: Vec<bool> = data.items.iter().map(|i| present.contains(i)).collect();
         let k = queues.iter().map(|(_, def)| def.size).max().unwrap_or(0);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<(u32, f32)>)>(256);
+        let (items_tx, items_rx) = tokio::sync::oneshot::channel();
         let cancel = run.cancelled();
         let (model, per_source) = (stored.model.clone(), stored.learned.per_source);
         let ranking_data = data.clone();
@@ -447,11 +458,19 @@ impl Engine {
             };
             learned::rank_all(
                 &history,
-                &als,
+                &als.clone(),
                 &model,
                 per_source,
                 k,
                 || !cancel.load(Ordering::Relaxed) && !unheard.load(Ordering::Relaxed),
+                |items| {
+                    let _ = items_tx.send(Snapshot {
+                        ids: ranking_data.items.clone(),
+                        items,
+                        weights,
+                        als,
+                    });
+                },
                 |u, ranked| {
                     if tx.blocking_send((u, ranked)).is_err() {
                         unheard.store(true, Ordering::Relaxed);
@@ -459,6 +478,11 @@ impl Engine {
                 },
             )
         });
+        // Written before the queues: the ranker serves requests from here on.
+        if let Ok(snapshot) = items_rx.await {
+            self.write_snapshot(app, index, stored.version, &snapshot)
+                .await?;
+        }
         let done = run.counter();
         let version = stored.version;
         let mut writes = futures::stream::poll_fn(|cx| rx.poll_recv(cx))
@@ -523,6 +547,7 @@ impl Engine {
         let shown = self.shown(app, &config.index_name, &data).await?;
         Ok(Read {
             data,
+            weights,
             als,
             facets,
             shown,

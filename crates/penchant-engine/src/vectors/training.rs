@@ -424,6 +424,21 @@ fn fold_in_missing(
 }
 
 /// The weight of an event.
+/// The weight a training gives an event (of `index`, when given), if it counts: above 0, not
+/// a "not for me" event.
+fn counted(
+    weights: &Weights,
+    seen: &crate::seen::SeenSettings,
+    index: Option<&str>,
+    event: &Event,
+) -> Option<f32> {
+    let weight = weight_of(weights, event);
+    let counts = weight > 0.0
+        && index.is_none_or(|i| i == event.index)
+        && !seen.is_negative(&event.event_name);
+    counts.then_some(weight)
+}
+
 fn weight_of(weights: &Weights, event: &Event) -> f32 {
     if weights.is_empty() {
         return 1.0;
@@ -550,6 +565,42 @@ impl Trainings {
             .unwrap_or_default())
     }
 
+    /// One user's events of `index` in the retention window as a training weighing them by
+    /// `weights` counts them ([`Trainings::read`]): `(objectID, weight, time ms)`, in time
+    /// order.
+    pub(crate) async fn user_events(
+        &self,
+        app: &str,
+        index: &str,
+        user: &str,
+        weights: &Weights,
+    ) -> Result<Vec<(String, f32, i64)>> {
+        let since = self.since(app).await?;
+        let seen = self.seen.settings(app).await?;
+        let request = ReadRows::new(keys::events_between(app, user, since, i64::MAX))
+            .filter(RowFilter::column(events::FAMILY, events::EVENT_COLUMN));
+        let mut out = Vec::new();
+        for row in self.store.read_all(events::EVENTS_TABLE, request).await? {
+            let Some(cell) = row.latest(events::FAMILY, events::EVENT_COLUMN) else {
+                continue;
+            };
+            let event: Event =
+                serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt event", e))?;
+            let (Some(weight), Target::ObjectIds(ids)) =
+                (counted(weights, &seen, Some(index), &event), &event.target)
+            else {
+                continue;
+            };
+            out.extend(
+                ids.iter()
+                    .filter(|id| crate::catalog::check_object_id(id).is_ok())
+                    .map(|id| (id.clone(), weight, event.timestamp)),
+            );
+        }
+        out.sort_by_key(|e| e.2);
+        Ok(out)
+    }
+
     /// The start of the app's retention window (ms).
     async fn since(&self, app: &str) -> Result<i64> {
         let window = self.tenancy.retention(app).await?;
@@ -600,13 +651,9 @@ impl Trainings {
                         .map(|id| (query_id.clone(), id.clone(), event.event_type)),
                 );
             }
-            let weight = weight_of(weights, &event);
-            if weight <= 0.0
-                || index.is_some_and(|i| i != event.index)
-                || seen.is_negative(&event.event_name)
-            {
+            let Some(weight) = counted(weights, &seen, index, &event) else {
                 continue;
-            }
+            };
             // A user or an item that cannot name a vector's row (stored before events were
             // checked so) is left out, not the training failed.
             if !keys::user_token_ok(event.user()) {
@@ -795,13 +842,10 @@ impl Trainings {
             };
             let event: Event =
                 serde_json::from_slice(&cell.value).map_err(|e| internal("corrupt event", e))?;
-            let weight = weight_of(&trained.weights, &event);
-            if weight <= 0.0
-                || trained.index.as_deref().is_some_and(|i| i != event.index)
-                || seen.is_negative(&event.event_name)
-            {
+            let Some(weight) = counted(&trained.weights, &seen, trained.index.as_deref(), &event)
+            else {
                 continue;
-            }
+            };
             if let Target::ObjectIds(ids) = &event.target {
                 for row in ids.iter().filter_map(|id| loaded.row_of(id)) {
                     *weights.entry(row as u32).or_default() += weight;

@@ -378,6 +378,128 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
     assert_eq!(answer.ranker_version, Some(version));
     assert!(!answer.hits.is_empty());
 
+    // At request time: trending items for u7, in the learned ranker's order (the job stored
+    // what it serves from), each hit with the model's score and its features.
+    let ask = |ranker: Option<&str>, user: Option<&str>| -> RecommendRequest {
+        let mut request = json!({
+            "indexName": "items", "model": "trending-items", "threshold": 0,
+            "maxRecommendations": 20, "queryParameters": {"getRankingInfo": true}
+        });
+        if let Some(ranker) = ranker {
+            request["ranker"] = json!(ranker);
+        }
+        if let Some(user) = user {
+            request["queryParameters"]["userToken"] = json!(user);
+        }
+        serde_json::from_value(request).unwrap()
+    };
+    let one = async |request: RecommendRequest| {
+        engine
+            .recommendations(APP, &[request])
+            .await
+            .map(|mut answers| answers.remove(0))
+    };
+    let learned_hits = |answer: &penchant_engine::recommend::Recommendations| {
+        answer
+            .hits
+            .iter()
+            .map(|hit| match hit {
+                penchant_engine::recommend::RecommendHit::Item {
+                    record,
+                    score,
+                    learned,
+                    ..
+                } => (
+                    record["objectID"].as_str().unwrap().to_owned(),
+                    *score,
+                    learned.clone(),
+                ),
+                _ => panic!("an item"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let plain = one(ask(None, Some("u7"))).await.unwrap();
+    assert_eq!(plain.ranker_version, None);
+    let ranked = one(ask(Some("learned"), Some("u7"))).await.unwrap();
+    assert_eq!(ranked.ranker_version, Some(version), "{ranked:?}");
+    assert_eq!(ranked.source, "trending");
+    let hits = learned_hits(&ranked);
+    assert_eq!(hits.len(), 20);
+    assert_eq!(hits[0].1, 100.0, "the best scores 100");
+    let model_scores: Vec<f64> = hits
+        .iter()
+        .map(|(_, _, l)| {
+            let l = l.as_ref().expect("the ranker's score");
+            assert_eq!(l.features.len(), 23);
+            // Taken apart by feature (getRankingInfo): the parts sum to the score.
+            let (bias, parts) = l.contributions.as_ref().expect("contributions");
+            let sum = bias + parts.iter().sum::<f64>();
+            assert!((sum - l.score).abs() < 1e-6, "{sum} vs {}", l.score);
+            l.score
+        })
+        .collect();
+    assert!(
+        model_scores.windows(2).all(|w| w[0] >= w[1]),
+        "{model_scores:?}"
+    );
+    let plain_ids: Vec<String> = learned_hits(&plain).into_iter().map(|h| h.0).collect();
+    let ranked_ids: Vec<String> = hits.iter().map(|h| h.0.clone()).collect();
+    assert_ne!(plain_ids, ranked_ids, "re-ordered");
+    // The served order agrees with the job's queue for the same user: of the queue's items,
+    // the served ranker puts first mostly what the job put first (the user's vector is folded
+    // in at request time, the job's comes from its own ALS training).
+    let queue = engine.stored_queue(APP, "learned", "u7").await.unwrap();
+    let queued: Vec<&str> = queue.items.iter().map(|(id, _)| id.as_str()).collect();
+    let (_, scored) = engine
+        .learned_scores(APP, "items", "u7", &queued)
+        .await
+        .unwrap()
+        .expect("served");
+    let mut order: Vec<usize> = (0..queued.len()).collect();
+    order.sort_by(|&a, &b| scored.scores[b].total_cmp(&scored.scores[a]));
+    let agree = order[..10].iter().filter(|&&n| n < 10).count();
+    println!("served ranker vs the job's queue: {agree} of the top 10 shared");
+    assert!(agree >= 6, "{agree} of 10: {order:?}");
+    // The ranker needs a user, and is `blend` or `learned`.
+    let refused = one(ask(Some("learned"), None)).await;
+    assert!(
+        matches!(&refused, Err(EngineError::Invalid(m)) if m.contains("userToken is required")),
+        "{refused:?}"
+    );
+    let refused = one(ask(Some("gbdt"), Some("u7"))).await;
+    assert!(
+        matches!(&refused, Err(EngineError::Invalid(m)) if m.contains("`gbdt` is not a ranker")),
+        "{refused:?}"
+    );
+    // Re-ranking by the learned ranker: the hits in its order, with its version and scores.
+    let hits: Vec<penchant_engine::catalog::Record> = queued[..12]
+        .iter()
+        .rev()
+        .map(|id| json!({"objectID": id}).as_object().unwrap().clone())
+        .collect();
+    let reranked = engine
+        .rerank(
+            APP,
+            "items",
+            &hits,
+            "u7",
+            penchant_engine::RerankOptions {
+                ranker: Some("learned".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (at, scores) = reranked.learned.expect("ordered by the ranker");
+    assert_eq!(at, version);
+    assert!(
+        scores.windows(2).all(|w| w[0].score >= w[1].score),
+        "{scores:?}"
+    );
+    let reranked_first = hits[reranked.ranked[0].0]["objectID"].as_str().unwrap();
+    let best = (0..12).max_by(|&a, &b| scored.scores[a].total_cmp(&scored.scores[b]));
+    assert_eq!(reranked_first, queued[best.unwrap()]);
+
     // The queue is the job's: a rebuild by hand is refused, the build job leaves it.
     let refused = engine.rebuild_queue(APP, "learned", "u7", None).await;
     assert!(

@@ -30,6 +30,8 @@ use axum::{Json, Router};
 use penchant_engine::abtests::Served;
 use penchant_engine::catalog::Record;
 use penchant_engine::keys;
+use penchant_engine::recommend::LearnedScore;
+use penchant_engine::recommend::offline::FEATURES;
 use penchant_engine::rerank::Personalization;
 use penchant_engine::strategy::Strategy;
 use penchant_engine::tenancy::Acl;
@@ -84,6 +86,8 @@ struct RerankBody {
     /// `false`: answer as if no A/B test ran on the index.
     #[serde(rename = "enableABTest", default = "yes")]
     enable_ab_test: bool,
+    /// `learned`: the index's learned ranker orders the hits.
+    ranker: Option<String>,
 }
 
 fn yes() -> bool {
@@ -108,18 +112,52 @@ fn records(hits: Vec<Value>) -> Result<Vec<Record>, ApiError> {
         .collect()
 }
 
-/// Re-ranked hits as the API shows them: each with its `_rankingInfo`.
-fn ranked_hits(hits: &[Record], ranked: Vec<(usize, Personalization)>) -> Vec<Value> {
+/// Re-ranked hits as the API shows them: each with its `_rankingInfo` (and what the learned
+/// ranker made of it, when it ordered them).
+fn ranked_hits(
+    hits: &[Record],
+    ranked: Vec<(usize, Personalization)>,
+    learned: Option<&(i64, Vec<LearnedScore>)>,
+) -> Vec<Value> {
     let n = ranked.len();
     ranked
         .into_iter()
         .enumerate()
         .map(|(rank, (i, p))| {
             let mut hit = hits[i].clone();
-            hit.insert("_rankingInfo".into(), ranking_info(&p, n - rank));
+            let mut info = ranking_info(&p, n - rank);
+            if let Some((version, scores)) = learned {
+                info["learned"] = learned_info(&scores[rank], *version);
+            }
+            hit.insert("_rankingInfo".into(), info);
             Value::Object(hit)
         })
         .collect()
+}
+
+/// What the learned ranker made of a hit: its version, the model's score, the hit's features
+/// by name, and how each moved the score (`contributions`: the part no feature moved and each
+/// feature's; they sum to `score`).
+pub(crate) fn learned_info(learned: &LearnedScore, version: i64) -> Value {
+    let features: serde_json::Map<String, Value> = FEATURES
+        .iter()
+        .zip(&learned.features)
+        .map(|(name, value)| ((*name).to_owned(), json!(value)))
+        .collect();
+    let mut info = json!({
+        "rankerVersion": version,
+        "score": learned.score,
+        "features": features,
+    });
+    if let Some((bias, parts)) = &learned.contributions {
+        let parts: serde_json::Map<String, Value> = FEATURES
+            .iter()
+            .zip(parts)
+            .map(|(name, part)| ((*name).to_owned(), json!(part)))
+            .collect();
+        info["contributions"] = json!({"bias": bias, "features": parts});
+    }
+    info
 }
 
 /// A hit's `_rankingInfo` in Algolia's shape: the personalization scores, and the fields
@@ -157,6 +195,7 @@ async fn rerank(
         strategy: body.personalization_strategy,
         click_analytics: body.click_analytics,
         enable_ab_test: body.enable_ab_test,
+        ranker: body.ranker,
     };
     let reranked = state
         .engine
@@ -165,7 +204,9 @@ async fn rerank(
     let mut out = json!({
         "userToken": body.user_token,
         "personalizationImpact": reranked.impact,
-        "hits": ranked_hits(&hits, reranked.ranked),
+        "hits": ranked_hits(&hits, reranked.ranked, reranked.learned.as_ref()),
+        "ranker": reranked.learned.as_ref().map(|_| "learned"),
+        "rankerVersion": reranked.learned.as_ref().map(|(version, _)| version),
     });
     served_fields(&mut out, &reranked.served);
     Ok(Json(out))
@@ -219,7 +260,7 @@ async fn simulate(
         json!({
             "personalizationImpact": r.impact,
             "scores": r.scores,
-            "hits": ranked_hits(records, r.ranked),
+            "hits": ranked_hits(records, r.ranked, None),
         })
     };
     Ok(Json(json!({

@@ -167,11 +167,18 @@ fn result(
                 record,
                 score,
                 personalization,
+                learned,
             } => {
                 let mut out = view.apply(record);
                 out.insert("_score".into(), json!(score));
-                if let Some(p) = personalization.filter(|_| ranking_info) {
-                    let info = super::personalization::ranking_info(&p, n - rank);
+                if ranking_info && (personalization.is_some() || learned.is_some()) {
+                    // Algolia's shape (its clients require the personalization scores): zero
+                    // when the hits were not personalized.
+                    let p = personalization.unwrap_or_default();
+                    let mut info = super::personalization::ranking_info(&p, n - rank);
+                    if let (Some(l), Some(version)) = (learned, answer.ranker_version) {
+                        info["learned"] = super::personalization::learned_info(&l, version);
+                    }
                     out.insert("_rankingInfo".into(), info);
                 }
                 Value::Object(out)
@@ -198,6 +205,7 @@ fn result(
         "answeredBy": answer.answered_by,
         "source": answer.source,
         "modelBuiltAt": answer.built_at,
+        "ranker": answer.ranker_version.map(|_| "learned"),
         "rankerVersion": answer.ranker_version,
         // Another model answered: the one asked had nothing for this request.
         "fallback": answer.answered_by != model,

@@ -142,6 +142,11 @@ fn quick_start_runs_as_written() {
         let hits = answer["hits"].as_array().map_or(0, Vec::len);
         assert!(hits > 0, "{model} answered no hit\n{report}");
     }
+    // The A/B section's request-time ranking was ordered by the learned ranker.
+    assert!(
+        stdout.contains(r#"{"ranker":"learned","hits":[{"objectID""#),
+        "no answer ordered by the learned ranker\n{report}"
+    );
     // The answers the README shows (its `# {...}` lines) are those the server gave.
     let shown = answers(script.lines().filter_map(|line| line.strip_prefix("# ")));
     assert_eq!(

@@ -1,0 +1,619 @@
+//! A learned ranker at request time: a Recommend answer or a re-ranking that names
+//! `"ranker": "learned"` is put in the order the index's ranker gives its hits for the user.
+//!
+//! The features are the training's own ([`offline::rows_of`], one function for both): the item
+//! side — ALS item factors, co-interaction and transition lists, popularity, first and last
+//! days, facet values, trending — is a snapshot the ranker job stores beside the model it
+//! learned, made from the same history the job ranks its queues from ([`Snapshot`]); the user
+//! side is read per request from the user's events in the retention window, weighed as the
+//! job weighed them: their items newest first, the day of the last one, their facet
+//! affinities, and their ALS vector folded in under the snapshot's item factors
+//! ([`als::fold_in`], the exact solve of ALS's user step — the impressions' later groups are
+//! described the same way).
+//!
+//! What differs from the job's own queues: trending is the snapshot's last day's for every
+//! user (the job reads it as of each user's last day), items the snapshot never saw (added
+//! since) read as items without events, and events since the snapshot count on the user's
+//! side only.
+//!
+//! Stored in table `rankers`, family `s`: the header (cell `s:head`, JSON: the model version,
+//! the history's weights and ALS settings, how many chunks) in the index's ranker row, and the
+//! body in rows `app 0 · index 0 · chunk` (cell `s:data`, ≤ [`CHUNK`] bytes each), every cell
+//! stamped with the model version; the header is written last, so a reader finds a whole
+//! snapshot or the one before.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use penchant_rank::{Forest, Model};
+use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, TimeRange, Timestamp};
+use penchant_vectors::Matrix;
+use penchant_vectors::als::{self, AlsConfig};
+use serde::{Deserialize, Serialize};
+
+use super::offline::{self, Items, Lists, Trend, UserSide};
+use super::ranker::{FAMILY as MODEL_FAMILY, MODEL, RANKERS_TABLE, StoredRanker};
+use crate::vectors::training::Weights;
+use crate::{Engine, Result, internal, keys};
+
+pub(crate) const FAMILY: &str = "s";
+const HEAD: &[u8] = b"head";
+const DATA: &[u8] = b"data";
+/// The most bytes of one chunk's cell.
+const CHUNK: usize = 4 << 20;
+/// The encoding's version, first in the body.
+const FORMAT: u32 = 1;
+
+/// The snapshot's header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    version: i64,
+    chunks: u32,
+    bytes: u64,
+    weights: Weights,
+    als: AlsConfig,
+}
+
+/// What a learned ranker serves from: the item side of the history it ranked, with the
+/// objectIDs of its item rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub(crate) ids: Vec<String>,
+    pub(crate) items: Items,
+    /// How the history's events were weighed, and its ALS settings (for the fold-in).
+    pub(crate) weights: Weights,
+    pub(crate) als: AlsConfig,
+}
+
+/// A ranker ready to serve: its snapshot, model and version.
+#[derive(Debug)]
+pub struct Serving {
+    pub version: i64,
+    pub per_source: usize,
+    snapshot: Snapshot,
+    rows: HashMap<String, u32>,
+    gramian: Vec<f32>,
+    model: Model,
+    forest: Forest,
+}
+
+/// One user as a served ranker sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Standing {
+    seen: Vec<u32>,
+    recent: Vec<u32>,
+    vector: Vec<f32>,
+    today: i64,
+    affinity: HashMap<u32, f32>,
+}
+
+impl Standing {
+    fn side(&self) -> UserSide<'_> {
+        UserSide {
+            seen: &self.seen,
+            recent: &self.recent,
+            vector: &self.vector,
+            today: self.today,
+            affinity: Some(&self.affinity),
+        }
+    }
+}
+
+/// Candidates in a served ranker's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// Each candidate's score by the model, in the candidates' order.
+    pub scores: Vec<f64>,
+    /// Each candidate's row of [`offline::FEATURES`], in the candidates' order.
+    pub features: Vec<Vec<f32>>,
+}
+
+impl Serving {
+    /// The ranker of `version` (its `model`, `per_source` candidates of each source) serving
+    /// from `snapshot`.
+    pub(crate) fn new(snapshot: Snapshot, version: i64, per_source: usize, model: &Model) -> Self {
+        let rows = snapshot
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(n, id)| (id.clone(), n as u32))
+            .collect();
+        let gramian = als::gramian(&snapshot.items.vectors);
+        Self {
+            version,
+            per_source,
+            snapshot,
+            rows,
+            gramian,
+            forest: model.forest(),
+            model: model.clone(),
+        }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub(crate) fn weights(&self) -> &Weights {
+        &self.snapshot.weights
+    }
+
+    /// An objectID's item row; an item the snapshot never saw gets the row past its items.
+    fn row(&self, id: &str) -> u32 {
+        self.rows
+            .get(id)
+            .copied()
+            .unwrap_or(self.snapshot.ids.len() as u32)
+    }
+
+    /// A user from their events `(objectID, weight, time ms)` in time order (those of items the
+    /// snapshot lacks are left out).
+    pub(crate) fn standing<'e>(
+        &self,
+        events: impl IntoIterator<Item = (&'e str, f32, i64)>,
+    ) -> Standing {
+        let events: Vec<(u32, f32, i64)> = events
+            .into_iter()
+            .filter_map(|(id, w, at)| self.rows.get(id).map(|&i| (i, w, at)))
+            .collect();
+        let mut recent: Vec<u32> = Vec::new();
+        let mut taken = std::collections::HashSet::new();
+        for &(i, ..) in events.iter().rev() {
+            if taken.insert(i) {
+                recent.push(i);
+            }
+        }
+        let mut seen = recent.clone();
+        seen.sort_unstable();
+        let pairs: Vec<(u32, f32)> = events.iter().map(|&(i, w, _)| (i, w)).collect();
+        let vector = als::fold_in(
+            &self.snapshot.items.vectors,
+            &self.gramian,
+            &pairs,
+            &self.snapshot.als,
+        );
+        let today = events
+            .iter()
+            .map(|e| e.2.div_euclid(crate::aggregates::DAY_MS))
+            .max();
+        Standing {
+            seen,
+            recent,
+            vector,
+            today: today.unwrap_or(self.snapshot.items.day),
+            affinity: offline::affinity(&self.snapshot.items, pairs.into_iter()),
+        }
+    }
+
+    /// `candidates` (objectIDs) scored for `user`.
+    pub(crate) fn score(&self, user: &Standing, candidates: &[&str]) -> Scored {
+        let items: Vec<u32> = candidates.iter().map(|id| self.row(id)).collect();
+        let mut rows = Vec::new();
+        offline::rows_of(
+            &self.snapshot.items,
+            &user.side(),
+            self.per_source,
+            Some(&items),
+            &mut rows,
+        );
+        let scores = self.forest.score_rows(&rows);
+        let features = rows
+            .chunks(offline::FEATURES.len())
+            .map(<[f32]>::to_vec)
+            .collect();
+        Scored { scores, features }
+    }
+}
+
+impl Snapshot {
+    /// The body's bytes.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Writer::default();
+        let items = &self.items;
+        out.u32(FORMAT);
+        out.u32(self.ids.len() as u32);
+        out.u32(items.vectors.dim() as u32);
+        out.i64(items.day);
+        for id in &self.ids {
+            out.bytes(id.as_bytes());
+        }
+        out.f32s(items.vectors.as_slice());
+        let lists = &items.lists;
+        out.f32s(&lists.popularity);
+        for &(first, last) in &lists.item_days {
+            out.i64(first);
+            out.i64(last);
+        }
+        for each in [&lists.related, &lists.next] {
+            for list in each {
+                out.pairs(list);
+            }
+        }
+        // Facets are given for every item or for none.
+        out.u32(u32::from(!lists.facets.is_empty()));
+        for values in &lists.facets {
+            out.u32s(values);
+        }
+        out.u32s(&items.popular);
+        out.pairs(&items.trend.ranked);
+        for &(score, place) in &items.trend.of {
+            out.f32(score);
+            out.u32(place);
+        }
+        out.0
+    }
+
+    fn decode(bytes: &[u8], weights: Weights, als: AlsConfig) -> Option<Self> {
+        let mut r = Reader(bytes);
+        if r.u32()? != FORMAT {
+            return None;
+        }
+        let n = r.u32()? as usize;
+        let dim = r.u32()? as usize;
+        let day = r.i64()?;
+        let ids = (0..n)
+            .map(|_| String::from_utf8(r.bytes()?.to_vec()).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let vectors = Matrix::from_rows(dim, r.f32_n(n * dim)?);
+        let popularity = r.f32_n(n)?;
+        let item_days = (0..n)
+            .map(|_| Some((r.i64()?, r.i64()?)))
+            .collect::<Option<Vec<_>>>()?;
+        let related = (0..n).map(|_| r.pairs()).collect::<Option<Vec<_>>>()?;
+        let next = (0..n).map(|_| r.pairs()).collect::<Option<Vec<_>>>()?;
+        let facets = match r.u32()? {
+            1 => (0..n).map(|_| r.u32s()).collect::<Option<Vec<_>>>()?,
+            _ => Vec::new(),
+        };
+        let popular = r.u32s()?;
+        let ranked = r.pairs()?;
+        let of = (0..n)
+            .map(|_| Some((r.f32()?, r.u32()?)))
+            .collect::<Option<Vec<_>>>()?;
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Self {
+            ids,
+            items: Items {
+                vectors,
+                lists: Lists {
+                    related,
+                    next,
+                    popularity,
+                    item_days,
+                    facets,
+                },
+                popular,
+                trend: Arc::new(Trend { ranked, of }),
+                day,
+            },
+            weights,
+            als,
+        })
+    }
+}
+
+impl Engine {
+    /// `candidates` (objectIDs of `index`) scored for `user` by the index's learned ranker, and
+    /// the ranker (`None`: no ranker job has stored one to serve yet).
+    pub async fn learned_scores(
+        &self,
+        app: &str,
+        index: &str,
+        user: &str,
+        candidates: &[&str],
+    ) -> Result<Option<(Arc<Serving>, Scored)>> {
+        keys::check_user_token(user)?;
+        let Some(serving) = self.served_ranker(app, index).await? else {
+            return Ok(None);
+        };
+        let events = self
+            .trainings
+            .user_events(app, index, user, serving.weights())
+            .await?;
+        let standing = serving.standing(events.iter().map(|(id, w, at)| (id.as_str(), *w, *at)));
+        let scored = serving.score(&standing, candidates);
+        Ok(Some((serving, scored)))
+    }
+}
+
+/// Row `n` of an index's snapshot body: `app 0 · index 0 · n`.
+fn chunk_key(app: &str, index: &str, n: u32) -> Bytes {
+    let mut key = keys::ranker(app, index).to_vec();
+    key.push(0);
+    key.extend_from_slice(&n.to_be_bytes());
+    Bytes::from(key)
+}
+
+impl Engine {
+    /// Store the snapshot the ranker of `version` serves from (its body, then its header).
+    pub(crate) async fn write_snapshot(
+        &self,
+        app: &str,
+        index: &str,
+        version: i64,
+        snapshot: &Snapshot,
+    ) -> Result<()> {
+        let body = snapshot.encode();
+        let cell = |qualifier: &'static [u8], value: Bytes| Mutation::SetCell {
+            family: FAMILY.into(),
+            qualifier: Bytes::from_static(qualifier),
+            timestamp: Timestamp::Micros(version),
+            value,
+        };
+        let body = Bytes::from(body);
+        let chunks = body.len().div_ceil(CHUNK).max(1);
+        for n in 0..chunks {
+            let part = body.slice(n * CHUNK..body.len().min((n + 1) * CHUNK));
+            self.store
+                .mutate_row(
+                    RANKERS_TABLE,
+                    chunk_key(app, index, n as u32),
+                    vec![cell(DATA, part)],
+                )
+                .await?;
+        }
+        let head = Head {
+            version,
+            chunks: chunks as u32,
+            bytes: body.len() as u64,
+            weights: snapshot.weights.clone(),
+            als: snapshot.als.clone(),
+        };
+        let head = serde_json::to_vec(&head).map_err(|e| internal("ranker snapshot", e))?;
+        self.store
+            .mutate_row(
+                RANKERS_TABLE,
+                keys::ranker(app, index),
+                vec![cell(HEAD, head.into())],
+            )
+            .await?;
+        self.recommend
+            .serving
+            .remove(&(app.to_owned(), index.to_owned()));
+        Ok(())
+    }
+
+    /// The ranker an index serves from: its newest snapshot, with the model of its version
+    /// (`None`: no ranker job has stored one yet). Kept by the node for the recommend
+    /// caches' time to live, then read again if a newer version was stored.
+    pub async fn served_ranker(&self, app: &str, index: &str) -> Result<Option<Arc<Serving>>> {
+        crate::catalog::check_index_name(index)?;
+        let key = (app.to_owned(), index.to_owned());
+        if let Some(serving) = self.recommend.serving.get(&key) {
+            return Ok(serving);
+        }
+        let row = self
+            .store
+            .read_row(RANKERS_TABLE, keys::ranker(app, index), None)
+            .await?;
+        let head: Option<Head> = row
+            .as_ref()
+            .and_then(|r| r.latest(FAMILY, HEAD))
+            .map(|c| serde_json::from_slice(&c.value).map_err(|e| internal("corrupt ranker", e)))
+            .transpose()?;
+        let Some(head) = head else {
+            self.recommend.serving.insert(key, None);
+            return Ok(None);
+        };
+        // Loaded already by this node: the same version is kept.
+        if let Some(loaded) = self.recommend.loaded.lock().get(&key)
+            && loaded.version == head.version
+        {
+            let loaded = Some(loaded.clone());
+            self.recommend.serving.insert(key, loaded.clone());
+            return Ok(loaded);
+        }
+        let model = row
+            .as_ref()
+            .and_then(|r| {
+                r.cells.iter().find(|c| {
+                    c.family == MODEL_FAMILY && c.qualifier == MODEL && c.timestamp == head.version
+                })
+            })
+            .map(|c| {
+                serde_json::from_slice::<StoredRanker>(&c.value)
+                    .map_err(|e| internal("corrupt ranker", e))
+            })
+            .transpose()?
+            .ok_or_else(|| internal("ranker", "the model of the stored snapshot is gone"))?;
+        let at = RowFilter::column(FAMILY, DATA).and(RowFilter::TimestampRange(TimeRange::new(
+            head.version,
+            head.version + 1,
+        )));
+        let request = ReadRows::new(RowSet::keys(
+            (0..head.chunks).map(|n| chunk_key(app, index, n)),
+        ))
+        .filter(at);
+        let mut body = Vec::with_capacity(head.bytes as usize);
+        let rows = self.store.read_all(RANKERS_TABLE, request).await?;
+        for n in 0..head.chunks {
+            let cell = rows
+                .iter()
+                .find(|r| r.key == chunk_key(app, index, n))
+                .and_then(|r| r.latest(FAMILY, DATA))
+                .ok_or_else(|| internal("ranker snapshot", "a chunk is missing"))?;
+            body.extend_from_slice(&cell.value);
+        }
+        let snapshot = Snapshot::decode(&body, head.weights, head.als)
+            .ok_or_else(|| internal("ranker snapshot", "corrupt body"))?;
+        let serving = Arc::new(Serving::new(
+            snapshot,
+            model.version,
+            model.learned.per_source,
+            &model.model,
+        ));
+        self.recommend
+            .loaded
+            .lock()
+            .insert(key.clone(), serving.clone());
+        self.recommend.serving.insert(key, Some(serving.clone()));
+        Ok(Some(serving))
+    }
+}
+
+/// Little-endian numbers and length-prefixed runs.
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, x: u32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn i64(&mut self, x: i64) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn f32(&mut self, x: f32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn f32s(&mut self, xs: &[f32]) {
+        xs.iter().for_each(|&x| self.f32(x));
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+    fn u32s(&mut self, xs: &[u32]) {
+        self.u32(xs.len() as u32);
+        xs.iter().for_each(|&x| self.u32(x));
+    }
+    fn pairs(&mut self, xs: &[(u32, f32)]) {
+        self.u32(xs.len() as u32);
+        for &(i, s) in xs {
+            self.u32(i);
+            self.f32(s);
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn i64(&mut self) -> Option<i64> {
+        self.take().map(i64::from_le_bytes)
+    }
+    fn f32(&mut self) -> Option<f32> {
+        self.take().map(f32::from_le_bytes)
+    }
+    fn f32_n(&mut self, n: usize) -> Option<Vec<f32>> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+    fn bytes(&mut self) -> Option<&[u8]> {
+        let n = self.u32()? as usize;
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+    fn u32s(&mut self) -> Option<Vec<u32>> {
+        let n = self.u32()? as usize;
+        (0..n).map(|_| self.u32()).collect()
+    }
+    fn pairs(&mut self) -> Option<Vec<(u32, f32)>> {
+        let n = self.u32()? as usize;
+        (0..n).map(|_| Some((self.u32()?, self.f32()?))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use penchant_vectors::als::Interactions;
+
+    use super::*;
+    use crate::recommend::offline::Offline;
+
+    /// A shop's history on one day: `(user row, item row, weight, time ms)`, time-ordered.
+    fn history() -> (usize, usize, Vec<(u32, u32, f32, i64)>) {
+        let (users, items) = (40, 60);
+        let (planted, _) = penchant_vectors::synthetic::planted(users, items, 3, 1_500, 9);
+        let day = 20_000 * crate::aggregates::DAY_MS;
+        let events = planted
+            .iter()
+            .enumerate()
+            .map(|(n, &(u, i, _, _))| (u, i, 1.0 + (n % 3) as f32, day + n as i64 * 1000))
+            .collect();
+        (users, items, events)
+    }
+
+    /// Serving describes a candidate with the same features the job's own ranking gives (the
+    /// user's ALS vector folded in under the same item factors), bit for bit: the snapshot's
+    /// item side and a user read from their own events equal the training's whole history.
+    #[test]
+    fn a_served_user_has_the_features_the_job_computes() {
+        let (users, items, events) = history();
+        let triples: Vec<(u32, u32, f32)> = events.iter().map(|&(u, i, w, _)| (u, i, w)).collect();
+        let at: Vec<i64> = events.iter().map(|e| e.3).collect();
+        let train = Interactions::from_triples(users, items, triples.iter().copied());
+        let config = AlsConfig {
+            factors: 8,
+            iterations: 3,
+            ..AlsConfig::default()
+        };
+        let mut factors = als::train(&train, &config, |_| true).unwrap();
+        let gramian = als::gramian(&factors.items);
+        for u in 0..users {
+            let (rows, weights) = train.user_items(u);
+            let pairs: Vec<(u32, f32)> =
+                rows.iter().copied().zip(weights.iter().copied()).collect();
+            let folded = als::fold_in(&factors.items, &gramian, &pairs, &config);
+            factors.users.set(u, &folded);
+        }
+        // Two facet values per item, numbered.
+        let facets: Vec<Vec<u32>> = (0..items as u32).map(|i| vec![i % 4, 4 + i % 3]).collect();
+        let offline = Offline::new(&train, &factors, &triples, &at).with_facets(facets);
+        let ids: Vec<String> = (0..items).map(|i| format!("i{i}")).collect();
+        let snapshot = Snapshot {
+            ids: ids.clone(),
+            items: offline.items(),
+            weights: Weights::new(),
+            als: config.clone(),
+        };
+        // Stored and read back whole.
+        let decoded = Snapshot::decode(&snapshot.encode(), Weights::new(), config).unwrap();
+        assert_eq!(decoded, snapshot);
+        let model = penchant_rank::Model::default();
+        let serving = Serving::new(decoded, 1, 20, &model);
+        let every: Vec<u32> = (0..items as u32).collect();
+        let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+        for u in [0usize, 7, 23] {
+            let mine = events
+                .iter()
+                .filter(|e| e.0 == u as u32)
+                .map(|&(_, i, w, at)| (names[i as usize], w, at));
+            let standing = serving.standing(mine);
+            let served = serving.score(&standing, &names);
+            let mut rows = Vec::new();
+            offline.rows_for(u, 20, &every, &mut rows);
+            let offline_rows: Vec<Vec<f32>> = rows
+                .chunks(offline::FEATURES.len())
+                .map(<[f32]>::to_vec)
+                .collect();
+            assert_eq!(served.features, offline_rows, "user {u}");
+        }
+        // An item the snapshot never saw reads as one without events; a corrupt body is
+        // refused.
+        let standing = serving.standing(std::iter::empty());
+        let fresh = serving.score(&standing, &["new-item"]);
+        let age = offline::FEATURES.iter().position(|f| *f == "item-age-days");
+        assert_eq!(fresh.features[0][age.unwrap()], -1.0);
+        let body = snapshot.encode();
+        assert!(
+            Snapshot::decode(
+                &body[..body.len() - 1],
+                Weights::new(),
+                AlsConfig::default()
+            )
+            .is_none()
+        );
+    }
+}
