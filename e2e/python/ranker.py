@@ -233,4 +233,35 @@ check(kinds.count(liked(user)) >= 3,
       f"{user} (likes {liked(user)}): at least 3 of the learned queue's first 5 are of it",
       kinds)
 
+# --- At request time: a second test, trending items in their own order vs the learned ranker --
+abtesting.stop_ab_test(id=ab_id)
+variants = [
+    {"index": INDEX, "trafficPercentage": 50, "description": "trending order",
+     "customSearchParameters": {"enablePersonalization": False}},
+    {"index": INDEX, "trafficPercentage": 50, "description": "learned ranker at request time",
+     "customSearchParameters": {"ranker": "learned"}},
+]
+created = abtesting.add_ab_tests(add_ab_tests_request={
+    "name": "trending order vs learned ranker", "variants": variants, "endAt": end_at})
+check(created.ab_test_id == ab_id + 1, "add_ab_tests started the request-time test",
+      created.to_dict())
+on_kind = {1: 0, 2: 0}
+for user in USERS:
+    response = recommend.get_recommendations(get_recommendations_params={"requests": [{
+        "indexName": INDEX, "model": "trending-items", "threshold": 0,
+        "maxRecommendations": 5, "queryParameters": {"userToken": user}}]})
+    result = response.results[0]
+    shown = result.to_dict()
+    variant = result.ab_test_variant_id
+    if variant == 2:
+        assert shown.get("ranker") == "learned" and shown.get("rankerVersion") == latest, shown
+    else:
+        assert shown.get("ranker") is None and shown.get("rankerVersion") is None, shown
+    kinds = [h.actual_instance.to_dict()["kind"] for h in result.hits]
+    on_kind[variant] += kinds.count(liked(user))
+check(True, "variant 2's trending items are ordered by the learned ranker (its version), "
+      "variant 1's are not")
+check(on_kind[2] > on_kind[1] * 1.5,
+      "the learned ranker puts each user's kind in their top 5 far more often", on_kind)
+
 print("ranker: ok")

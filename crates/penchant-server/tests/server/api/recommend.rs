@@ -1018,6 +1018,77 @@ async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
         "the ranker job writes it",
     );
 
+    // At request time: any model's hits in the ranker's order for the user, each with its
+    // features and their contributions (getRankingInfo), in Algolia's ranking-info shape.
+    let answer = recommend(
+        &s,
+        a,
+        json!({"indexName": "products", "model": "trending-items", "threshold": 0,
+            "ranker": "learned", "maxRecommendations": 10,
+            "queryParameters": {"userToken": "u5", "getRankingInfo": true}}),
+    )
+    .await;
+    assert_eq!(answer["ranker"], "learned", "{answer}");
+    assert_eq!(answer["rankerVersion"], version, "{answer}");
+    let hits = answer["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 10, "{answer}");
+    assert_eq!(hits[0]["_score"], 100.0, "{answer}");
+    let info = &hits[0]["_rankingInfo"];
+    assert_eq!(
+        info["personalization"]["score"], 0,
+        "not personalized: {info}"
+    );
+    let learned = &info["learned"];
+    assert_eq!(learned["rankerVersion"], version, "{learned}");
+    assert_eq!(learned["features"].as_object().unwrap().len(), 23);
+    let parts = learned["contributions"]["features"].as_object().unwrap();
+    let sum = learned["contributions"]["bias"].as_f64().unwrap()
+        + parts.values().map(|v| v.as_f64().unwrap()).sum::<f64>();
+    assert!(
+        (sum - learned["score"].as_f64().unwrap()).abs() < 1e-6,
+        "{learned}"
+    );
+    let kinds_served: Vec<&str> = hits[..5]
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds_served.iter().filter(|k| **k == "k1").count() >= 3,
+        "u5 keeps to k1: {kinds_served:?}"
+    );
+    assert_error(
+        s.call(
+            Method::POST,
+            "/1/indexes/*/recommendations",
+            a,
+            Some(
+                json!({"requests": [{"indexName": "products", "model": "trending-items",
+                "threshold": 0, "ranker": "lambdamart",
+                "queryParameters": {"userToken": "u5"}}]}),
+            ),
+        )
+        .await,
+        StatusCode::BAD_REQUEST,
+        "requests[0]: ranker: `lambdamart` is not a ranker (blend or learned)",
+    );
+    // Re-ranking by it: u5's kind first.
+    let hits: Vec<Value> = (0..8)
+        .map(|i| json!({"objectID": format!("p{i}")}))
+        .collect();
+    let reranked = ok(
+        &s,
+        a,
+        Method::POST,
+        "/1/indexes/products/rerank",
+        Some(json!({"userToken": "u5", "hits": hits, "ranker": "learned"})),
+    )
+    .await;
+    assert_eq!(reranked["ranker"], "learned", "{reranked}");
+    assert_eq!(reranked["rankerVersion"], version, "{reranked}");
+    let first = reranked["hits"][0]["objectID"].as_str().unwrap();
+    assert!(["p1", "p5"].contains(&first), "u5 keeps to k1: {reranked}");
+    assert!(reranked["hits"][0]["_rankingInfo"]["learned"]["score"].is_number());
+
     // Answers served elsewhere, imported: 40 users were each shown 6 items, one of each kind
     // but one, and clicked the one of their own kind (with the answer's queryID).
     let impression = |u: usize, at: i64| {
