@@ -81,7 +81,7 @@ pub struct Serving {
 
 /// One user as a served ranker sees them.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Standing {
+pub struct Standing {
     seen: Vec<u32>,
     recent: Vec<u32>,
     vector: Vec<f32>,
@@ -150,10 +150,7 @@ impl Serving {
 
     /// A user from their events `(objectID, weight, time ms)` in time order (those of items the
     /// snapshot lacks are left out).
-    pub(crate) fn standing<'e>(
-        &self,
-        events: impl IntoIterator<Item = (&'e str, f32, i64)>,
-    ) -> Standing {
+    pub fn standing<'e>(&self, events: impl IntoIterator<Item = (&'e str, f32, i64)>) -> Standing {
         let events: Vec<(u32, f32, i64)> = events
             .into_iter()
             .filter_map(|(id, w, at)| self.rows.get(id).map(|&i| (i, w, at)))
@@ -188,7 +185,7 @@ impl Serving {
     }
 
     /// `candidates` (objectIDs) scored for `user`.
-    pub(crate) fn score(&self, user: &Standing, candidates: &[&str]) -> Scored {
+    pub fn score(&self, user: &Standing, candidates: &[&str]) -> Scored {
         let items: Vec<u32> = candidates.iter().map(|id| self.row(id)).collect();
         let mut rows = Vec::new();
         offline::rows_of(
@@ -306,6 +303,21 @@ impl Engine {
         user: &str,
         candidates: &[&str],
     ) -> Result<Option<(Arc<Serving>, Scored)>> {
+        let Some((serving, standing)) = self.learned_standing(app, index, user).await? else {
+            return Ok(None);
+        };
+        let scored = serving.score(&standing, candidates);
+        Ok(Some((serving, scored)))
+    }
+
+    /// The index's learned ranker and `user` as it sees them: the user's events read
+    /// ([`Engine::learned_scores`]'s first part).
+    pub async fn learned_standing(
+        &self,
+        app: &str,
+        index: &str,
+        user: &str,
+    ) -> Result<Option<(Arc<Serving>, Standing)>> {
         keys::check_user_token(user)?;
         let Some(serving) = self.served_ranker(app, index).await? else {
             return Ok(None);
@@ -315,8 +327,7 @@ impl Engine {
             .user_events(app, index, user, serving.weights())
             .await?;
         let standing = serving.standing(events.iter().map(|(id, w, at)| (id.as_str(), *w, *at)));
-        let scored = serving.score(&standing, candidates);
-        Ok(Some((serving, scored)))
+        Ok(Some((serving, standing)))
     }
 }
 
@@ -386,9 +397,14 @@ impl Engine {
         if let Some(serving) = self.recommend.serving.get(&key) {
             return Ok(serving);
         }
+        // The header alone (the models' cells are read once its version is new here).
         let row = self
             .store
-            .read_row(RANKERS_TABLE, keys::ranker(app, index), None)
+            .read_row(
+                RANKERS_TABLE,
+                keys::ranker(app, index),
+                Some(RowFilter::column(FAMILY, HEAD).and(RowFilter::CellsPerColumnLimit(1))),
+            )
             .await?;
         let head: Option<Head> = row
             .as_ref()
@@ -407,13 +423,16 @@ impl Engine {
             self.recommend.serving.insert(key, loaded.clone());
             return Ok(loaded);
         }
+        let model_cell = RowFilter::column(MODEL_FAMILY, MODEL).and(RowFilter::TimestampRange(
+            TimeRange::new(head.version, head.version + 1),
+        ));
+        let row = self
+            .store
+            .read_row(RANKERS_TABLE, keys::ranker(app, index), Some(model_cell))
+            .await?;
         let model = row
             .as_ref()
-            .and_then(|r| {
-                r.cells.iter().find(|c| {
-                    c.family == MODEL_FAMILY && c.qualifier == MODEL && c.timestamp == head.version
-                })
-            })
+            .and_then(|r| r.latest(MODEL_FAMILY, MODEL))
             .map(|c| {
                 serde_json::from_slice::<StoredRanker>(&c.value)
                     .map_err(|e| internal("corrupt ranker", e))
