@@ -84,7 +84,13 @@ pub(crate) async fn impressions(
         ..RocksOptions::default()
     };
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir.path(), options)?);
-    let engine = Engine::open(store, EngineConfig::default()).await?;
+    // Caches kept as `penchant serve` keeps them (the served ranker is looked at again after
+    // their TTL; the default config caches nothing, so every request would read it again).
+    let config = EngineConfig {
+        strategy_cache_ttl: EngineConfig::serving().strategy_cache_ttl,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(store, config).await?;
     engine.tenancy().create_app(Some(APP), "ranked").await?;
     let progress = spinner(format!(
         "recommend: a shop of {} users, {} items, then {} impressions",
