@@ -551,8 +551,11 @@ mod tests {
     use super::*;
     use crate::recommend::offline::Offline;
 
-    /// A shop's history on one day: `(user row, item row, weight, time ms)`, time-ordered.
-    fn history() -> (usize, usize, Vec<(u32, u32, f32, i64)>) {
+    /// `(user row, item row, weight, time ms)`.
+    type Event = (u32, u32, f32, i64);
+
+    /// A shop's history on one day: users, items, events (time-ordered).
+    fn history() -> (usize, usize, Vec<Event>) {
         let (users, items) = (40, 60);
         let (planted, _) = penchant_vectors::synthetic::planted(users, items, 3, 1_500, 9);
         let day = 20_000 * crate::aggregates::DAY_MS;
