@@ -22,12 +22,14 @@
 //! feature's share of the gain of every split on it.
 
 mod data;
+mod forest;
 pub mod lambda;
 mod tree;
 
 use serde::{Deserialize, Serialize};
 
 pub use data::Dataset;
+pub use forest::Forest;
 pub use lambda::ndcg;
 pub use tree::{Node, Tree};
 
@@ -184,103 +186,6 @@ impl Model {
             .iter()
             .map(|g| if total > 0.0 { g / total } else { 0.0 })
             .collect()
-    }
-}
-
-/// A model's trees laid out for scoring many rows at once ([`Forest::score_rows`]): every
-/// tree's nodes in one set of arrays, a leaf being a node whose both children are itself.
-#[derive(Debug, Clone, Default)]
-pub struct Forest {
-    features: usize,
-    base: Option<(usize, f64)>,
-    /// Per node: the feature it splits on, its threshold, its children (left: at most the
-    /// threshold or not a number), and its value if a leaf (else 0).
-    feature: Vec<u32>,
-    threshold: Vec<f32>,
-    next: Vec<[u32; 2]>,
-    value: Vec<f64>,
-    /// Per tree: its root node and its depth (the most splits from root to leaf).
-    trees: Vec<(u32, u32)>,
-}
-
-/// Rows a [`Forest`] walks through a tree side by side.
-const ROWS_SIDE_BY_SIDE: usize = 16;
-
-impl Forest {
-    fn of(model: &Model) -> Self {
-        let mut forest = Self {
-            features: model.features,
-            base: model.base,
-            ..Self::default()
-        };
-        for tree in &model.trees {
-            let root = forest.feature.len() as u32;
-            for (n, node) in tree.nodes.iter().enumerate() {
-                let at = root + n as u32;
-                match *node {
-                    Node::Leaf(v) => {
-                        forest.feature.push(0);
-                        forest.threshold.push(0.0);
-                        forest.next.push([at, at]);
-                        forest.value.push(v);
-                    }
-                    Node::Split {
-                        feature,
-                        threshold,
-                        left,
-                        right,
-                        ..
-                    } => {
-                        forest.feature.push(feature);
-                        forest.threshold.push(threshold);
-                        forest.next.push([root + left, root + right]);
-                        forest.value.push(0.0);
-                    }
-                }
-            }
-            forest.trees.push((root, tree.depth()));
-        }
-        forest
-    }
-
-    /// The scores of many rows (`rows`: the model's `features` values each, one after
-    /// another), bit for bit those of [`Model::score`]: a tree at a time over every row (its
-    /// nodes stay in the nearest cache), [`ROWS_SIDE_BY_SIDE`] rows walking it side by side
-    /// for as many steps as the tree is deep — each step a choice of child by index, not a
-    /// branch, so the rows' walks overlap instead of waiting on each mispredicted turn (a
-    /// leaf keeps a row where it is).
-    pub fn score_rows(&self, rows: &[f32]) -> Vec<f64> {
-        let width = self.features.max(1);
-        let mut scores: Vec<f64> = rows
-            .chunks_exact(width)
-            .map(|row| {
-                self.base.map_or(0.0, |(f, w)| {
-                    w * f64::from(row.get(f).copied().unwrap_or(0.0))
-                })
-            })
-            .collect();
-        let rows = &rows[..scores.len() * width];
-        for &(root, depth) in &self.trees {
-            let blocks = rows.chunks(width * ROWS_SIDE_BY_SIDE);
-            for (block, scores) in blocks.zip(scores.chunks_mut(ROWS_SIDE_BY_SIDE)) {
-                let mut at = [root; ROWS_SIDE_BY_SIDE];
-                let at = &mut at[..scores.len()];
-                for _ in 0..depth {
-                    for (r, node) in at.iter_mut().enumerate() {
-                        let n = *node as usize;
-                        // A feature past the row's end reads 0, as in [`Tree::value`].
-                        let f = self.feature[n] as usize;
-                        let v = if f < width { block[r * width + f] } else { 0.0 };
-                        // NaN goes left, as its bin (0) does in training.
-                        *node = self.next[n][usize::from(v > self.threshold[n])];
-                    }
-                }
-                for (score, &node) in scores.iter_mut().zip(at.iter()) {
-                    *score += self.value[node as usize];
-                }
-            }
-        }
-        scores
     }
 }
 

@@ -170,6 +170,15 @@ impl Matrix {
         Query::new(metric, query).score(self, i)
     }
 
+    /// Every row's dot product with `query`, in row order: each bit for bit
+    /// `kernels::dot(query, row)`, in one pass (one dispatch for all rows).
+    pub fn dots(&self, query: &[f32]) -> Vec<f32> {
+        kernels::dispatch(Dots {
+            matrix: self,
+            query,
+        })
+    }
+
     /// The `k` best rows for `query` as `(row, score)`, best first (ties: lower row first),
     /// skipping the rows where `skip(row)` is true and rows whose score is NaN.
     ///
@@ -383,6 +392,36 @@ impl<I: Iterator<Item = usize>> WithSimd for Scan<'_, I> {
     }
 }
 
+struct Dots<'a> {
+    matrix: &'a Matrix,
+    query: &'a [f32],
+}
+
+impl WithSimd for Dots<'_> {
+    type Output = Vec<f32>;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
+        // A plain loop: a closure would be compiled without the back end's features, and
+        // every SIMD instruction would become a call.
+        let mut dots = Vec::with_capacity(self.matrix.len());
+        for i in 0..self.matrix.len() {
+            dots.push(kernels::dot_simd(simd, self.query, self.matrix.row(i)));
+        }
+        dots
+    }
+}
+
+/// The `k` best of `scored` `(row, score)` as [`Matrix::top_k`] keeps them: best first, ties
+/// lower row first, NaN left out (for scores computed once and ranked several ways).
+pub fn top_k_of(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
+    let mut best = TopK::new(k);
+    for (row, score) in scored {
+        best.offer(row, score);
+    }
+    best.into_sorted()
+}
+
 /// A scored row, ordered so that greater is better: higher score, then lower row.
 #[derive(Clone, Copy, PartialEq)]
 struct Scored {
@@ -518,6 +557,32 @@ mod tests {
         assert_eq!(skipped, vec![(3, 3.0), (2, 2.0)]);
         assert!(m.top_k(Metric::Dot, &[1.0], 0, |_| false).is_empty());
         assert_eq!(m.top_k(Metric::Dot, &[1.0], usize::MAX, |_| false).len(), 5);
+    }
+
+    #[test]
+    fn dots_ranked_once_give_the_scans_answer() {
+        // 37 rows of 19 (not a multiple of any SIMD width), with ties and a NaN row.
+        let mut values: Vec<f32> = (0..37 * 19)
+            .map(|n| ((n * 7919) % 23) as f32 - 11.0)
+            .collect();
+        values.copy_within(2 * 19..3 * 19, 5 * 19);
+        values[9 * 19] = f32::NAN;
+        let m = Matrix::from_rows(19, values);
+        let q: Vec<f32> = (0..19).map(|n| (n as f32 - 9.0) / 4.0).collect();
+        let dots = m.dots(&q);
+        assert_eq!(dots.len(), 37);
+        for (i, d) in dots.iter().enumerate() {
+            assert_eq!(d.to_bits(), kernels::dot(&q, m.row(i)).to_bits(), "row {i}");
+        }
+        for k in [0, 1, 5, 37, 100] {
+            let skip = |i: usize| i % 4 == 1;
+            let scanned = m.top_k(Metric::Dot, &q, k, skip);
+            let ranked = top_k_of(
+                dots.iter().copied().enumerate().filter(|(i, _)| !skip(*i)),
+                k,
+            );
+            assert_eq!(ranked, scanned, "k {k}");
+        }
     }
 
     #[test]

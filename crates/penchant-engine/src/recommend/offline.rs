@@ -18,10 +18,12 @@
 //! user's training items are left out (the seen filter's part) and the best `k` are scored.
 //! Only the trained space can be read offline: a source naming another one is refused.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use foldhash::{HashMap, HashMapExt};
+
 use penchant_vectors::als::{Factors, Interactions};
+use penchant_vectors::matrix::top_k_of;
 use penchant_vectors::{Matrix, Metric};
 
 use super::queues::Source;
@@ -207,11 +209,11 @@ pub fn candidate_sources() -> [Source; 4] {
         },
         Source::SimilarToLiked {
             space: space(),
-            last: 10,
+            last: LIKED,
             weight: 1.0,
         },
         Source::Related {
-            last: 10,
+            last: LIKED,
             weight: 1.0,
         },
         Source::Trending { weight: 1.0 },
@@ -538,6 +540,11 @@ fn share_of(values: &mut HashMap<u32, f32>, total: f32) {
 /// The rows of [`FEATURES`] of `items` for `user`, else of the candidates the sources propose
 /// (sorted); returns the items. The one function both training and serving describe a
 /// candidate with.
+///
+/// Each source is computed once and read twice: ALS and similar-to-liked score every item in
+/// one pass each ([`Matrix::dots`]), their best are ranked from those scores and each
+/// candidate's score is read from them; the co-interaction sums of the last items make both the
+/// related source and the candidates' related scores.
 pub(crate) fn rows_of(
     side: &(impl ItemSide + ?Sized),
     user: &UserSide<'_>,
@@ -545,19 +552,53 @@ pub(crate) fn rows_of(
     items: Option<&[u32]>,
     rows: &mut Vec<f32>,
 ) -> Vec<u32> {
-    let sources = candidate_sources();
     let seen = user.seen;
     let unseen = |i: &u32| seen.binary_search(i).is_err();
+    let pool = per_source + seen.len();
+    let factors = side.vectors();
+    let zero = vec![0.0f32; factors.dim()];
+    let vector = |i: u32| {
+        if (i as usize) < factors.len() {
+            factors.row(i as usize)
+        } else {
+            &zero
+        }
+    };
+    let dot = penchant_vectors::kernels::dot;
+    let recent = user.recent;
+    let liked = &recent[..recent.len().min(LIKED)];
+
+    // The sources, as `source_of` gives them, each scored once.
+    let als = factors.dots(user.vector);
+    let liked_mean = liked_mean(factors, liked);
+    let similar = liked_mean.as_ref().map(|mean| factors.dots(mean));
+    let (related, related_last) = related_sums(side, liked);
+    let trend = side.trend(user.today);
+    let scored = |scores: &[f32], skip: &dyn Fn(u32) -> bool| {
+        let rows = scores.iter().copied().enumerate();
+        let best = top_k_of(rows.filter(|&(i, _)| !skip(i as u32)), pool);
+        best.into_iter()
+            .map(|(i, s)| (i as u32, s))
+            .collect::<Vec<_>>()
+    };
+    let best: [Ranked; 4] = [
+        scored(&als, &|_| false),
+        similar
+            .as_deref()
+            .map_or_else(Vec::new, |s| scored(s, &|i| liked.contains(&i))),
+        best_related(&related, liked, pool),
+        trend.ranked.iter().take(pool).copied().collect(),
+    ];
+
     // Per candidate: how many sources proposed it, and its place in ALS's and related's.
-    let mut proposed: HashMap<u32, (u32, u32, u32)> = HashMap::new();
+    let mut proposed: HashMap<u32, (u32, u32, u32)> = HashMap::with_capacity(6 * per_source);
     let absent = per_source as u32;
     // Each source's best score for this user (what a blend divides its scores by).
     let mut tops = [1.0f32; 4];
-    for (s, source) in sources.iter().enumerate() {
-        let best = source_of(side, user, source, per_source + seen.len());
+    for (s, best) in best.iter().enumerate() {
         tops[s] = best.first().map_or(1.0, |(_, score)| score.abs().max(1e-6));
-        let best = best.into_iter().filter(|(i, _)| unseen(i)).take(per_source);
-        for (place, (i, _)) in best.enumerate() {
+        let unseen_best = best.iter().filter(|(i, _)| unseen(i)).take(per_source);
+        for (place, &(i, _)) in unseen_best.enumerate() {
             let entry = proposed.entry(i).or_insert((0, absent, absent));
             entry.0 += 1;
             match s {
@@ -577,13 +618,11 @@ pub(crate) fn rows_of(
             *next.entry(b).or_default() += share / (k + 1) as f32;
         }
     }
-    let mut followers: Vec<(u32, f32)> = next
+    let followers = next
         .iter()
         .map(|(&b, &w)| (b, w))
-        .filter(|(b, _)| unseen(b))
-        .collect();
-    followers.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    for &(i, _) in followers.iter().take(per_source) {
+        .filter(|(b, _)| unseen(b));
+    for (i, _) in best_of(followers.collect(), per_source) {
         proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
     }
     let items: Vec<u32> = match items {
@@ -595,37 +634,11 @@ pub(crate) fn rows_of(
         }
     };
 
-    let factors = side.vectors();
-    let zero = vec![0.0f32; factors.dim()];
-    let vector = |i: u32| {
-        if (i as usize) < factors.len() {
-            factors.row(i as usize)
-        } else {
-            &zero
-        }
-    };
-    let dot = penchant_vectors::kernels::dot;
-    let recent = user.recent;
-    let liked = &recent[..recent.len().min(10)];
-    let queries: Vec<&[f32]> = liked.iter().map(|&i| vector(i)).collect();
-    let liked_mean =
-        (!queries.is_empty()).then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &queries));
-    let mut related: HashMap<u32, f32> = HashMap::new();
-    let mut related_last: HashMap<u32, f32> = HashMap::new();
-    for (k, &a) in liked.iter().enumerate() {
-        for &(b, s) in side.lists().related(a) {
-            *related.entry(b).or_default() += s;
-            if k < 3 {
-                *related_last.entry(b).or_default() += s;
-            }
-        }
-    }
     let last3 = &liked[..liked.len().min(3)];
     let last3_queries: Vec<&[f32]> = last3.iter().map(|&i| vector(i)).collect();
     let last3_mean = (!last3_queries.is_empty())
         .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
     let today = user.today;
-    let trend = side.trend(today);
     let user_items = (1.0 + recent.len() as f32).ln();
     let user_popularity = if recent.is_empty() {
         0.0
@@ -650,8 +663,16 @@ pub(crate) fn rows_of(
             }
         };
         let (trending, trending_place) = trend.of(i);
-        let als = dot(user.vector, vector(i));
-        let similar = liked_mean.as_ref().map_or(0.0, |q| dot(q, vector(i)));
+        // An item past the factors' rows has a zero vector.
+        let score = |scores: &[f32], query: &[f32]| match scores.get(i as usize) {
+            Some(&s) => s,
+            None => dot(query, &zero),
+        };
+        let als = score(&als, user.vector);
+        let similar = match (&similar, &liked_mean) {
+            (Some(similar), Some(mean)) => score(similar, mean),
+            _ => 0.0,
+        };
         let related = related.get(&i).copied().unwrap_or(0.0);
         let (als_n, similar_n, related_n) = (als / tops[0], similar / tops[1], related / tops[2]);
         // The user's affinity to the candidate's facet values: mean and best.
@@ -694,6 +715,56 @@ pub(crate) fn rows_of(
     items
 }
 
+/// The last items similar-to-liked and related read ([`candidate_sources`]).
+const LIKED: usize = 10;
+
+/// The mean of the vectors of `liked` that the factors have (none: `None`), as
+/// similar-to-liked queries with it.
+fn liked_mean(factors: &Matrix, liked: &[u32]) -> Option<Vec<f32>> {
+    let queries: Vec<&[f32]> = liked
+        .iter()
+        .filter(|&&i| (i as usize) < factors.len())
+        .map(|&i| factors.row(i as usize))
+        .collect();
+    (!queries.is_empty()).then(|| Matrix::mean_query(Metric::Dot, &queries))
+}
+
+/// The co-interaction lists of `liked` summed by item, and those of its first three.
+fn related_sums(
+    side: &(impl ItemSide + ?Sized),
+    liked: &[u32],
+) -> (HashMap<u32, f32>, HashMap<u32, f32>) {
+    let mut all: HashMap<u32, f32> = HashMap::with_capacity(liked.len() * related::NEIGHBOURS);
+    let mut last: HashMap<u32, f32> = HashMap::with_capacity(3 * related::NEIGHBOURS);
+    for (k, &a) in liked.iter().enumerate() {
+        for &(b, s) in side.lists().related(a) {
+            *all.entry(b).or_default() += s;
+            if k < 3 {
+                *last.entry(b).or_default() += s;
+            }
+        }
+    }
+    (all, last)
+}
+
+/// The related source's best `pool` from the sums of `liked`'s lists, `liked` left out.
+fn best_related(sums: &HashMap<u32, f32>, liked: &[u32], pool: usize) -> Ranked {
+    let scores = sums.iter().map(|(&b, &s)| (b, s));
+    best_of(scores.filter(|(b, _)| !liked.contains(b)).collect(), pool)
+}
+
+/// The best `k` of `scored`, best first (ties: lower item row first): the whole list sorted
+/// and cut, without sorting what is cut.
+fn best_of(mut scored: Ranked, k: usize) -> Ranked {
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0));
+    if scored.len() > k && k > 0 {
+        scored.select_nth_unstable_by(k - 1, order);
+    }
+    scored.truncate(k);
+    scored.sort_unstable_by(order);
+    scored
+}
+
 /// One source's best `pool` items for `user`, best first.
 fn source_of(
     side: &(impl ItemSide + ?Sized),
@@ -725,19 +796,7 @@ fn source_of(
         }
         Source::Related { last, .. } => {
             let liked = &user.recent[..(*last).min(user.recent.len())];
-            let mut scores: HashMap<u32, f32> = HashMap::new();
-            for &a in liked {
-                for &(b, s) in side.lists().related(a) {
-                    *scores.entry(b).or_default() += s;
-                }
-            }
-            let mut ranked: Vec<(u32, f32)> = scores
-                .into_iter()
-                .filter(|(b, _)| !liked.contains(b))
-                .collect();
-            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            ranked.truncate(pool);
-            ranked
+            best_related(&related_sums(side, liked).0, liked, pool)
         }
         Source::Trending { .. } => side
             .trend(user.today)

@@ -22,10 +22,10 @@
 //! stamped with the model version; the header is written last, so a reader finds a whole
 //! snapshot or the one before.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use foldhash::{HashMap, HashSet, HashSetExt};
 use penchant_rank::{Forest, Model};
 use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, TimeRange, Timestamp};
 use penchant_vectors::Matrix;
@@ -156,7 +156,7 @@ impl Serving {
             .filter_map(|(id, w, at)| self.rows.get(id).map(|&i| (i, w, at)))
             .collect();
         let mut recent: Vec<u32> = Vec::new();
-        let mut taken = std::collections::HashSet::new();
+        let mut taken = HashSet::with_capacity(events.len());
         for &(i, ..) in events.iter().rev() {
             if taken.insert(i) {
                 recent.push(i);
