@@ -306,7 +306,21 @@ pub(crate) async fn impressions(
     let blend: Vec<f64> = (0..validation.rows())
         .map(|r| f64::from(validation.row(r)[0]))
         .collect();
-    let lightgbm = python.and_then(|python| lightgbm(&python, &train, &validation, &ranker));
+    // The model alone scoring every validation row (the best of 5), beside LightGBM's predict
+    // with as many of its trees.
+    let rows: Vec<f32> = (0..validation.rows())
+        .flat_map(|r| validation.row(r).iter().copied())
+        .collect();
+    let forest = model.forest();
+    let scoring_seconds = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(forest.score_rows(&rows));
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    let lightgbm = python
+        .and_then(|python| lightgbm(&python, &train, &validation, &ranker, model.trees.len()));
     drop(progress);
 
     let mut table = Table::new(
@@ -440,6 +454,39 @@ pub(crate) async fn impressions(
         reference.into(),
         ratio,
     ]);
+    let per_thousand = |seconds: f64| seconds * 1e9 / validation.rows().max(1) as f64;
+    let (reference, ratio) = match &lightgbm {
+        Ok(l) => (
+            format!(
+                "LightGBM predict, {} trees, one thread: {:.0} µs per 1,000 rows",
+                l.predict_trees,
+                per_thousand(l.predict_seconds)
+            ),
+            // Per tree, should LightGBM's model have fewer trees than ours.
+            Cell::times(
+                (l.predict_seconds / l.predict_trees.max(1) as f64)
+                    / (scoring_seconds / model.trees.len().max(1) as f64),
+                1,
+            ),
+        ),
+        Err(_) => ("LightGBM skipped (above)".to_owned(), "".into()),
+    };
+    table.row(vec![
+        format!(
+            "the model alone: its {} validation rows scored (QuickScorer, blocks of 32 rows)",
+            rate(validation.rows() as f64)
+        )
+        .into(),
+        Cell::fixed(scoring_seconds, 3),
+        Cell::int(model.trees.len() as f64),
+        "".into(),
+        format!(
+            "{:.0} µs per 1,000 rows; {reference}",
+            per_thousand(scoring_seconds)
+        )
+        .into(),
+        ratio,
+    ]);
     for (name, scores) in [
         ("the served order (random)", &served),
         ("the hand blend (feature blend)", &blend),
@@ -456,7 +503,7 @@ pub(crate) async fn impressions(
     table.note(format!(
         "one thread each for the boosting alone (LightGBM's OpenMP threads spin and lose much \
          on a shared 2-core machine; the job shares its boosting and features between {} \
-         threads); ratio = LightGBM's seconds over penchant-rank's. The jobs' learning took {} s (the rest of their time: reading the store); features are \
+         threads); ratio = LightGBM's seconds over penchant-rank's (the scoring's per tree). The jobs' learning took {} s (the rest of their time: reading the store); features are \
          computed as the history stood before each of {} groups of impressions",
         LearnedConfig::default().params.threads(),
         jobs.iter()
@@ -595,10 +642,14 @@ fn event(kind: EventType, user: u32, item: u32, at: i64, query_id: Option<String
 
 /// What LightGBM's run printed.
 #[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Reference {
     seconds: f64,
     trees: usize,
     ndcg: f64,
+    /// Scoring every validation row once with its first `predict_trees` trees.
+    predict_seconds: f64,
+    predict_trees: usize,
 }
 
 /// Write a dataset as LightGBM's script reads it: rows (f32 LE), labels (f32 LE), query sizes
@@ -624,6 +675,7 @@ fn lightgbm(
     train: &Dataset,
     validation: &Dataset,
     config: &LearnedConfig,
+    score_trees: usize,
 ) -> anyhow::Result<Reference> {
     let folder = tempfile::tempdir()?;
     write_dataset(folder.path(), "train", train)?;
@@ -635,7 +687,7 @@ fn lightgbm(
         "features": train.features(), "trees": p.trees, "learningRate": p.learning_rate,
         "leaves": p.leaves, "minRowsInLeaf": p.min_rows_in_leaf, "l2": p.l2,
         "truncation": p.truncation, "ndcgAt": p.ndcg_at, "patience": p.patience,
-        "initFromFeature": 0, "threads": 1,
+        "initFromFeature": 0, "threads": 1, "scoreTrees": score_trees,
     });
     let out = Command::new(python)
         .arg(&script)
