@@ -218,23 +218,10 @@ impl Engine {
         let Some((serving, scored)) = self.learned_scores(app, index, user, &ids).await? else {
             return Ok(None);
         };
-        let mut order: Vec<_> = std::mem::take(ranked)
+        // Equal scores keep the personalized order.
+        let (order, scores): (Vec<_>, Vec<_>) = scored
+            .in_order(&serving, std::mem::take(ranked), true)
             .into_iter()
-            .zip(scored.scores.into_iter().zip(scored.features))
-            .collect();
-        // Stable: equal scores keep the personalized order.
-        order.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
-        let (order, scores): (Vec<_>, Vec<_>) = order
-            .into_iter()
-            .map(|(hit, (score, features))| {
-                let contributions = serving.model().contributions(&features);
-                let learned = crate::recommend::LearnedScore {
-                    score,
-                    features,
-                    contributions,
-                };
-                (hit, learned)
-            })
             .unzip();
         *ranked = order;
         Ok(Some((serving.version, scores)))

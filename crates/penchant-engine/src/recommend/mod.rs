@@ -953,25 +953,13 @@ impl Engine {
             return Ok(());
         };
         let best = scored.scores.iter().copied().fold(f64::MIN, f64::max);
-        let mut scored: Vec<_> = std::mem::take(&mut answer.hits)
-            .into_iter()
-            .zip(scored.scores.into_iter().zip(scored.features))
-            .collect();
-        // Stable: equal scores keep the model's order.
-        scored.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
         answer.hits = scored
+            .in_order(&serving, std::mem::take(&mut answer.hits), explain)
             .into_iter()
-            .map(|(mut hit, (s, row))| {
+            .map(|(mut hit, scored)| {
                 if let RecommendHit::Item { score, learned, .. } = &mut hit {
-                    *score = round2(100.0 * (s - best).exp());
-                    let contributions = explain
-                        .then(|| serving.model().contributions(&row))
-                        .flatten();
-                    *learned = Some(LearnedScore {
-                        score: s,
-                        features: row,
-                        contributions,
-                    });
+                    *score = round2(100.0 * (scored.score - best).exp());
+                    *learned = Some(scored);
                 }
                 hit
             })

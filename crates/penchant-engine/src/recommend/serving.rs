@@ -32,6 +32,7 @@ use penchant_vectors::Matrix;
 use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
+use super::LearnedScore;
 use super::offline::{self, Items, Lists, Trend, UserSide};
 use super::ranker::{FAMILY as MODEL_FAMILY, MODEL, RANKERS_TABLE, StoredRanker};
 use crate::vectors::training::Weights;
@@ -108,6 +109,38 @@ pub struct Scored {
     pub scores: Vec<f64>,
     /// Each candidate's row of [`offline::FEATURES`], in the candidates' order.
     pub features: Vec<Vec<f32>>,
+}
+
+impl Scored {
+    /// `items` (the candidates scored, in their order) best first by their scores, each with
+    /// its [`LearnedScore`] (its features' contributions when `explain`). Stable: equal scores
+    /// keep the items' order.
+    pub(crate) fn in_order<T>(
+        self,
+        serving: &Serving,
+        items: Vec<T>,
+        explain: bool,
+    ) -> Vec<(T, LearnedScore)> {
+        let mut order: Vec<_> = items
+            .into_iter()
+            .zip(self.scores.into_iter().zip(self.features))
+            .collect();
+        order.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        order
+            .into_iter()
+            .map(|(item, (score, features))| {
+                let contributions = explain
+                    .then(|| serving.model().contributions(&features))
+                    .flatten();
+                let learned = LearnedScore {
+                    score,
+                    features,
+                    contributions,
+                };
+                (item, learned)
+            })
+            .collect()
+    }
 }
 
 impl Serving {
