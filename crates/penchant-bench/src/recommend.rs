@@ -439,6 +439,28 @@ async fn rebuild_and_api(
             Cell::fixed(ms(&hist, 0.99), 3),
         ]);
     }
+    // Trending items again, ordered for the user by a learned ranker (the ranker job trained
+    // from the shoppers' history): what request-time ranking adds, beside the row above.
+    let progress = spinner("recommend: the ranker job, for trending-items by the learned ranker");
+    let config = serde_json::from_value(json!({"indexName": INDEX}))?;
+    let job = crate::ranker::ranker_job(&engine, APP, config).await;
+    drop(progress);
+    match job {
+        Ok((_, _, stored)) => {
+            let body = json!({"indexName": INDEX, "model": "trending-items", "threshold": 0,
+                              "maxRecommendations": 10, "ranker": "learned",
+                              "queryParameters": {"userToken": "shopper1"}});
+            let name = "trending-items, ordered by the learned ranker (at least 100 candidates)";
+            let (rps, hist) = measure(name, &body)?;
+            table.row(vec![
+                format!("{name}, {} trees", stored.learned.trees).into(),
+                Cell::int(rps),
+                Cell::fixed(ms(&hist, 0.5), 3),
+                Cell::fixed(ms(&hist, 0.99), 3),
+            ]);
+        }
+        Err(e) => table.note(format!("trending-items by the learned ranker skipped: {e:#}")),
+    }
     // The first workload twice more, back to back: outside any test, then with its user in a
     // running A/B test whose two variants read the same queue — what the test adds (the
     // user's variant, a query ID, the tallies), measured beside its reference.
