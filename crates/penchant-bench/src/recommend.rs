@@ -459,7 +459,9 @@ async fn rebuild_and_api(
                 Cell::fixed(ms(&hist, 0.99), 3),
             ]);
         }
-        Err(e) => table.note(format!("trending-items by the learned ranker skipped: {e:#}")),
+        Err(e) => table.note(format!(
+            "trending-items by the learned ranker skipped: {e:#}"
+        )),
     }
     // The first workload twice more, back to back: outside any test, then with its user in a
     // running A/B test whose two variants read the same queue — what the test adds (the
