@@ -778,21 +778,10 @@ fn source_of(
         Source::Als { .. } => rows(vectors.top_k(Metric::Dot, user.vector, pool, |_| false)),
         Source::SimilarToLiked { last, .. } => {
             let liked = &user.recent[..(*last).min(user.recent.len())];
-            let queries: Vec<&[f32]> = liked
-                .iter()
-                .filter(|&&i| (i as usize) < vectors.len())
-                .map(|&i| vectors.row(i as usize))
-                .collect();
-            if queries.is_empty() {
+            let Some(mean) = liked_mean(vectors, liked) else {
                 return Vec::new();
-            }
-            rows(vectors.top_k_multi(
-                Metric::Dot,
-                &queries,
-                penchant_vectors::Aggregate::Mean,
-                pool,
-                |i| liked.contains(&(i as u32)),
-            ))
+            };
+            rows(vectors.top_k(Metric::Dot, &mean, pool, |i| liked.contains(&(i as u32))))
         }
         Source::Related { last, .. } => {
             let liked = &user.recent[..(*last).min(user.recent.len())];
