@@ -56,16 +56,16 @@ const LIGHTGBM: &str = include_str!("../python/lambdamart_lightgbm.py");
 /// The shop's size at a scale (unless given): users, items, impressions.
 pub(crate) fn shape(
     scale: Scale,
-    (users, impressions): (Option<usize>, Option<usize>),
+    (users, items, impressions): (Option<usize>, Option<usize>, Option<usize>),
 ) -> (usize, usize, usize) {
-    let (default_users, items, shown) = scale.pick(
+    let (default_users, default_items, shown) = scale.pick(
         (2_000, 1_000, 20_000),
         (20_000, 5_000, 200_000),
         (100_000, 10_000, 1_000_000),
     );
     (
         users.unwrap_or(default_users),
-        items,
+        items.unwrap_or(default_items),
         impressions.unwrap_or(shown),
     )
 }
@@ -73,7 +73,7 @@ pub(crate) fn shape(
 /// Table (5).
 pub(crate) async fn impressions(
     scale: Scale,
-    sizes: (Option<usize>, Option<usize>),
+    sizes: (Option<usize>, Option<usize>, Option<usize>),
     no_sync: bool,
     python: anyhow::Result<PathBuf>,
 ) -> anyhow::Result<Table> {
@@ -323,13 +323,16 @@ pub(crate) async fn impressions(
         .and_then(|python| lightgbm(&python, &train, &validation, &ranker, model.trees.len()));
     drop(progress);
 
+    // The items with events: the rows of the ranker's item factors (what its features search).
+    let had: std::collections::HashSet<u32> = planted.iter().map(|e| e.1).collect();
     let mut table = Table::new(
         format!(
             "recommend: the learned ranker from {} logged impressions (synthetic shop: {} users \
-             in {TOPICS} planted topics, {} items, {} history events)",
+             in {TOPICS} planted topics, {} items, {} of them in the {} history events)",
             rate(count as f64),
             rate(users as f64),
             rate(items as f64),
+            rate(had.len() as f64),
             rate(planted.len() as f64)
         ),
         &[

@@ -98,6 +98,10 @@ pub struct RecommendBenchArgs {
     /// 20,000, large 100,000].
     #[arg(long)]
     ranker_users: Option<usize>,
+    /// Items of the learned ranker's synthetic shop [default by scale: small 1,000, medium
+    /// 5,000, large 10,000]: the request's features grow with them.
+    #[arg(long)]
+    ranker_items: Option<usize>,
     /// Run the learned ranker's table (5) alone: no rebuild, API or quality table.
     #[arg(long)]
     ranker_only: bool,
@@ -157,7 +161,7 @@ impl Bench for RecommendBenchArgs {
         );
         let table = runtime.block_on(crate::ranker::impressions(
             self.common.scale,
-            (self.ranker_users, self.impressions),
+            (self.ranker_users, self.ranker_items, self.impressions),
             self.no_sync,
             python,
         ))?;

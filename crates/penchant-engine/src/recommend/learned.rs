@@ -192,6 +192,8 @@ struct Stood {
     at: Vec<i64>,
     train: Interactions,
     factors: Factors,
+    /// The graph of the item factors, if they are searched (shared with what moved on).
+    graph: offline::Graph,
 }
 
 impl Stood {
@@ -223,6 +225,7 @@ impl Stood {
             at,
             train,
             factors,
+            graph: offline::Graph::default(),
         })
     }
 
@@ -268,13 +271,19 @@ impl Stood {
             }
             Some(factors)
         });
-        folded.expect("folding in always gives factors")
+        let folded = folded.expect("folding in always gives factors");
+        // The same item factors: the same graph.
+        Self {
+            graph: self.graph.clone(),
+            ..folded
+        }
     }
 
     /// Every source and feature of these events, with the history's facet values.
     fn offline(&self, history: &History<'_>) -> Offline<'_> {
         Offline::new(&self.train, &self.factors, &self.triples, &self.at)
             .with_facets(history.item_facets.to_vec())
+            .with_graph(self.graph.clone())
     }
 }
 

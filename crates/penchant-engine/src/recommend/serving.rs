@@ -33,7 +33,7 @@ use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
 use super::LearnedScore;
-use super::offline::{self, Items, Lists, Trend, UserSide};
+use super::offline::{self, Graph, Items, Lists, Trend, UserSide};
 use super::ranker::{FAMILY as MODEL_FAMILY, MODEL, RANKERS_TABLE, StoredRanker};
 use crate::vectors::training::Weights;
 use crate::{Engine, Result, internal, keys};
@@ -145,8 +145,10 @@ impl Scored {
 
 impl Serving {
     /// The ranker of `version` (its `model`, `per_source` candidates of each source) serving
-    /// from `snapshot`.
+    /// from `snapshot`; the graph of a large catalog's factors is built now (seconds at 10^5
+    /// items, minutes at 10^6: run it off the async threads).
     pub(crate) fn new(snapshot: Snapshot, version: i64, per_source: usize, model: &Model) -> Self {
+        snapshot.items.graph.of(&snapshot.items.vectors);
         let rows = snapshot
             .ids
             .iter()
@@ -319,6 +321,7 @@ impl Snapshot {
                 popular,
                 trend: Arc::new(Trend { ranked, of }),
                 day,
+                graph: Graph::default(),
             },
             weights,
             als,
@@ -492,12 +495,17 @@ impl Engine {
         }
         let snapshot = Snapshot::decode(&body, head.weights, head.als)
             .ok_or_else(|| internal("ranker snapshot", "corrupt body"))?;
-        let serving = Arc::new(Serving::new(
-            snapshot,
-            model.version,
-            model.learned.per_source,
-            &model.model,
-        ));
+        let serving = tokio::task::spawn_blocking(move || {
+            Serving::new(
+                snapshot,
+                model.version,
+                model.learned.per_source,
+                &model.model,
+            )
+        })
+        .await
+        .map_err(|e| internal("ranker snapshot", e))?;
+        let serving = Arc::new(serving);
         self.recommend
             .loaded
             .lock()
