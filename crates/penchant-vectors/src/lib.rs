@@ -8,6 +8,7 @@
 //! | [`hnsw`] | [`Hnsw`]: an approximate nearest-neighbour graph over a matrix's rows |
 //! | [`als`] | implicit-feedback ALS training (conjugate gradient) and fold-in of new users |
 //! | [`eval`] | holdout splits and ranking metrics matching the `implicit` library's |
+//! | [`regression`] | closed-form item × item models (EASE, a linear sequence model) |
 //! | [`synthetic`] | seeded low-rank interaction data for tests and benchmarks |
 
 pub mod als;
@@ -15,6 +16,7 @@ pub mod eval;
 pub mod hnsw;
 pub mod kernels;
 pub mod matrix;
+pub mod regression;
 pub mod synthetic;
 
 pub use hnsw::{Hnsw, HnswConfig};

@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use foldhash::{HashMap, HashMapExt};
 
 use penchant_vectors::als::{Factors, Interactions};
+use penchant_vectors::kernels::axpy;
 use penchant_vectors::matrix::top_k_of;
+use penchant_vectors::regression::{self, SequenceConfig};
 use penchant_vectors::{Hnsw, HnswConfig, Matrix, Metric};
 
 use super::queues::Source;
@@ -91,6 +93,11 @@ pub struct Lists {
     pub item_days: Vec<(i64, i64)>,
     /// Its facet values (as numbers; for every item or for none).
     pub facets: Vec<Vec<u32>>,
+    /// The share of the users who had it that had it among their latest fifth of items
+    /// ([`late_shares`]).
+    pub late: Vec<f32>,
+    /// The item × item models over the most popular items.
+    pub models: Models,
 }
 
 /// An item row past the known ones reads as an item without any event.
@@ -117,6 +124,156 @@ impl Lists {
     pub(crate) fn facets(&self, i: u32) -> &[u32] {
         self.facets.get(i as usize).map_or(&[], Vec::as_slice)
     }
+
+    pub(crate) fn late(&self, i: u32) -> f32 {
+        self.late.get(i as usize).copied().unwrap_or(0.0)
+    }
+}
+
+/// The most items the item × item models cover (the most popular): their solves cost `O(n³)`
+/// and `n²` floats each (~1 s and 16 MB at 2,000).
+pub const MODELLED_ITEMS: usize = 2_000;
+
+/// EASE's ridge ([`penchant_vectors::regression::ease`]).
+const EASE_LAMBDA: f64 = 200.0;
+
+/// The sequence model: the next 20 items regressed on the last 20.
+const SEQUENCE: SequenceConfig = SequenceConfig {
+    past: 20,
+    next: 20,
+    decay: RECENCY as f64,
+    lambda: 3_000.0,
+};
+
+/// A user's latest items the models read (of a bot's tens of thousands, the newest).
+const MODEL_READS: usize = 200;
+
+/// Each of a user's items, counted back from the newest (`k`), weighs `RECENCY^k` in the
+/// models' recency-weighted readings.
+const RECENCY: f32 = 0.9;
+
+/// Linear item × item models over the [`MODELLED_ITEMS`] most popular items
+/// ([`penchant_vectors::regression`]): EASE (what users' other items say of one) and a sequence
+/// model (what their last items say of the next ones). Items past them score 0.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Models {
+    /// The item rows modelled, by column.
+    pub rows: Vec<u32>,
+    /// EASE's weights, `columns × columns` row-major.
+    pub ease: Vec<f32>,
+    /// The sequence model's.
+    pub next: Vec<f32>,
+    /// Per item row, its column (`u32::MAX`: not modelled).
+    columns: Vec<u32>,
+}
+
+impl Models {
+    /// Solved from each user's items (newest first, distinct) over the most popular of
+    /// `items` item rows (users who had them; ties: the lower row).
+    fn learned(items: usize, recent: &[Vec<u32>]) -> Self {
+        let mut users = vec![0u32; items];
+        for list in recent {
+            list.iter().for_each(|&i| users[i as usize] += 1);
+        }
+        let mut rows: Vec<u32> = (0..items as u32)
+            .filter(|&i| users[i as usize] > 0)
+            .collect();
+        rows.sort_by(|&a, &b| users[b as usize].cmp(&users[a as usize]).then(a.cmp(&b)));
+        rows.truncate(MODELLED_ITEMS);
+        rows.sort_unstable();
+        let models = Self::from_parts(rows, Vec::new(), Vec::new());
+        let columns = |list: &[u32]| -> Vec<u32> {
+            list.iter()
+                .filter_map(|&i| models.column(i).map(|c| c as u32))
+                .collect()
+        };
+        let latest: Vec<Vec<u32>> = recent
+            .iter()
+            .map(|list| columns(&list[..list.len().min(MODEL_READS)]))
+            .collect();
+        let sequences: Vec<Vec<u32>> = latest
+            .iter()
+            .map(|newest_first| newest_first.iter().rev().copied().collect())
+            .collect();
+        let n = models.rows.len();
+        // The two solves side by side.
+        let (ease, next) = std::thread::scope(|scope| {
+            let ease = scope.spawn(|| regression::ease(n, &latest, EASE_LAMBDA));
+            let next = regression::sequence(n, &sequences, &SEQUENCE);
+            (ease.join().expect("the EASE solve"), next)
+        });
+        Self {
+            ease,
+            next,
+            ..models
+        }
+    }
+
+    /// Models over item rows `rows` (sorted) with their weights (`rows² ` each, or none).
+    pub fn from_parts(rows: Vec<u32>, ease: Vec<f32>, next: Vec<f32>) -> Self {
+        let size = rows.last().map_or(0, |&r| r as usize + 1);
+        let mut columns = vec![u32::MAX; size];
+        for (c, &i) in rows.iter().enumerate() {
+            columns[i as usize] = c as u32;
+        }
+        Self {
+            rows,
+            ease,
+            next,
+            columns,
+        }
+    }
+
+    fn column(&self, i: u32) -> Option<usize> {
+        match self.columns.get(i as usize) {
+            Some(&c) if c != u32::MAX => Some(c as usize),
+            _ => None,
+        }
+    }
+
+    /// A user's scores of every column from their items `recent` (newest first): EASE's
+    /// over the latest [`MODEL_READS`], the same weighted by recency, and the sequence model's
+    /// over the last [`SEQUENCE`]`.past` weighted by recency. None without weights.
+    fn scores(&self, recent: &[u32]) -> Option<[Vec<f32>; 3]> {
+        let n = self.rows.len();
+        if n == 0 || self.ease.len() != n * n || self.next.len() != n * n {
+            return None;
+        }
+        let mut out = [vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]];
+        let mut weight = 1.0f32;
+        for (k, &i) in recent.iter().take(MODEL_READS).enumerate() {
+            if let Some(c) = self.column(i) {
+                let ease = &self.ease[c * n..(c + 1) * n];
+                axpy(1.0, ease, &mut out[0]);
+                axpy(weight, ease, &mut out[1]);
+                if k < SEQUENCE.past {
+                    axpy(weight, &self.next[c * n..(c + 1) * n], &mut out[2]);
+                }
+            }
+            weight *= RECENCY;
+        }
+        Some(out)
+    }
+}
+
+/// Per item row: of the users who had it, the share that had it among their latest fifth of
+/// items (rounded up) — items of the moment against items of the past, as each user's own
+/// timeline tells.
+fn late_shares(items: usize, recent: &[Vec<u32>]) -> Vec<f32> {
+    let (mut late, mut had) = (vec![0.0f32; items], vec![0.0f32; items]);
+    for newest_first in recent {
+        let cut = newest_first.len().div_ceil(5);
+        for (k, &i) in newest_first.iter().enumerate() {
+            had[i as usize] += 1.0;
+            if k < cut {
+                late[i as usize] += 1.0;
+            }
+        }
+    }
+    late.iter_mut()
+        .zip(had)
+        .for_each(|(l, h)| *l = if h > 0.0 { *l / h } else { 0.0 });
+    late
 }
 
 /// Per user row: the items of its `events` (time-ordered), newest first, each once. Linear in
@@ -225,8 +382,9 @@ pub fn candidate_sources() -> [Source; 4] {
 /// [`Offline::ranking_rows`]'s rows. Sources' scores are for this user, raw and over the
 /// source's best for the user (`-of-best`); `blend` is the sum of those three, the hand blend
 /// `als + similar-to-liked + related`; days are counted back from the user's last training
-/// event.
-pub const FEATURES: [&str; 23] = [
+/// event. The item × item models' scores ([`Models`]) are raw and over their best for the
+/// user among the items they have not had.
+pub const FEATURES: [&str; 31] = [
     "blend",
     "als-of-best",
     "similar-to-liked-of-best",
@@ -250,6 +408,14 @@ pub const FEATURES: [&str; 23] = [
     "sources",
     "facet-affinity",
     "facet-affinity-best",
+    "ease",
+    "ease-recent",
+    "sequence",
+    "ease-of-best",
+    "ease-recent-of-best",
+    "sequence-of-best",
+    "next-after-last-10",
+    "late-share",
 ];
 
 impl<'a> Offline<'a> {
@@ -268,6 +434,8 @@ impl<'a> Offline<'a> {
         }
         let related = co_interaction(train.items(), &recent);
         let next = transitions(train.items(), &recent);
+        let late = late_shares(train.items(), &recent);
+        let models = Models::learned(train.items(), &recent);
         let popularity = (0..train.items())
             .map(|i| (1.0 + train.item_users(i).0.len() as f32).ln())
             .collect();
@@ -291,6 +459,8 @@ impl<'a> Offline<'a> {
                 popularity,
                 item_days,
                 facets: Vec::new(),
+                late,
+                models,
             },
             popular_rows: std::sync::OnceLock::new(),
             graph: Graph::above(SCANNED_ROWS),
@@ -731,6 +901,30 @@ pub(crate) fn rows_of(
     for (i, _) in best_of(followers.collect(), per_source) {
         proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
     }
+    // What others had soon after any of the user's last ten, alike.
+    let mut next_10: HashMap<u32, f32> = HashMap::new();
+    for &a in user.recent.iter().take(LIKED) {
+        for &(b, share) in side.lists().next(a) {
+            *next_10.entry(b).or_default() += share;
+        }
+    }
+    // The models' scores of every modelled item, and their best among those not had.
+    let models = &side.lists().models;
+    let mut modelled = models.scores(recent);
+    let model_tops: [f32; 3] = match &mut modelled {
+        // The user's own columns set aside for the best of the others, then put back.
+        Some(scores) => scores.each_mut().map(|scores| {
+            let had: Vec<(usize, f32)> = seen
+                .iter()
+                .filter_map(|&i| models.column(i))
+                .map(|c| (c, std::mem::replace(&mut scores[c], f32::NEG_INFINITY)))
+                .collect();
+            let best = scores.iter().copied().fold(0.0f32, f32::max).max(1e-6);
+            had.into_iter().for_each(|(c, s)| scores[c] = s);
+            best
+        }),
+        None => [1.0; 3],
+    };
     let items: Vec<u32> = match items {
         Some(items) => items.to_vec(),
         None => {
@@ -785,6 +979,11 @@ pub(crate) fn rows_of(
             }
         }
         let facet_mean = if n == 0 { 0.0 } else { sum / n as f32 };
+        let model = |m: usize| match (&modelled, models.column(i)) {
+            (Some(scores), Some(c)) => scores[m][c],
+            _ => 0.0,
+        };
+        let (ease, ease_recent, sequence) = (model(0), model(1), model(2));
         rows.extend_from_slice(&[
             als_n + similar_n + related_n,
             als_n,
@@ -809,6 +1008,14 @@ pub(crate) fn rows_of(
             sources as f32,
             facet_mean,
             best,
+            ease,
+            ease_recent,
+            sequence,
+            ease / model_tops[0],
+            ease_recent / model_tops[1],
+            sequence / model_tops[2],
+            next_10.get(&i).copied().unwrap_or(0.0),
+            side.lists().late(i),
         ]);
     }
     items
@@ -1051,6 +1258,58 @@ mod tests {
             assert_eq!(list, &plain, "item {a}");
         }
         assert!(longest > related::NEIGHBOURS, "{longest}");
+        // Late shares: of the users who had an item, those who had it in their latest fifth.
+        let shares = late_shares(items, &recent);
+        for i in 0..items as u32 {
+            let had: Vec<&Vec<u32>> = recent.iter().filter(|r| r.contains(&i)).collect();
+            let late = had
+                .iter()
+                .filter(|r| r.iter().position(|&j| j == i).unwrap() < r.len().div_ceil(5))
+                .count();
+            let expected = if had.is_empty() {
+                0.0
+            } else {
+                late as f32 / had.len() as f32
+            };
+            assert_eq!(shares[i as usize], expected, "item {i}");
+        }
+    }
+
+    /// The models cover the most popular items, and a user's scores are the sums of their
+    /// items' rows: all of the latest, by recency, and the last ones' for the sequence model.
+    #[test]
+    fn the_models_score_a_user_by_the_rows_of_their_items() {
+        let (items, events) = sequences();
+        let recent = newest_distinct(40, items, &events);
+        let models = Models::learned(items, &recent);
+        let n = models.rows.len();
+        assert_eq!(n, items.min(MODELLED_ITEMS));
+        assert_eq!((models.ease.len(), models.next.len()), (n * n, n * n));
+        assert!(models.ease.iter().any(|&w| w != 0.0) && models.next.iter().any(|&w| w != 0.0));
+        let user = &recent[7];
+        let [ease, by_recency, sequence] = models.scores(user).unwrap();
+        for (c, &i) in models.rows.iter().enumerate().step_by(7) {
+            let (mut e, mut r, mut q) = (0.0f64, 0.0f64, 0.0f64);
+            for (k, &a) in user.iter().take(MODEL_READS).enumerate() {
+                let row = models.column(a).unwrap();
+                let w = f64::from(RECENCY).powi(k as i32);
+                e += f64::from(models.ease[row * n + c]);
+                r += w * f64::from(models.ease[row * n + c]);
+                if k < SEQUENCE.past {
+                    q += w * f64::from(models.next[row * n + c]);
+                }
+            }
+            for (got, want) in [(ease[c], e), (by_recency[c], r), (sequence[c], q)] {
+                assert!(
+                    (f64::from(got) - want).abs() < 1e-4,
+                    "item {i}: {got} {want}"
+                );
+            }
+        }
+        // An item past the models scores nothing; models without weights give no scores.
+        assert_eq!(models.column(items as u32), None);
+        let bare = Models::from_parts(models.rows.clone(), Vec::new(), Vec::new());
+        assert!(bare.scores(user).is_none());
     }
 
     #[test]

@@ -33,7 +33,7 @@ use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
 use super::LearnedScore;
-use super::offline::{self, Graph, Items, Lists, Trend, UserSide};
+use super::offline::{self, Graph, Items, Lists, Models, Trend, UserSide};
 use super::ranker::{FAMILY as MODEL_FAMILY, MODEL, RANKERS_TABLE, StoredRanker};
 use crate::vectors::training::Weights;
 use crate::{Engine, Result, internal, keys};
@@ -44,7 +44,7 @@ const DATA: &[u8] = b"data";
 /// The most bytes of one chunk's cell.
 const CHUNK: usize = 4 << 20;
 /// The encoding's version, first in the body.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// The snapshot's header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -268,6 +268,13 @@ impl Snapshot {
         for values in &lists.facets {
             out.u32s(values);
         }
+        out.f32s(&lists.late);
+        let models = &lists.models;
+        out.u32s(&models.rows);
+        for weights in [&models.ease, &models.next] {
+            out.u32(weights.len() as u32);
+            out.f32s(weights);
+        }
         out.u32s(&items.popular);
         out.pairs(&items.trend.ranked);
         for &(score, place) in &items.trend.of {
@@ -299,6 +306,16 @@ impl Snapshot {
             1 => (0..n).map(|_| r.u32s()).collect::<Option<Vec<_>>>()?,
             _ => Vec::new(),
         };
+        let late = r.f32_n(n)?;
+        let rows = r.u32s()?;
+        if rows.iter().any(|&i| i as usize >= n) || !rows.is_sorted() {
+            return None;
+        }
+        let mut model = || {
+            let len = r.u32()? as usize;
+            r.f32_n(len)
+        };
+        let (ease, sequence) = (model()?, model()?);
         let popular = r.u32s()?;
         let ranked = r.pairs()?;
         let of = (0..n)
@@ -317,6 +334,8 @@ impl Snapshot {
                     popularity,
                     item_days,
                     facets,
+                    late,
+                    models: Models::from_parts(rows, ease, sequence),
                 },
                 popular,
                 trend: Arc::new(Trend { ranked, of }),
@@ -475,6 +494,12 @@ impl Engine {
             })
             .transpose()?
             .ok_or_else(|| internal("ranker", "the model of the stored snapshot is gone"))?;
+        // A model of other features (an earlier release's) is not served: the next ranker job
+        // learns one anew.
+        if model.features != offline::FEATURES {
+            self.recommend.serving.insert(key, None);
+            return Ok(None);
+        }
         let at = RowFilter::column(FAMILY, DATA).and(RowFilter::TimestampRange(TimeRange::new(
             head.version,
             head.version + 1,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use penchant_engine::recommend::learned::{self, LearnedConfig};
-use penchant_engine::recommend::offline::Offline;
+use penchant_engine::recommend::offline::{FEATURES, Offline};
 use penchant_engine::recommend::queues::Source;
 use penchant_vectors::als::{self, AlsConfig, Interactions};
 use penchant_vectors::eval::{self, Holdout};
@@ -116,7 +116,7 @@ fn compare(
         eval::ranking_metrics(&split.test, 10, |u| recommend(u, 10))
     };
     println!(
-        "NDCG@10 hand blend {:.4}, learned {:.4} ({:+.1}%); {} trees, {} + {} queries, {:.1} s; \
+        "NDCG@10 hand blend {:.5}, learned {:.5} ({:+.2}%); {} trees, {} + {} queries, {:.1} s; \
          importance {:?}",
         hand.ndcg,
         learned.ndcg,
@@ -139,8 +139,9 @@ fn compare(
 fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
     let (events, users, items) = movielens();
     let c = compare(&events, users, items, &genres(items));
+    // +10% at these settings (deterministic), +6% to +10% at neighbouring ones: a margin below.
     assert!(
-        c.learned.ndcg > c.hand.ndcg,
+        c.learned.ndcg > 1.05 * c.hand.ndcg,
         "{:?} vs {:?}",
         c.learned,
         c.hand
@@ -318,8 +319,8 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
 
     let stored = engine.ranker(APP, "items").await.unwrap().expect("stored");
     assert_eq!(stored.version, version);
-    assert_eq!(stored.features.len(), 23);
-    assert_eq!(stored.learned.importance.len(), 23);
+    assert_eq!(stored.features.len(), FEATURES.len());
+    assert_eq!(stored.learned.importance.len(), FEATURES.len());
     assert!(stored.learned.validation_ndcg > 0.0, "{:?}", stored.learned);
     assert_eq!((stored.users, stored.items), (users, items));
 
@@ -430,7 +431,7 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
         .iter()
         .map(|(_, _, l)| {
             let l = l.as_ref().expect("the ranker's score");
-            assert_eq!(l.features.len(), 23);
+            assert_eq!(l.features.len(), FEATURES.len());
             // Taken apart by feature (getRankingInfo): the parts sum to the score.
             let (bias, parts) = l.contributions.as_ref().expect("contributions");
             let sum = bias + parts.iter().sum::<f64>();

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::common::{Creds, Server, assert_error, now_ms};
+use penchant_engine::recommend::offline::FEATURES;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -983,7 +984,7 @@ async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
         ranker.get("model").is_none(),
         "the trees stay out: {ranker}"
     );
-    assert_eq!(ranker["features"].as_array().unwrap().len(), 23);
+    assert_eq!(ranker["features"].as_array().unwrap().len(), FEATURES.len());
     assert_eq!(
         ranker["learned"]["importance"].as_array().unwrap().len(),
         23
@@ -1040,7 +1041,10 @@ async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
     );
     let learned = &info["learned"];
     assert_eq!(learned["rankerVersion"], version, "{learned}");
-    assert_eq!(learned["features"].as_object().unwrap().len(), 23);
+    assert_eq!(
+        learned["features"].as_object().unwrap().len(),
+        FEATURES.len()
+    );
     let parts = learned["contributions"]["features"].as_object().unwrap();
     let sum = learned["contributions"]["bias"].as_f64().unwrap()
         + parts.values().map(|v| v.as_f64().unwrap()).sum::<f64>();

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::{Creds, Server, assert_error, now_ms, shop};
+use penchant_engine::recommend::offline::FEATURES;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -1320,7 +1321,11 @@ async fn als_trains_from_events_and_folds_in_new_users() {
     if names.last() == Some(&"learned") {
         names.pop();
         let importance = eval["learned"]["importance"].as_array().unwrap();
-        assert_eq!(importance.len(), 23, "one share per feature: {eval}");
+        assert_eq!(
+            importance.len(),
+            FEATURES.len(),
+            "one share per feature: {eval}"
+        );
     } else {
         assert!(eval.get("learned").is_none(), "{eval}");
     }
