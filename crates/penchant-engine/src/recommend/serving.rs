@@ -444,7 +444,8 @@ impl Engine {
     }
 
     /// The ranker an index serves from: its newest snapshot, with the model of its version
-    /// (`None`: no ranker job has stored one yet). Kept by the node for the recommend
+    /// (`None`: no ranker job has stored one yet, or the stored one describes candidates with
+    /// other features than [`offline::FEATURES`]). Kept by the node for the recommend
     /// caches' time to live, then read again if a newer version was stored.
     pub async fn served_ranker(&self, app: &str, index: &str) -> Result<Option<Arc<Serving>>> {
         crate::catalog::check_index_name(index)?;

@@ -461,6 +461,35 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
     let agree = order[..10].iter().filter(|&&n| n < 10).count();
     println!("served ranker vs the job's queue: {agree} of the top 10 shared");
     assert!(agree >= 6, "{agree} of 10: {order:?}");
+    // A model of other features (an earlier release's 23) is not served: a node that loads it
+    // answers as with no ranker, until the next ranker job.
+    let stored = engine.ranker(APP, "items").await.unwrap().unwrap();
+    let write_model = async |model: &penchant_engine::recommend::ranker::StoredRanker| {
+        let cell = penchant_store::Mutation::SetCell {
+            family: "m".into(),
+            qualifier: bytes::Bytes::from_static(b"model"),
+            timestamp: penchant_store::Timestamp::Micros(model.version),
+            value: serde_json::to_vec(model).unwrap().into(),
+        };
+        let key = penchant_engine::keys::ranker(APP, "items");
+        store.mutate_row("rankers", key, vec![cell]).await.unwrap();
+    };
+    let mut older = stored.clone();
+    older.features.truncate(23);
+    write_model(&older).await;
+    let node = Engine::open(store.clone(), EngineConfig::default())
+        .await
+        .unwrap();
+    let unserved = node.learned_scores(APP, "items", "u7", &queued).await;
+    assert!(matches!(unserved, Ok(None)), "{unserved:?}");
+    write_model(&stored).await;
+    let served = Engine::open(store.clone(), EngineConfig::default())
+        .await
+        .unwrap()
+        .learned_scores(APP, "items", "u7", &queued)
+        .await
+        .unwrap();
+    assert_eq!(served.unwrap().1.scores, scored.scores);
     // The ranker needs a user, and is `blend` or `learned`.
     let refused = one(ask(Some("learned"), None)).await;
     assert!(

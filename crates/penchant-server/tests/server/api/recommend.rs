@@ -987,7 +987,7 @@ async fn a_learned_queue_is_trained_and_served_with_its_ranker_version() {
     assert_eq!(ranker["features"].as_array().unwrap().len(), FEATURES.len());
     assert_eq!(
         ranker["learned"]["importance"].as_array().unwrap().len(),
-        23
+        FEATURES.len()
     );
 
     let answer = recommend(
