@@ -472,7 +472,14 @@ pub async fn ranker_job_on(store: std::sync::Arc<dyn penchant_store::Store>) {
             value: serde_json::to_vec(model).unwrap().into(),
         };
         let key = penchant_engine::keys::ranker(APP, "items");
-        store.mutate_row("rankers", key, vec![cell]).await.unwrap();
+        store
+            .mutate_row(
+                penchant_engine::recommend::ranker::RANKERS_TABLE,
+                key,
+                vec![cell],
+            )
+            .await
+            .unwrap();
     };
     let mut older = stored.clone();
     older.features.truncate(23);
