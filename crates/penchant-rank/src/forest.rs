@@ -11,7 +11,10 @@
 //! from the lowest threshold up to the block's largest value and not one further, each one an
 //! AND over the block's vectors of one tree (a plain loop the compiler turns into SIMD). No
 //! row walks a tree, no branch waits on a value, and the work stops where the block's values
-//! do. A model with a larger tree is walked instead ([`Walk`]).
+//! do. The block is first laid out feature by feature (each feature's values and their largest
+//! a few vector loads), and its rows' leaf values are summed side by side, each row's sum in a
+//! vector lane rather than read from and written back to memory once per tree. A model with a
+//! larger tree is walked instead ([`Walk`]).
 
 use crate::{Model, Node, Tree};
 
@@ -37,6 +40,9 @@ impl Default for Layout {
 
 /// Rows scored together: one leaf vector per tree and row of the block.
 const BLOCK: usize = 32;
+
+/// The most leaves of a tree QuickScorer scores: a leaf vector's bits.
+const LEAVES: usize = u32::BITS as usize;
 
 impl Forest {
     pub(crate) fn of(model: &Model) -> Self {
@@ -83,9 +89,8 @@ struct Quick {
     /// Per tree: the leaves a row may reach before any split on its features (a split on a
     /// feature past the rows' end reads 0 and is decided once, here).
     reachable: Vec<u32>,
-    /// Per tree: where its leaves' values start in `leaves`, left to right.
-    first_leaf: Vec<usize>,
-    leaves: Vec<f64>,
+    /// Per tree: its leaves' values left to right (0 past its last).
+    leaves: Vec<[f64; LEAVES]>,
 }
 
 impl Quick {
@@ -96,11 +101,13 @@ impl Quick {
         for (t, tree) in model.trees.iter().enumerate() {
             // Per node: the leaves under it, as a range of the tree's leaves left to right.
             let mut under = vec![(0u32, 0u32); tree.nodes.len()];
-            let first = quick.leaves.len();
-            number_leaves(tree, 0, &mut quick.leaves, first, &mut under);
-            if quick.leaves.len() - first > u32::BITS as usize {
+            let mut leaves = Vec::new();
+            number_leaves(tree, 0, &mut leaves, 0, &mut under);
+            if leaves.len() > LEAVES {
                 return None;
             }
+            leaves.resize(LEAVES, 0.0);
+            quick.leaves.push(leaves.try_into().ok()?);
             let mut reachable = u32::MAX;
             for node in &tree.nodes {
                 let &Node::Split {
@@ -123,7 +130,6 @@ impl Quick {
                 }
             }
             quick.reachable.push(reachable);
-            quick.first_leaf.push(first);
         }
         quick.starts.push(0);
         for mut splits in by_feature {
@@ -137,8 +143,11 @@ impl Quick {
     /// Adds each row's leaf values to its score (`rows`: `width` values each).
     fn add(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above), all `add_avx2` is compiled for.
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("bmi1")
+        {
+            // SAFETY: the CPU has AVX2 and BMI1 (checked just above), all `add_avx2` is compiled
+            // for.
             #[allow(unsafe_code)]
             unsafe {
                 return self.add_avx2(width, rows, scores);
@@ -147,9 +156,10 @@ impl Quick {
         self.add_blocks(width, rows, scores);
     }
 
-    /// The same loops compiled for AVX2: a block's AND is a few 256-bit instructions.
+    /// The same loops compiled for AVX2 (a block's AND is a few 256-bit instructions) and BMI1
+    /// (a leaf's number is one instruction).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,bmi1")]
     fn add_avx2(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
         self.add_blocks(width, rows, scores);
     }
@@ -157,19 +167,24 @@ impl Quick {
     #[inline(always)]
     fn add_blocks(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
         let mut reachable: Vec<[u32; BLOCK]> = Vec::with_capacity(self.reachable.len());
+        // The block's values feature by feature (rows past its end read NaN: never right).
+        let mut columns = vec![[f32::NAN; BLOCK]; self.starts.len().saturating_sub(1)];
         for (block, scores) in rows.chunks(width * BLOCK).zip(scores.chunks_mut(BLOCK)) {
             reachable.clear();
             reachable.extend(self.reachable.iter().map(|&r| [r; BLOCK]));
-            for (f, range) in self.starts.windows(2).enumerate() {
-                // The block's values of feature `f` (rows past its end read NaN: never right).
-                let mut values = [f32::NAN; BLOCK];
-                let mut largest = f32::NEG_INFINITY;
-                for (v, row) in values.iter_mut().zip(block.chunks_exact(width)) {
-                    *v = row[f];
-                    largest = largest.max(*v);
+            for (r, row) in block.chunks_exact(width).enumerate() {
+                for (column, &v) in columns.iter_mut().zip(row) {
+                    column[r] = v;
                 }
+            }
+            if block.len() < width * BLOCK {
+                let short = block.len() / width;
+                columns.iter_mut().for_each(|c| c[short..].fill(f32::NAN));
+            }
+            for (&values, range) in columns.iter().zip(self.starts.windows(2)) {
                 let splits = &self.splits[range[0]..range[1]];
                 // No value of the block is above a later threshold.
+                let largest = largest(&values);
                 let end = splits.partition_point(|&(threshold, ..)| threshold < largest);
                 for &(threshold, tree, mask) in &splits[..end] {
                     let vectors = &mut reachable[tree as usize];
@@ -180,14 +195,33 @@ impl Quick {
                     }
                 }
             }
-            // In the trees' order, as Model::score adds them.
-            for (vectors, &first) in reachable.iter().zip(&self.first_leaf) {
-                for (score, vector) in scores.iter_mut().zip(vectors) {
-                    *score += self.leaves[first + vector.trailing_zeros() as usize];
+            // Each row's sum in the trees' order, as Model::score adds them; the block's rows
+            // side by side (each its own sum: a vector of them).
+            let mut sums = [0.0f64; BLOCK];
+            sums.iter_mut()
+                .zip(scores.iter())
+                .for_each(|(s, &x)| *s = x);
+            for (vectors, leaves) in reachable.iter().zip(&self.leaves) {
+                for (sum, vector) in sums.iter_mut().zip(vectors) {
+                    // A row always reaches a leaf: its vector is never 0.
+                    *sum += leaves[vector.trailing_zeros() as usize % LEAVES];
                 }
             }
+            scores.iter_mut().zip(sums).for_each(|(x, s)| *x = s);
         }
     }
+}
+
+/// The largest value not NaN (none: -∞), lane by lane so that it is a few vector maxima.
+#[inline(always)]
+fn largest(values: &[f32; BLOCK]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    for chunk in values.chunks_exact(8) {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = if v > *lane { v } else { *lane };
+        }
+    }
+    lanes.into_iter().fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// Appends the leaves under `n` to `leaves`, left to right, and records in `under` each
