@@ -7,9 +7,12 @@
 //! threshold: it goes right) rules out the leaves of the split's left side — an AND with the
 //! split's mask — and the row's leaf is then the leftmost one left (the lowest set bit),
 //! whatever order the splits were applied in. So the splits of every tree are kept per
-//! feature, sorted by threshold: for a block of [`BLOCK`] rows, a feature's splits are applied
-//! from the lowest threshold up to the block's largest value and not one further, each one an
-//! AND over the block's vectors of one tree (a plain loop the compiler turns into SIMD). No
+//! feature and tree, sorted by threshold: for a block of [`BLOCK`] rows, a feature's splits are
+//! applied from the lowest threshold up to the block's largest value and not one further, one
+//! tree's at a time — their ANDs over the block gathered in registers (a plain loop the
+//! compiler turns into SIMD; with AVX-512 a split's test of 16 rows is one compare into a mask
+//! register and its AND one masked instruction), then ANDed into the tree's vectors once, so
+//! that a tree split on one feature again and again is not a chain of stores and loads. No
 //! row walks a tree, no branch waits on a value, and the work stops where the block's values
 //! do. The block is first laid out feature by feature (each feature's values and their largest
 //! a few vector loads), and its rows' leaf values are summed side by side, each row's sum in a
@@ -79,13 +82,17 @@ impl Forest {
     }
 }
 
-/// Every tree's splits by feature, sorted by threshold, and every tree's leaves.
+/// Every tree's splits by feature and tree, sorted by threshold, and every tree's leaves.
 #[derive(Debug, Clone, Default)]
 struct Quick {
-    /// Per feature, where its splits start in `splits` (one more entry: the end).
+    /// Per feature, where its groups start in `groups` (one more entry: the end).
     starts: Vec<usize>,
-    /// Per split: its threshold, its tree, and the mask that rules out its left leaves.
-    splits: Vec<(f32, u32, u32)>,
+    /// Per group (one tree's splits on one feature; a feature's groups by their lowest
+    /// threshold): its tree and where its splits start in `splits` (they end where the next
+    /// group's start; one more entry: the end).
+    groups: Vec<(u32, u32)>,
+    /// Per split, by group: its threshold and the mask that rules out its left leaves.
+    splits: Vec<(f32, u32)>,
     /// Per tree: the leaves a row may reach before any split on its features (a split on a
     /// feature past the rows' end reads 0 and is decided once, here).
     reachable: Vec<u32>,
@@ -133,15 +140,35 @@ impl Quick {
         }
         quick.starts.push(0);
         for mut splits in by_feature {
-            splits.sort_by(|a, b| a.0.total_cmp(&b.0));
-            quick.splits.extend(splits);
-            quick.starts.push(quick.splits.len());
+            splits.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.total_cmp(&b.0)));
+            let mut groups: Vec<&[(f32, u32, u32)]> = splits.chunk_by(|a, b| a.1 == b.1).collect();
+            groups.sort_by(|a, b| a[0].0.total_cmp(&b[0].0));
+            for group in groups {
+                quick.groups.push((group[0].1, quick.splits.len() as u32));
+                quick
+                    .splits
+                    .extend(group.iter().map(|&(threshold, _, mask)| (threshold, mask)));
+            }
+            quick.starts.push(quick.groups.len());
         }
+        quick.groups.push((0, quick.splits.len() as u32));
         Some(quick)
     }
 
     /// Adds each row's leaf values to its score (`rows`: `width` values each).
     fn add(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("bmi1")
+        {
+            // SAFETY: the CPU has AVX-512 F and VL and BMI1 (checked just above), all
+            // `add_avx512` is compiled for.
+            #[allow(unsafe_code)]
+            unsafe {
+                return self.add_avx512(width, rows, scores);
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("bmi1")
@@ -164,6 +191,14 @@ impl Quick {
         self.add_blocks(width, rows, scores);
     }
 
+    /// The same loops compiled for AVX-512: a split's test of 16 rows is one compare into a
+    /// mask register, its AND one masked instruction.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,bmi1")]
+    fn add_avx512(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
+        self.add_blocks(width, rows, scores);
+    }
+
     #[inline(always)]
     fn add_blocks(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
         let mut reachable: Vec<[u32; BLOCK]> = Vec::with_capacity(self.reachable.len());
@@ -182,16 +217,29 @@ impl Quick {
                 columns.iter_mut().for_each(|c| c[short..].fill(f32::NAN));
             }
             for (&values, range) in columns.iter().zip(self.starts.windows(2)) {
-                let splits = &self.splits[range[0]..range[1]];
-                // No value of the block is above a later threshold.
+                // No value of the block is above a later threshold: the groups from the first
+                // whose lowest is not below the largest value are passed over, and so are a
+                // group's splits from its first such.
                 let largest = largest(&values);
-                let end = splits.partition_point(|&(threshold, ..)| threshold < largest);
-                for &(threshold, tree, mask) in &splits[..end] {
-                    let vectors = &mut reachable[tree as usize];
-                    for (vector, &v) in vectors.iter_mut().zip(&values) {
-                        // All ones (kept) unless the row goes right (1 − 1); NaN goes left.
-                        let kept = u32::from(v > threshold).wrapping_sub(1);
-                        *vector &= mask | kept;
+                let groups = &self.groups[range[0]..range[1]];
+                let first = |&(_, from): &(u32, u32)| self.splits[from as usize].0;
+                let end = groups.partition_point(|g| first(g) < largest);
+                for (g, &(tree, from)) in groups[..end].iter().enumerate() {
+                    let to = self.groups[range[0] + g + 1].1;
+                    // The tree's splits on this feature ANDed in registers, then into its
+                    // vectors once.
+                    let mut kept = [u32::MAX; BLOCK];
+                    for &(threshold, mask) in &self.splits[from as usize..to as usize] {
+                        if threshold >= largest {
+                            break;
+                        }
+                        for (k, &v) in kept.iter_mut().zip(&values) {
+                            // All ones unless the row goes right (1 − 1); NaN goes left.
+                            *k &= mask | u32::from(v > threshold).wrapping_sub(1);
+                        }
+                    }
+                    for (vector, k) in reachable[tree as usize].iter_mut().zip(kept) {
+                        *vector &= k;
                     }
                 }
             }
@@ -393,7 +441,46 @@ mod tests {
                     .map(|s| s.to_bits())
                     .collect();
                 assert_eq!(got, want, "{leaves} leaves, {rows} rows");
+                // Each of QuickScorer's builds this CPU can run, not only the one chosen.
+                if let Layout::Quick(quick) = &forest.layout {
+                    for (name, scores) in quick_builds(quick, features, &values) {
+                        let bits: Vec<u64> = scores.iter().map(|s| s.to_bits()).collect();
+                        assert_eq!(bits, want, "{name}: {leaves} leaves, {rows} rows");
+                    }
+                }
             }
         }
+    }
+
+    /// `rows` scored by each build of [`Quick::add`] the CPU runs, from the test model's base
+    /// (feature 1, weight 0.5).
+    fn quick_builds(quick: &Quick, width: usize, rows: &[f32]) -> Vec<(&'static str, Vec<f64>)> {
+        let start = || -> Vec<f64> {
+            rows.chunks_exact(width)
+                .map(|row| 0.5 * f64::from(row[1]))
+                .collect()
+        };
+        let mut builds = Vec::new();
+        let mut scores = start();
+        quick.add_blocks(width, rows, &mut scores);
+        builds.push(("portable", scores));
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("bmi1") {
+                let mut scores = start();
+                // SAFETY: the CPU has what `add_avx2` is compiled for (checked just above).
+                unsafe { quick.add_avx2(width, rows, &mut scores) };
+                builds.push(("avx2", scores));
+            }
+            if has!("avx512f") && has!("avx512vl") && has!("bmi1") {
+                let mut scores = start();
+                // SAFETY: as above, for `add_avx512`.
+                unsafe { quick.add_avx512(width, rows, &mut scores) };
+                builds.push(("avx512", scores));
+            }
+        }
+        builds
     }
 }
