@@ -7,17 +7,16 @@
 //! threshold: it goes right) rules out the leaves of the split's left side — an AND with the
 //! split's mask — and the row's leaf is then the leftmost one left (the lowest set bit),
 //! whatever order the splits were applied in. So the splits of every tree are kept per
-//! feature and tree, sorted by threshold: for a block of [`BLOCK`] rows, a feature's splits are
-//! applied from the lowest threshold up to the block's largest value and not one further, one
-//! tree's at a time — their ANDs over the block gathered in registers (a plain loop the
-//! compiler turns into SIMD; with AVX-512 a split's test of 16 rows is one compare into a mask
-//! register and its AND one masked instruction), then ANDed into the tree's vectors once, so
-//! that a tree split on one feature again and again is not a chain of stores and loads. No
-//! row walks a tree, no branch waits on a value, and the work stops where the block's values
-//! do. The block is first laid out feature by feature (each feature's values and their largest
-//! a few vector loads), and its rows' leaf values are summed side by side, each row's sum in a
-//! vector lane rather than read from and written back to memory once per tree. A model with a
-//! larger tree is walked instead ([`Walk`]).
+//! feature, sorted by threshold: for a block of [`BLOCK`] rows, a feature's splits are applied
+//! from the lowest threshold up to the block's largest value and not one further, each one an
+//! AND over the block's vectors of one tree (a plain loop the compiler turns into SIMD; with
+//! AVX-512 a split's test of 16 rows is one compare into a mask register and its AND one
+//! masked instruction). No row walks a tree, no branch waits on a value, and the work stops
+//! where the block's values do. The block is first laid out feature by feature (each
+//! feature's values and their largest a few vector loads), each tree's vectors on cache lines
+//! of their own, and the rows' leaf values are summed side by side, each row's sum in a vector
+//! lane rather than read from and written back to memory once per tree. A model with a larger
+//! tree is walked instead ([`Walk`]).
 
 use crate::{Model, Node, Tree};
 
@@ -82,17 +81,13 @@ impl Forest {
     }
 }
 
-/// Every tree's splits by feature and tree, sorted by threshold, and every tree's leaves.
+/// Every tree's splits by feature, sorted by threshold, and every tree's leaves.
 #[derive(Debug, Clone, Default)]
 struct Quick {
-    /// Per feature, where its groups start in `groups` (one more entry: the end).
+    /// Per feature, where its splits start in `splits` (one more entry: the end).
     starts: Vec<usize>,
-    /// Per group (one tree's splits on one feature; a feature's groups by their lowest
-    /// threshold): its tree and where its splits start in `splits` (they end where the next
-    /// group's start; one more entry: the end).
-    groups: Vec<(u32, u32)>,
-    /// Per split, by group: its threshold and the mask that rules out its left leaves.
-    splits: Vec<(f32, u32)>,
+    /// Per split: its threshold, its tree, and the mask that rules out its left leaves.
+    splits: Vec<(f32, u32, u32)>,
     /// Per tree: the leaves a row may reach before any split on its features (a split on a
     /// feature past the rows' end reads 0 and is decided once, here).
     reachable: Vec<u32>,
@@ -140,18 +135,10 @@ impl Quick {
         }
         quick.starts.push(0);
         for mut splits in by_feature {
-            splits.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.total_cmp(&b.0)));
-            let mut groups: Vec<&[(f32, u32, u32)]> = splits.chunk_by(|a, b| a.1 == b.1).collect();
-            groups.sort_by(|a, b| a[0].0.total_cmp(&b[0].0));
-            for group in groups {
-                quick.groups.push((group[0].1, quick.splits.len() as u32));
-                quick
-                    .splits
-                    .extend(group.iter().map(|&(threshold, _, mask)| (threshold, mask)));
-            }
-            quick.starts.push(quick.groups.len());
+            splits.sort_by(|a, b| a.0.total_cmp(&b.0));
+            quick.splits.extend(splits);
+            quick.starts.push(quick.splits.len());
         }
-        quick.groups.push((0, quick.splits.len() as u32));
         Some(quick)
     }
 
@@ -201,45 +188,32 @@ impl Quick {
 
     #[inline(always)]
     fn add_blocks(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
-        let mut reachable: Vec<[u32; BLOCK]> = Vec::with_capacity(self.reachable.len());
+        let mut reachable: Vec<Aligned<u32>> = Vec::with_capacity(self.reachable.len());
         // The block's values feature by feature (rows past its end read NaN: never right).
-        let mut columns = vec![[f32::NAN; BLOCK]; self.starts.len().saturating_sub(1)];
+        let mut columns = vec![Aligned([f32::NAN; BLOCK]); self.starts.len().saturating_sub(1)];
         for (block, scores) in rows.chunks(width * BLOCK).zip(scores.chunks_mut(BLOCK)) {
             reachable.clear();
-            reachable.extend(self.reachable.iter().map(|&r| [r; BLOCK]));
+            reachable.extend(self.reachable.iter().map(|&r| Aligned([r; BLOCK])));
             for (r, row) in block.chunks_exact(width).enumerate() {
                 for (column, &v) in columns.iter_mut().zip(row) {
-                    column[r] = v;
+                    column.0[r] = v;
                 }
             }
             if block.len() < width * BLOCK {
                 let short = block.len() / width;
-                columns.iter_mut().for_each(|c| c[short..].fill(f32::NAN));
+                columns.iter_mut().for_each(|c| c.0[short..].fill(f32::NAN));
             }
-            for (&values, range) in columns.iter().zip(self.starts.windows(2)) {
-                // No value of the block is above a later threshold: the groups from the first
-                // whose lowest is not below the largest value are passed over, and so are a
-                // group's splits from its first such.
+            for (&Aligned(values), range) in columns.iter().zip(self.starts.windows(2)) {
+                let splits = &self.splits[range[0]..range[1]];
+                // No value of the block is above a later threshold.
                 let largest = largest(&values);
-                let groups = &self.groups[range[0]..range[1]];
-                let first = |&(_, from): &(u32, u32)| self.splits[from as usize].0;
-                let end = groups.partition_point(|g| first(g) < largest);
-                for (g, &(tree, from)) in groups[..end].iter().enumerate() {
-                    let to = self.groups[range[0] + g + 1].1;
-                    // The tree's splits on this feature ANDed in registers, then into its
-                    // vectors once.
-                    let mut kept = [u32::MAX; BLOCK];
-                    for &(threshold, mask) in &self.splits[from as usize..to as usize] {
-                        if threshold >= largest {
-                            break;
-                        }
-                        for (k, &v) in kept.iter_mut().zip(&values) {
-                            // All ones unless the row goes right (1 − 1); NaN goes left.
-                            *k &= mask | u32::from(v > threshold).wrapping_sub(1);
-                        }
-                    }
-                    for (vector, k) in reachable[tree as usize].iter_mut().zip(kept) {
-                        *vector &= k;
+                let end = splits.partition_point(|&(threshold, ..)| threshold < largest);
+                for &(threshold, tree, mask) in &splits[..end] {
+                    let vectors = &mut reachable[tree as usize].0;
+                    for (vector, &v) in vectors.iter_mut().zip(&values) {
+                        // All ones (kept) unless the row goes right (1 − 1); NaN goes left.
+                        let kept = u32::from(v > threshold).wrapping_sub(1);
+                        *vector &= mask | kept;
                     }
                 }
             }
@@ -250,7 +224,7 @@ impl Quick {
                 .zip(scores.iter())
                 .for_each(|(s, &x)| *s = x);
             for (vectors, leaves) in reachable.iter().zip(&self.leaves) {
-                for (sum, vector) in sums.iter_mut().zip(vectors) {
+                for (sum, vector) in sums.iter_mut().zip(&vectors.0) {
                     // A row always reaches a leaf: its vector is never 0.
                     *sum += leaves[vector.trailing_zeros() as usize % LEAVES];
                 }
@@ -259,6 +233,12 @@ impl Quick {
         }
     }
 }
+
+/// A block's values or leaf vectors, on a cache line of their own: a vector load or store
+/// never straddles two.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct Aligned<T>([T; BLOCK]);
 
 /// The largest value not NaN (none: -∞), lane by lane so that it is a few vector maxima.
 #[inline(always)]
