@@ -179,6 +179,16 @@ impl Matrix {
         })
     }
 
+    /// `query`'s dot product with each of `rows`, in their order, each as [`kernels::dot`]
+    /// gives it; a row past the matrix's end reads as a row of zeros.
+    pub fn dots_of(&self, query: &[f32], rows: &[u32]) -> Vec<f32> {
+        kernels::dispatch(DotsOf {
+            matrix: self,
+            query,
+            rows,
+        })
+    }
+
     /// The `k` best rows for `query` as `(row, score)`, best first (ties: lower row first),
     /// skipping the rows where `skip(row)` is true and rows whose score is NaN.
     ///
@@ -412,6 +422,30 @@ impl WithSimd for Dots<'_> {
     }
 }
 
+struct DotsOf<'a> {
+    matrix: &'a Matrix,
+    query: &'a [f32],
+    rows: &'a [u32],
+}
+
+impl WithSimd for DotsOf<'_> {
+    type Output = Vec<f32>;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
+        let zero = vec![0.0f32; self.matrix.dim()];
+        let mut dots = Vec::with_capacity(self.rows.len());
+        for &i in self.rows {
+            let row = match i as usize {
+                i if i < self.matrix.len() => self.matrix.row(i),
+                _ => &zero,
+            };
+            dots.push(kernels::dot_simd(simd, self.query, row));
+        }
+        dots
+    }
+}
+
 /// The `k` best of `scored` `(row, score)` as [`Matrix::top_k`] keeps them: best first, ties
 /// lower row first, NaN left out (for scores computed once and ranked several ways).
 pub fn top_k_of(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
@@ -574,6 +608,19 @@ mod tests {
         for (i, d) in dots.iter().enumerate() {
             assert_eq!(d.to_bits(), kernels::dot(&q, m.row(i)).to_bits(), "row {i}");
         }
+        // Some rows, in any order, listed twice or past the end (a row of zeros).
+        let rows = [36, 0, 9, 5, 5, 37, 1_000];
+        let some: Vec<u32> = m.dots_of(&q, &rows).iter().map(|d| d.to_bits()).collect();
+        let zero = vec![0.0f32; 19];
+        let want: Vec<u32> = rows
+            .iter()
+            .map(|&i| match i as usize {
+                i if i < m.len() => kernels::dot(&q, m.row(i)),
+                _ => kernels::dot(&q, &zero),
+            })
+            .map(f32::to_bits)
+            .collect();
+        assert_eq!(some, want);
         for k in [0, 1, 5, 37, 100] {
             let skip = |i: usize| i % 4 == 1;
             let scanned = m.top_k(Metric::Dot, &q, k, skip);

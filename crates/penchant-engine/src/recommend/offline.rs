@@ -806,14 +806,6 @@ pub(crate) fn rows_of(
     let unseen = |i: &u32| seen.binary_search(i).is_err();
     let pool = per_source + seen.len();
     let factors = side.vectors();
-    let zero = vec![0.0f32; factors.dim()];
-    let vector = |i: u32| {
-        if (i as usize) < factors.len() {
-            factors.row(i as usize)
-        } else {
-            &zero
-        }
-    };
     let dot = penchant_vectors::kernels::dot;
     let recent = user.recent;
     let liked = &recent[..recent.len().min(LIKED)];
@@ -827,6 +819,7 @@ pub(crate) fn rows_of(
         (top, unseen_best.take(per_source).collect::<Ranked>())
     };
     let graph = side.graph();
+    // Also every item's score when scanned (the candidates' own are read from it).
     let by_vector = |query: &[f32], skip: &dyn Fn(u32) -> bool| match graph {
         // Scanned: every item's score at once, the best `pool` (enough to leave the user's
         // items out) ranked from them.
@@ -834,7 +827,8 @@ pub(crate) fn rows_of(
             let scores = factors.dots(query);
             let rows = scores.iter().copied().enumerate();
             let best = top_k_of(rows.filter(|&(i, _)| !skip(i as u32)), pool);
-            of_list(best.into_iter().map(|(i, s)| (i as u32, s)).collect())
+            let (top, best) = of_list(best.into_iter().map(|(i, s)| (i as u32, s)).collect());
+            (top, best, Some(scores))
         }
         // Searched: the user's items are left out of the search, and counted apart for the
         // best score.
@@ -852,60 +846,86 @@ pub(crate) fn rows_of(
                 .map(|&i| dot(query, factors.row(i as usize)))
                 .chain(best.first().map(|b| b.1))
                 .max_by(f32::total_cmp);
-            (top, best)
+            (top, best, None)
         }
     };
     let liked_mean = liked_mean(factors, liked);
-    let (related, related_last) = related_sums(side, liked);
+    // What the user's own lists say of each item they name, in one map (a candidate's is one
+    // look-up): first the co-interaction sums of `liked` and of its first three.
+    let absent = per_source as u32;
+    let mut near: HashMap<u32, Near> =
+        HashMap::with_capacity(liked.len() * related::NEIGHBOURS + 6 * per_source);
+    let blank = Near::blank(absent);
+    for (k, &a) in liked.iter().enumerate() {
+        for &(b, s) in side.lists().related(a) {
+            let entry = near.entry(b).or_insert(blank);
+            entry.related += s;
+            if k < 3 {
+                entry.related_last += s;
+            }
+        }
+    }
+    let related_sums = near.iter().map(|(&b, n)| (b, n.related));
     let trend = side.trend(user.today);
+    let (als_best, als_scores) = {
+        let (top, best, scores) = by_vector(user.vector, &|_| false);
+        ((top, best), scores)
+    };
+    let (similar_best, similar_scores) = match liked_mean.as_deref() {
+        Some(mean) => {
+            let (top, best, scores) = by_vector(mean, &|i| liked.contains(&i));
+            ((top, best), scores)
+        }
+        None => ((None, Vec::new()), None),
+    };
     let best: [(Option<f32>, Ranked); 4] = [
-        by_vector(user.vector, &|_| false),
-        liked_mean.as_deref().map_or((None, Vec::new()), |mean| {
-            by_vector(mean, &|i| liked.contains(&i))
-        }),
-        of_list(best_related(&related, liked, pool)),
+        als_best,
+        similar_best,
+        of_list(best_related(related_sums, liked, pool)),
         of_list(trend.ranked.iter().take(pool).copied().collect()),
     ];
 
     // Per candidate: how many sources proposed it, and its place in ALS's and related's.
-    let mut proposed: HashMap<u32, (u32, u32, u32)> = HashMap::with_capacity(6 * per_source);
-    let absent = per_source as u32;
     // Each source's best score for this user (what a blend divides its scores by).
     let mut tops = [1.0f32; 4];
     for (s, (top, unseen_best)) in best.iter().enumerate() {
         tops[s] = top.map_or(1.0, |score| score.abs().max(1e-6));
         for (place, &(i, _)) in unseen_best.iter().enumerate() {
-            let entry = proposed.entry(i).or_insert((0, absent, absent));
-            entry.0 += 1;
+            let entry = near.entry(i).or_insert(blank);
+            entry.sources += 1;
             match s {
-                0 => entry.1 = place as u32,
-                2 => entry.2 = place as u32,
+                0 => entry.als_place = place as u32,
+                2 => entry.related_place = place as u32,
                 _ => {}
             }
         }
     }
     for &i in side.popular().iter().filter(|i| unseen(i)).take(per_source) {
-        proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
+        near.entry(i).or_insert(blank).sources += 1;
     }
     // What others had soon after the user's last three items (the newest counts most).
-    let mut next: HashMap<u32, f32> = HashMap::new();
+    let mut followed = Vec::new();
     for (k, &a) in user.recent.iter().take(3).enumerate() {
         for &(b, share) in side.lists().next(a) {
-            *next.entry(b).or_default() += share / (k + 1) as f32;
+            let entry = near.entry(b).or_insert(blank);
+            if !entry.followed {
+                entry.followed = true;
+                followed.push(b);
+            }
+            entry.next += share / (k + 1) as f32;
         }
     }
-    let followers = next
-        .iter()
-        .map(|(&b, &w)| (b, w))
-        .filter(|(b, _)| unseen(b));
+    let followers = followed
+        .into_iter()
+        .filter(|b| unseen(b))
+        .map(|b| (b, near[&b].next));
     for (i, _) in best_of(followers.collect(), per_source) {
-        proposed.entry(i).or_insert((0, absent, absent)).0 += 1;
+        near.entry(i).or_insert(blank).sources += 1;
     }
     // What others had soon after any of the user's last ten, alike.
-    let mut next_10: HashMap<u32, f32> = HashMap::new();
     for &a in user.recent.iter().take(LIKED) {
         for &(b, share) in side.lists().next(a) {
-            *next_10.entry(b).or_default() += share;
+            near.entry(b).or_insert(blank).next_10 += share;
         }
     }
     // The models' scores of every modelled item, and their best among those not had.
@@ -928,16 +948,44 @@ pub(crate) fn rows_of(
     let items: Vec<u32> = match items {
         Some(items) => items.to_vec(),
         None => {
-            let mut items: Vec<u32> = proposed.keys().copied().collect();
+            let proposed = near.iter().filter(|(_, n)| n.sources > 0);
+            let mut items: Vec<u32> = proposed.map(|(&i, _)| i).collect();
             items.sort_unstable();
             items
         }
     };
 
+    // The candidates' vector scores, each query's in one pass (a scan's are read from it).
+    let zero = vec![0.0f32; factors.dim()];
+    let scores_of = |query: Option<&[f32]>, scanned: Option<Vec<f32>>| match (query, scanned) {
+        (Some(query), Some(all)) => items
+            .iter()
+            .map(|&i| match all.get(i as usize) {
+                Some(&score) => score,
+                None => dot(query, &zero),
+            })
+            .collect(),
+        (Some(query), None) => factors.dots_of(query, &items),
+        (None, _) => vec![0.0; items.len()],
+    };
     let last3 = &liked[..liked.len().min(3)];
-    let last3_queries: Vec<&[f32]> = last3.iter().map(|&i| vector(i)).collect();
+    let last3_queries: Vec<&[f32]> = last3
+        .iter()
+        .map(|&i| match i as usize {
+            i if i < factors.len() => factors.row(i),
+            _ => &zero,
+        })
+        .collect();
     let last3_mean = (!last3_queries.is_empty())
         .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
+    let als_of = scores_of(Some(user.vector), als_scores);
+    let similar_of = scores_of(liked_mean.as_deref(), similar_scores);
+    let last_query = liked.first().map(|&l| match l as usize {
+        l if l < factors.len() => factors.row(l),
+        _ => &zero,
+    });
+    let last_of = scores_of(last_query, None);
+    let last3_of = scores_of(last3_mean.as_deref(), None);
     let today = user.today;
     let user_items = (1.0 + recent.len() as f32).ln();
     let user_popularity = if recent.is_empty() {
@@ -950,9 +998,8 @@ pub(crate) fn rows_of(
             / recent.len() as f32
     };
     rows.reserve(items.len() * FEATURES.len());
-    for &i in &items {
-        let (sources, als_place, related_place) =
-            proposed.get(&i).copied().unwrap_or((0, absent, absent));
+    for (k, &i) in items.iter().enumerate() {
+        let near = near.get(&i).copied().unwrap_or(blank);
         let (first, last) = side.lists().days(i);
         // Never had in training (an item of held-out events only): -1.
         let days = |day: i64| {
@@ -964,9 +1011,7 @@ pub(crate) fn rows_of(
         };
         let (trending, trending_place) = trend.of(i);
         // An item past the factors' rows has a zero vector.
-        let als = dot(user.vector, vector(i));
-        let similar = liked_mean.as_ref().map_or(0.0, |mean| dot(mean, vector(i)));
-        let related = related.get(&i).copied().unwrap_or(0.0);
+        let (als, similar, related) = (als_of[k], similar_of[k], near.related);
         let (als_n, similar_n, related_n) = (als / tops[0], similar / tops[1], related / tops[2]);
         // The user's affinity to the candidate's facet values: mean and best.
         let (mut sum, mut best, mut n) = (0.0f32, 0.0f32, 0usize);
@@ -991,21 +1036,21 @@ pub(crate) fn rows_of(
             related_n,
             als,
             similar,
-            liked.first().map_or(0.0, |&l| dot(vector(l), vector(i))),
-            last3_mean.as_ref().map_or(0.0, |q| dot(q, vector(i))),
+            last_of[k],
+            last3_of[k],
             related,
-            related_last.get(&i).copied().unwrap_or(0.0),
-            next.get(&i).copied().unwrap_or(0.0),
+            near.related_last,
+            near.next,
             trending,
             side.lists().popularity(i),
             days(first),
             days(last),
             user_items,
             user_popularity,
-            als_place as f32,
-            related_place as f32,
+            near.als_place as f32,
+            near.related_place as f32,
             trending_place as f32,
-            sources as f32,
+            near.sources as f32,
             facet_mean,
             best,
             ease,
@@ -1014,11 +1059,44 @@ pub(crate) fn rows_of(
             ease / model_tops[0],
             ease_recent / model_tops[1],
             sequence / model_tops[2],
-            next_10.get(&i).copied().unwrap_or(0.0),
+            near.next_10,
             side.lists().late(i),
         ]);
     }
     items
+}
+
+/// What a user's own lists say of one item ([`rows_of`]): how many sources proposed it and
+/// its places in ALS's and related's best (`absent` if not among them), the co-interaction
+/// sums of the user's last [`LIKED`] items and of their last three, and what others had soon
+/// after the user's last three (the newest counts most, `followed`: named by one) and after
+/// any of their last ten.
+#[derive(Debug, Clone, Copy)]
+struct Near {
+    sources: u32,
+    als_place: u32,
+    related_place: u32,
+    related: f32,
+    related_last: f32,
+    next: f32,
+    followed: bool,
+    next_10: f32,
+}
+
+impl Near {
+    /// An item no list names.
+    fn blank(absent: u32) -> Self {
+        Self {
+            sources: 0,
+            als_place: absent,
+            related_place: absent,
+            related: 0.0,
+            related_last: 0.0,
+            next: 0.0,
+            followed: false,
+            next_10: 0.0,
+        }
+    }
 }
 
 /// The last items similar-to-liked and related read ([`candidate_sources`]).
@@ -1035,28 +1113,21 @@ fn liked_mean(factors: &Matrix, liked: &[u32]) -> Option<Vec<f32>> {
     (!queries.is_empty()).then(|| Matrix::mean_query(Metric::Dot, &queries))
 }
 
-/// The co-interaction lists of `liked` summed by item, and those of its first three.
-fn related_sums(
-    side: &(impl ItemSide + ?Sized),
-    liked: &[u32],
-) -> (HashMap<u32, f32>, HashMap<u32, f32>) {
+/// The co-interaction lists of `liked` summed by item.
+fn related_sums(side: &(impl ItemSide + ?Sized), liked: &[u32]) -> HashMap<u32, f32> {
     let mut all: HashMap<u32, f32> = HashMap::with_capacity(liked.len() * related::NEIGHBOURS);
-    let mut last: HashMap<u32, f32> = HashMap::with_capacity(3 * related::NEIGHBOURS);
-    for (k, &a) in liked.iter().enumerate() {
+    for &a in liked {
         for &(b, s) in side.lists().related(a) {
             *all.entry(b).or_default() += s;
-            if k < 3 {
-                *last.entry(b).or_default() += s;
-            }
         }
     }
-    (all, last)
+    all
 }
 
-/// The related source's best `pool` from the sums of `liked`'s lists, `liked` left out.
-fn best_related(sums: &HashMap<u32, f32>, liked: &[u32], pool: usize) -> Ranked {
-    let scores = sums.iter().map(|(&b, &s)| (b, s));
-    best_of(scores.filter(|(b, _)| !liked.contains(b)).collect(), pool)
+/// The related source's best `pool` from the sums of `liked`'s lists (`sums`), `liked` left
+/// out.
+fn best_related(sums: impl Iterator<Item = (u32, f32)>, liked: &[u32], pool: usize) -> Ranked {
+    best_of(sums.filter(|(b, _)| !liked.contains(b)).collect(), pool)
 }
 
 /// The best `k` of `scored`, best first (ties: lower item row first): the whole list sorted
@@ -1091,7 +1162,7 @@ fn source_of(
         }
         Source::Related { last, .. } => {
             let liked = &user.recent[..(*last).min(user.recent.len())];
-            best_related(&related_sums(side, liked).0, liked, pool)
+            best_related(related_sums(side, liked).into_iter(), liked, pool)
         }
         Source::Trending { .. } => side
             .trend(user.today)

@@ -107,11 +107,18 @@ impl Standing {
 pub struct Scored {
     /// Each candidate's score by the model, in the candidates' order.
     pub scores: Vec<f64>,
-    /// Each candidate's row of [`offline::FEATURES`], in the candidates' order.
-    pub features: Vec<Vec<f32>>,
+    /// Each candidate's row of [`offline::FEATURES`], one after another in the candidates'
+    /// order.
+    pub rows: Vec<f32>,
 }
 
 impl Scored {
+    /// Candidate `k`'s row of [`offline::FEATURES`].
+    pub fn features(&self, k: usize) -> &[f32] {
+        let width = offline::FEATURES.len();
+        &self.rows[k * width..(k + 1) * width]
+    }
+
     /// `items` (the candidates scored, in their order) best first by their scores, each with
     /// its [`LearnedScore`] (its features' contributions when `explain`). Stable: equal scores
     /// keep the items' order.
@@ -123,12 +130,13 @@ impl Scored {
     ) -> Vec<(T, LearnedScore)> {
         let mut order: Vec<_> = items
             .into_iter()
-            .zip(self.scores.into_iter().zip(self.features))
+            .zip(self.scores.iter().enumerate())
             .collect();
-        order.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        order.sort_by(|a, b| b.1.1.total_cmp(a.1.1));
         order
             .into_iter()
-            .map(|(item, (score, features))| {
+            .map(|(item, (k, &score))| {
+                let features = self.features(k).to_vec();
                 let contributions = explain
                     .then(|| serving.model().contributions(&features))
                     .flatten();
@@ -231,11 +239,7 @@ impl Serving {
             &mut rows,
         );
         let scores = self.forest.score_rows(&rows);
-        let features = rows
-            .chunks(offline::FEATURES.len())
-            .map(<[f32]>::to_vec)
-            .collect();
-        Scored { scores, features }
+        Scored { scores, rows }
     }
 }
 
@@ -683,18 +687,15 @@ mod tests {
             let served = serving.score(&standing, &names);
             let mut rows = Vec::new();
             offline.rows_for(u, 20, &every, &mut rows);
-            let offline_rows: Vec<Vec<f32>> = rows
-                .chunks(offline::FEATURES.len())
-                .map(<[f32]>::to_vec)
-                .collect();
-            assert_eq!(served.features, offline_rows, "user {u}");
+            let bits = |rows: &[f32]| rows.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&served.rows), bits(&rows), "user {u}");
         }
         // An item the snapshot never saw reads as one without events; a corrupt body is
         // refused.
         let standing = serving.standing(std::iter::empty());
         let fresh = serving.score(&standing, &["new-item"]);
         let age = offline::FEATURES.iter().position(|f| *f == "item-age-days");
-        assert_eq!(fresh.features[0][age.unwrap()], -1.0);
+        assert_eq!(fresh.features(0)[age.unwrap()], -1.0);
         let body = snapshot.encode();
         assert!(
             Snapshot::decode(
