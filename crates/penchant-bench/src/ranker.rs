@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use penchant_engine::catalog::Write;
+use penchant_engine::clock::Clock;
 use penchant_engine::events::{Event, EventType, Target};
 use penchant_engine::recommend::QueueDefinition;
 use penchant_engine::recommend::impressions::Impression;
@@ -86,8 +87,16 @@ pub(crate) async fn impressions(
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir.path(), options)?);
     // Caches kept as `penchant serve` keeps them (the served ranker is looked at again after
     // their TTL; the default config caches nothing, so every request would read it again).
+    // The engine's clock is set by hand, from the day's start, and moved on only between the
+    // phases: each run has the same features and learns the same model (its early stopping
+    // would otherwise see where the windows' edges fell in that run).
+    let day_start =
+        penchant_store::validate::now_micros().div_euclid(DAY_MS * 1000) * DAY_MS * 1000;
+    let clock = Clock::manual(day_start);
+    let ttl = EngineConfig::serving().strategy_cache_ttl;
     let config = EngineConfig {
-        strategy_cache_ttl: EngineConfig::serving().strategy_cache_ttl,
+        strategy_cache_ttl: ttl,
+        clock: clock.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::open(store, config).await?;
@@ -192,6 +201,8 @@ pub(crate) async fn impressions(
             object_ids: served.iter().map(|i| format!("i{i}")).collect(),
         });
     }
+    // The day over (its last clicks came up to two seconds after its last impression).
+    clock.advance(Duration::from_secs(60));
     let started = Instant::now();
     for chunk in logged.chunks(10_000) {
         engine.log_impressions(APP, chunk).await?;
@@ -207,6 +218,7 @@ pub(crate) async fn impressions(
     // from the latest `maxQueries` (its default), then from every one with an outcome.
     let mut jobs = Vec::new();
     for max_queries in [LearnedConfig::default().max_queries, 1_000_000] {
+        clock.advance(Duration::from_secs(60));
         let progress = spinner(format!(
             "recommend: the ranker job learning from {} impressions (maxQueries {})",
             rate(count as f64),
@@ -228,6 +240,7 @@ pub(crate) async fn impressions(
         "sources": [{"source": "als"}, {"source": "related"}],
     }))?;
     engine.define_queue(APP, "for-you-learned", &queue).await?;
+    clock.advance(Duration::from_secs(60));
     let progress = spinner(format!(
         "recommend: the ranker job writing {} users' learned queues",
         rate(users as f64)
@@ -239,6 +252,7 @@ pub(crate) async fn impressions(
     // user's events read from the store, the vector folded in, the features, the model),
     // beside the model alone on the same rows.
     let progress = spinner("recommend: the learned ranker at request time".to_owned());
+    clock.advance(ttl + Duration::from_secs(1));
     let mut request_times = Vec::new();
     for candidates in [1000, 100] {
         request_times.push(request_time(&engine, users, items.min(candidates)).await?);
@@ -410,26 +424,27 @@ pub(crate) async fn impressions(
         trees,
     } in request_times
     {
+        let us = |s: Spent| format!("{:.0} µs (CPU {:.0})", s.wall * 1e6, s.cpu * 1e6);
         table.row(vec![
             format!(
                 "request time: {candidates} candidates ordered for a user by the stored \
-                 ranker ({requests} users: their events read, the vector folded in, the \
-                 features, the model)"
+                 ranker ({requests} requests: the user's events read, the vector folded in, \
+                 the features, the model)"
             )
             .into(),
-            Cell::fixed(total * requests as f64, 2),
+            Cell::fixed(total.wall * requests as f64, 2),
             Cell::int(trees as f64),
             "".into(),
             format!(
-                "{:.0} µs a request: the user read and folded in {:.0} µs, the features \
-                 {:.0} µs, the model {:.0} µs",
-                total * 1e6,
-                user_side * 1e6,
-                features * 1e6,
-                model_alone * 1e6
+                "{} a request; each part in a loop of its own: the user read and folded in \
+                 {}, the features {}, the model {}",
+                us(total),
+                us(user_side),
+                us(features),
+                us(model_alone)
             )
             .into(),
-            Cell::times(total / model_alone.max(1e-12), 1),
+            Cell::times(total.cpu / model_alone.cpu.max(1e-12), 1),
         ]);
     }
     let (reference, ratio) = match &lightgbm {
@@ -518,22 +533,62 @@ pub(crate) async fn impressions(
     Ok(table)
 }
 
-/// What ordering candidates at request time costs, per request (seconds).
+/// What ordering candidates at request time costs, per request: wall seconds and this
+/// process's CPU seconds (every thread: the store's reads run on tokio's blocking pool).
 struct RequestTime {
     requests: usize,
     candidates: usize,
     /// `Engine::learned_scores` end to end.
-    total: f64,
-    /// Of it: the user's events read and stood (the vector folded in), then the features.
-    user_side: f64,
-    features: f64,
-    /// The model alone, on the rows it scored.
-    model: f64,
+    total: Spent,
+    /// Its parts, each timed in a loop of its own over the same users: the user's events read
+    /// and stood (the vector folded in), the features, the model alone on the rows it scored.
+    user_side: Spent,
+    features: Spent,
+    model: Spent,
     trees: usize,
 }
 
-/// [`RequestTime`] over 200 users (the first 20 warm the node's snapshot and caches), each
-/// with the catalog's first `candidates` items as candidates.
+/// Seconds per request: by the wall clock and by the process's CPU time.
+#[derive(Clone, Copy, Default)]
+struct Spent {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Spent {
+    fn minus(self, other: Spent) -> Spent {
+        Spent {
+            wall: (self.wall - other.wall).max(0.0),
+            cpu: (self.cpu - other.cpu).max(0.0),
+        }
+    }
+}
+
+/// Run `f` once per request: what a request spent on average (the process's CPU time is
+/// read to the clock tick, 10 ms: loops are a second or so long), and the answers.
+async fn spent<T, F: std::future::Future<Output = anyhow::Result<T>>>(
+    requests: usize,
+    f: impl Fn(usize) -> F,
+) -> anyhow::Result<(Spent, Vec<T>)> {
+    let cpu = crate::cpu::process_cpu;
+    let mut answers = Vec::with_capacity(requests);
+    let (started, cpu_before) = (Instant::now(), cpu());
+    for n in 0..requests {
+        answers.push(f(n).await?);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = cpu()
+        .zip(cpu_before)
+        .map_or(0.0, |(after, before)| (after - before).as_secs_f64());
+    let spent = Spent {
+        wall: wall / requests as f64,
+        cpu: cpu / requests as f64,
+    };
+    Ok((spent, answers))
+}
+
+/// [`RequestTime`] over 1,000 requests spread over the users (after 50 that warm the node's
+/// snapshot and caches), each with the catalog's first `candidates` items as candidates.
 async fn request_time(
     engine: &Engine,
     users: usize,
@@ -541,53 +596,75 @@ async fn request_time(
 ) -> anyhow::Result<RequestTime> {
     let candidates: Vec<String> = (0..candidates).map(|i| format!("i{i}")).collect();
     let ids: Vec<&str> = candidates.iter().map(String::as_str).collect();
-    let (warm, requests) = (20, 200);
-    let (mut total, mut model) = (Duration::ZERO, Duration::ZERO);
-    let (mut user_side, mut features) = (Duration::ZERO, Duration::ZERO);
-    let mut trees = 0;
-    for n in 0..warm + requests {
-        let user = format!("u{}", (n * 7919) % users);
-        let started = Instant::now();
-        let (serving, scored) = engine
-            .learned_scores(APP, INDEX, &user, &ids)
-            .await?
-            .context("no ranker serves the index")?;
-        let took = started.elapsed();
-        // Its parts: the user read and stood (events, fold-in), then the features and the model.
-        let started = Instant::now();
-        let (_, standing) = engine
-            .learned_standing(APP, INDEX, &user)
-            .await?
-            .context("no ranker serves the index")?;
-        let stood = started.elapsed();
-        let started = Instant::now();
-        let again = serving.score(&standing, &ids);
-        let scoring = started.elapsed();
-        anyhow::ensure!(again == scored, "the same scores, read twice");
-        let forest = serving.model().forest();
-        let started = Instant::now();
-        let again = forest.score_rows(&scored.rows);
-        let alone = started.elapsed();
+    let (warm, requests) = (50, 1000);
+    let user = |n: usize| format!("u{}", (n * 7919) % users);
+    let served = "no ranker serves the index";
+    let scores = |n: usize| {
+        let (user, ids) = (user(n), &ids);
+        async move {
+            let answer = engine.learned_scores(APP, INDEX, &user, ids).await?;
+            answer.context(served)
+        }
+    };
+    // The answers are let go as a server lets them go (kept, each request's rows would come
+    // on fresh pages): a digest of each one's scores is kept to check the parts by.
+    let digest = |scores: &[f64]| {
+        scores
+            .iter()
+            .fold(0u64, |h, s| h.rotate_left(5) ^ s.to_bits())
+    };
+    let (_, warmed) = spent(warm, |n| scores(n + requests)).await?;
+    let serving = warmed.into_iter().next().context(served)?.0;
+    let version = serving.version;
+    let (total, digests) = spent(requests, |n| {
+        let answer = scores(n);
+        async move {
+            let (by, scored) = answer.await?;
+            anyhow::ensure!(by.version == version, "one model serves every request");
+            Ok(digest(&scored.scores))
+        }
+    })
+    .await?;
+    let (user_side, standings) = spent(requests, |n| {
+        let user = user(n);
+        async move {
+            let answer = engine.learned_standing(APP, INDEX, &user).await?;
+            Ok(answer.context(served)?.1)
+        }
+    })
+    .await?;
+    let (scoring, _) = spent(requests, |n| {
+        let scored = serving.score(&standings[n], &ids);
+        let same = digest(&scored.scores) == digests[n];
+        async move {
+            anyhow::ensure!(same, "the same scores, read twice");
+            Ok(())
+        }
+    })
+    .await?;
+    // The model alone on each request's rows (made beforehand, not timed), by the thread's
+    // CPU clock: it runs on this thread only.
+    let forest = serving.model().forest();
+    let mut model = Spent::default();
+    for (n, standing) in standings.iter().enumerate() {
+        let rows = serving.score(standing, &ids).rows;
+        let (started, cpu) = (Instant::now(), crate::cpu::thread_cpu());
+        let scores = forest.score_rows(&rows);
+        model.cpu += (crate::cpu::thread_cpu() - cpu).as_secs_f64() / requests as f64;
+        model.wall += started.elapsed().as_secs_f64() / requests as f64;
         anyhow::ensure!(
-            again == scored.scores,
+            digest(&scores) == digests[n],
             "the model scores the rows as served"
         );
-        trees = serving.model().trees.len();
-        if n >= warm {
-            total += took;
-            user_side += stood;
-            features += scoring.saturating_sub(alone);
-            model += alone;
-        }
     }
     Ok(RequestTime {
         requests,
         candidates: ids.len(),
-        total: total.as_secs_f64() / requests as f64,
-        user_side: user_side.as_secs_f64() / requests as f64,
-        features: features.as_secs_f64() / requests as f64,
-        model: model.as_secs_f64() / requests as f64,
-        trees,
+        total,
+        user_side,
+        features: scoring.minus(model),
+        model,
+        trees: serving.model().trees.len(),
     })
 }
 

@@ -336,6 +336,11 @@ fn encode_range(table: u32, r: &RowRange) -> (Vec<u8>, Vec<u8>) {
     (start, end)
 }
 
+/// What a row weighs in a chunk: its key and its cells' values, with 32 bytes a cell.
+fn row_bytes(row: &Row) -> usize {
+    row.key.len() + row.cells.iter().map(|c| c.value.len() + 32).sum::<usize>()
+}
+
 pub(crate) async fn read_rows(
     store: &RocksStore,
     table: &str,
@@ -376,6 +381,24 @@ pub(crate) async fn read_rows(
         };
         return Ok(Box::pin(futures::stream::iter(out)));
     }
+    // Any other read that fits one chunk (a user's events, a queue): at once from memory on
+    // this thread too, as a point read; one that is larger, or needs a block not in memory,
+    // is read again by the streaming task below (the wasted part is at most one chunk, from
+    // memory).
+    let mut out = Vec::new();
+    let (mut bytes, mut larger) = (0usize, false);
+    let scanned = store
+        .inner
+        .scan(&t, &ranges, filter.as_ref(), Tier::Memory, |row| {
+            bytes += row_bytes(&row);
+            out.push(Ok(row));
+            let more = (out.len() as u64) < limit;
+            larger = more && (out.len() >= CHUNK_ROWS || bytes >= CHUNK_BYTES);
+            more && !larger
+        })?;
+    if scanned == Scanned::Done && !larger {
+        return Ok(Box::pin(futures::stream::iter(out)));
+    }
     // Rows travel from the scanning thread in chunks: one hand-off per chunk, not per row.
     let (tx, rx) = mpsc::channel::<Result<Vec<Row>>>(STREAM_BUFFER_CHUNKS);
     let inner = store.inner.clone();
@@ -386,8 +409,7 @@ pub(crate) async fn read_rows(
         let mut reader_alive = true;
         let result = inner.scan(&t, &ranges, filter.as_ref(), Tier::Any, |row| {
             sent += 1;
-            chunk_bytes +=
-                row.key.len() + row.cells.iter().map(|c| c.value.len() + 32).sum::<usize>();
+            chunk_bytes += row_bytes(&row);
             chunk.push(row);
             if chunk.len() >= CHUNK_ROWS || chunk_bytes >= CHUNK_BYTES {
                 reader_alive = tx.blocking_send(Ok(std::mem::take(&mut chunk))).is_ok();

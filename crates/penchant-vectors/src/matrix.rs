@@ -173,9 +173,16 @@ impl Matrix {
     /// Every row's dot product with `query`, in row order: each bit for bit
     /// `kernels::dot(query, row)`, in one pass (one dispatch for all rows).
     pub fn dots(&self, query: &[f32]) -> Vec<f32> {
-        kernels::dispatch(Dots {
+        self.dots_many(&[query]).swap_remove(0)
+    }
+
+    /// Each of `queries`' dot products with every row ([`Matrix::dots`] of each), in one pass
+    /// over the rows: a matrix larger than the caches is read from memory once, not once a
+    /// query.
+    pub fn dots_many(&self, queries: &[&[f32]]) -> Vec<Vec<f32>> {
+        kernels::dispatch(DotsMany {
             matrix: self,
-            query,
+            queries,
         })
     }
 
@@ -402,21 +409,23 @@ impl<I: Iterator<Item = usize>> WithSimd for Scan<'_, I> {
     }
 }
 
-struct Dots<'a> {
+struct DotsMany<'a> {
     matrix: &'a Matrix,
-    query: &'a [f32],
+    queries: &'a [&'a [f32]],
 }
 
-impl WithSimd for Dots<'_> {
-    type Output = Vec<f32>;
+impl WithSimd for DotsMany<'_> {
+    type Output = Vec<Vec<f32>>;
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
-        // A plain loop: a closure would be compiled without the back end's features, and
-        // every SIMD instruction would become a call.
-        let mut dots = Vec::with_capacity(self.matrix.len());
-        for i in 0..self.matrix.len() {
-            dots.push(kernels::dot_simd(simd, self.query, self.matrix.row(i)));
+        let rows = self.matrix.len();
+        let mut dots = vec![vec![0.0f32; rows]; self.queries.len()];
+        for i in 0..rows {
+            let row = self.matrix.row(i);
+            for (dots, query) in dots.iter_mut().zip(self.queries) {
+                dots[i] = kernels::dot_simd(simd, query, row);
+            }
         }
         dots
     }
@@ -608,6 +617,16 @@ mod tests {
         for (i, d) in dots.iter().enumerate() {
             assert_eq!(d.to_bits(), kernels::dot(&q, m.row(i)).to_bits(), "row {i}");
         }
+        // Two queries in one pass: each as alone.
+        let q2: Vec<f32> = q.iter().map(|v| v * -0.7 + 0.1).collect();
+        let both = m.dots_many(&[&q, &q2]);
+        assert_eq!(both.len(), 2);
+        for (query, got) in [&q, &q2].into_iter().zip(&both) {
+            let want: Vec<u32> = m.dots(query).iter().map(|d| d.to_bits()).collect();
+            let got: Vec<u32> = got.iter().map(|d| d.to_bits()).collect();
+            assert_eq!(got, want);
+        }
+        assert!(m.dots_many(&[]).is_empty());
         // Some rows, in any order, listed twice or past the end (a row of zeros).
         let rows = [36, 0, 9, 5, 5, 37, 1_000];
         let some: Vec<u32> = m.dots_of(&q, &rows).iter().map(|d| d.to_bits()).collect();

@@ -819,20 +819,28 @@ pub(crate) fn rows_of(
         (top, unseen_best.take(per_source).collect::<Ranked>())
     };
     let graph = side.graph();
-    // Also every item's score when scanned (the candidates' own are read from it).
-    let by_vector = |query: &[f32], skip: &dyn Fn(u32) -> bool| match graph {
-        // Scanned: every item's score at once, the best `pool` (enough to leave the user's
-        // items out) ranked from them.
+    let liked_mean = liked_mean(factors, liked);
+    // Scanned: every item's score for each query (the user's vector, the mean of their
+    // liked items) in one pass over the factors; the candidates' own are read from them.
+    let queries: Vec<&[f32]> = std::iter::once(user.vector)
+        .chain(liked_mean.as_deref())
+        .collect();
+    let scans = match graph {
+        None => factors.dots_many(&queries),
+        Some(_) => Vec::new(),
+    };
+    let by_vector = |query: usize, skip: &dyn Fn(u32) -> bool| match graph {
+        // Scanned: the best `pool` (enough to leave the user's items out) ranked from the
+        // query's scores.
         None => {
-            let scores = factors.dots(query);
-            let rows = scores.iter().copied().enumerate();
+            let rows = scans[query].iter().copied().enumerate();
             let best = top_k_of(rows.filter(|&(i, _)| !skip(i as u32)), pool);
-            let (top, best) = of_list(best.into_iter().map(|(i, s)| (i as u32, s)).collect());
-            (top, best, Some(scores))
+            of_list(best.into_iter().map(|(i, s)| (i as u32, s)).collect())
         }
         // Searched: the user's items are left out of the search, and counted apart for the
         // best score.
         Some(graph) => {
+            let query = queries[query];
             let ef = per_source.max(SEARCH_EF);
             let found = graph.search(factors, query, ef, |r| !unseen(&(r as u32)));
             let rescored = found
@@ -846,10 +854,9 @@ pub(crate) fn rows_of(
                 .map(|&i| dot(query, factors.row(i as usize)))
                 .chain(best.first().map(|b| b.1))
                 .max_by(f32::total_cmp);
-            (top, best, None)
+            (top, best)
         }
     };
-    let liked_mean = liked_mean(factors, liked);
     // What the user's own lists say of each item they name, in one map (a candidate's is one
     // look-up): first the co-interaction sums of `liked` and of its first three.
     let absent = per_source as u32;
@@ -867,16 +874,10 @@ pub(crate) fn rows_of(
     }
     let related_sums = near.iter().map(|(&b, n)| (b, n.related));
     let trend = side.trend(user.today);
-    let (als_best, als_scores) = {
-        let (top, best, scores) = by_vector(user.vector, &|_| false);
-        ((top, best), scores)
-    };
-    let (similar_best, similar_scores) = match liked_mean.as_deref() {
-        Some(mean) => {
-            let (top, best, scores) = by_vector(mean, &|i| liked.contains(&i));
-            ((top, best), scores)
-        }
-        None => ((None, Vec::new()), None),
+    let als_best = by_vector(0, &|_| false);
+    let similar_best = match liked_mean {
+        Some(_) => by_vector(1, &|i| liked.contains(&i)),
+        None => (None, Vec::new()),
     };
     let best: [(Option<f32>, Ranked); 4] = [
         als_best,
@@ -957,7 +958,7 @@ pub(crate) fn rows_of(
 
     // The candidates' vector scores, each query's in one pass (a scan's are read from it).
     let zero = vec![0.0f32; factors.dim()];
-    let scores_of = |query: Option<&[f32]>, scanned: Option<Vec<f32>>| match (query, scanned) {
+    let scores_of = |query: Option<&[f32]>, scanned: Option<&Vec<f32>>| match (query, scanned) {
         (Some(query), Some(all)) => items
             .iter()
             .map(|&i| match all.get(i as usize) {
@@ -978,8 +979,8 @@ pub(crate) fn rows_of(
         .collect();
     let last3_mean = (!last3_queries.is_empty())
         .then(|| penchant_vectors::Matrix::mean_query(Metric::Dot, &last3_queries));
-    let als_of = scores_of(Some(user.vector), als_scores);
-    let similar_of = scores_of(liked_mean.as_deref(), similar_scores);
+    let als_of = scores_of(Some(user.vector), scans.first());
+    let similar_of = scores_of(liked_mean.as_deref(), scans.get(1));
     let last_query = liked.first().map(|&l| match l as usize {
         l if l < factors.len() => factors.row(l),
         _ => &zero,
