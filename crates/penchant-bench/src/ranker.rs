@@ -85,17 +85,22 @@ pub(crate) async fn impressions(
         ..RocksOptions::default()
     };
     let store: Arc<dyn Store> = Arc::new(RocksStore::open(dir.path(), options)?);
-    // Caches kept as `penchant serve` keeps them (the served ranker is looked at again after
-    // their TTL; the default config caches nothing, so every request would read it again).
+    // Caches kept as `penchant serve` keeps them (the served ranker, the app's retention
+    // window and seen settings are looked at again after their TTL; the default config caches
+    // nothing, so every request would read them again).
     // The engine's clock is set by hand, from the day's start, and moved on only between the
     // phases: each run has the same features and learns the same model (its early stopping
     // would otherwise see where the windows' edges fell in that run).
     let day_start =
         penchant_store::validate::now_micros().div_euclid(DAY_MS * 1000) * DAY_MS * 1000;
     let clock = Clock::manual(day_start);
-    let ttl = EngineConfig::serving().strategy_cache_ttl;
+    let serving = EngineConfig::serving();
+    // The longest of the caches' times to live (the request phase starts past it).
+    let ttl = serving.strategy_cache_ttl.max(serving.tenancy.cache_ttl);
     let config = EngineConfig {
-        strategy_cache_ttl: ttl,
+        tenancy: serving.tenancy,
+        strategy_cache_ttl: serving.strategy_cache_ttl,
+        bloom_cache_ttl: serving.bloom_cache_ttl,
         clock: clock.clone(),
         ..EngineConfig::default()
     };

@@ -147,9 +147,10 @@ impl Quick {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512cd")
             && std::arch::is_x86_feature_detected!("bmi1")
         {
-            // SAFETY: the CPU has AVX-512 F and VL and BMI1 (checked just above), all
+            // SAFETY: the CPU has AVX-512 F, VL and CD and BMI1 (checked just above), all
             // `add_avx512` is compiled for.
             #[allow(unsafe_code)]
             unsafe {
@@ -179,9 +180,10 @@ impl Quick {
     }
 
     /// The same loops compiled for AVX-512: a split's test of 16 rows is one compare into a
-    /// mask register, its AND one masked instruction.
+    /// mask register, its AND one masked instruction, and the leaves' numbers of 8 rows one
+    /// leading-zero count (CD).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512vl,bmi1")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512cd,bmi1")]
     fn add_avx512(&self, width: usize, rows: &[f32], scores: &mut [f64]) {
         self.add_blocks(width, rows, scores);
     }
@@ -205,10 +207,13 @@ impl Quick {
             }
             for (&Aligned(values), range) in columns.iter().zip(self.starts.windows(2)) {
                 let splits = &self.splits[range[0]..range[1]];
-                // No value of the block is above a later threshold.
+                // No value of the block is above a later threshold (read in the loop: its
+                // splits are read anyway, a binary search's reads were a miss each).
                 let largest = largest(&values);
-                let end = splits.partition_point(|&(threshold, ..)| threshold < largest);
-                for &(threshold, tree, mask) in &splits[..end] {
+                for &(threshold, tree, mask) in splits {
+                    if threshold >= largest {
+                        break;
+                    }
                     let vectors = &mut reachable[tree as usize].0;
                     for (vector, &v) in vectors.iter_mut().zip(&values) {
                         // All ones (kept) unless the row goes right (1 − 1); NaN goes left.

@@ -455,13 +455,37 @@ impl WithSimd for DotsOf<'_> {
     }
 }
 
-/// The `k` best of `scored` `(row, score)` as [`Matrix::top_k`] keeps them: best first, ties
-/// lower row first, NaN left out (for scores computed once and ranked several ways).
-pub fn top_k_of(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
+/// The `k` best rows of `scores` (row `i` scored `scores[i]`) as [`Matrix::top_k`] keeps them:
+/// best first, ties lower row first, rows where `skip(row)` is true and NaN left out (for
+/// scores computed once and ranked several ways).
+///
+/// Most rows of a long list fall below the worst kept score soon: the scores are tested
+/// against it a chunk at a time (a few vector compares), and only a chunk with a score that
+/// may enter is offered row by row.
+pub fn top_k_of(scores: &[f32], k: usize, skip: impl Fn(usize) -> bool) -> Vec<(usize, f32)> {
+    const CHUNK: usize = 16;
     let mut best = TopK::new(k);
-    for (row, score) in scored {
-        best.offer(row, score);
+    let chunks = scores.chunks_exact(CHUNK);
+    let rest = chunks.remainder();
+    let offer = |best: &mut TopK, from: usize, chunk: &[f32]| {
+        for (j, &score) in chunk.iter().enumerate() {
+            if score >= best.floor && !skip(from + j) {
+                best.offer(from + j, score);
+            }
+        }
+    };
+    for (c, chunk) in chunks.enumerate() {
+        let chunk: &[f32; CHUNK] = chunk.try_into().expect("chunks_exact");
+        // Not short-circuited, so that it is a few vector compares.
+        let floor = best.floor;
+        if chunk
+            .iter()
+            .fold(false, |any, &score| any | (score >= floor))
+        {
+            offer(&mut best, c * CHUNK, chunk);
+        }
     }
+    offer(&mut best, scores.len() - rest.len(), rest);
     best.into_sorted()
 }
 
@@ -643,11 +667,32 @@ mod tests {
         for k in [0, 1, 5, 37, 100] {
             let skip = |i: usize| i % 4 == 1;
             let scanned = m.top_k(Metric::Dot, &q, k, skip);
-            let ranked = top_k_of(
-                dots.iter().copied().enumerate().filter(|(i, _)| !skip(*i)),
-                k,
-            );
+            let ranked = top_k_of(&dots, k, skip);
             assert_eq!(ranked, scanned, "k {k}");
+        }
+        // Longer lists, rising (every chunk may enter), falling (few do) and mixed, with
+        // ties, NaN and skipped rows: the best by a plain sort.
+        let mixed = |n: usize| ((n * 7919) % 101) as f32;
+        let lists: [Vec<f32>; 3] = [
+            (0..1_003).map(|n| n as f32).collect(),
+            (0..1_003).map(|n| -(n as f32)).collect(),
+            (0..1_003)
+                .map(|n| if n % 97 == 3 { f32::NAN } else { mixed(n) })
+                .collect(),
+        ];
+        for scores in &lists {
+            for k in [0, 1, 16, 17, 250, 2_000] {
+                let skip = |i: usize| i % 5 == 2;
+                let mut want: Vec<(usize, f32)> = scores
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .filter(|&(i, s)| !skip(i) && !s.is_nan())
+                    .collect();
+                want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                want.truncate(k);
+                assert_eq!(top_k_of(scores, k, skip), want, "k {k}");
+            }
         }
     }
 

@@ -833,8 +833,7 @@ pub(crate) fn rows_of(
         // Scanned: the best `pool` (enough to leave the user's items out) ranked from the
         // query's scores.
         None => {
-            let rows = scans[query].iter().copied().enumerate();
-            let best = top_k_of(rows.filter(|&(i, _)| !skip(i as u32)), pool);
+            let best = top_k_of(&scans[query], pool, |i| skip(i as u32));
             of_list(best.into_iter().map(|(i, s)| (i as u32, s)).collect())
         }
         // Searched: the user's items are left out of the search, and counted apart for the
@@ -860,19 +859,21 @@ pub(crate) fn rows_of(
     // What the user's own lists say of each item they name, in one map (a candidate's is one
     // look-up): first the co-interaction sums of `liked` and of its first three.
     let absent = per_source as u32;
-    let mut near: HashMap<u32, Near> =
-        HashMap::with_capacity(liked.len() * related::NEIGHBOURS + 6 * per_source);
     let blank = Near::blank(absent);
+    let mut near = match graph {
+        None => Nears::dense(factors.len(), blank),
+        Some(_) => Nears::sparse(liked.len() * related::NEIGHBOURS + 6 * per_source, blank),
+    };
     for (k, &a) in liked.iter().enumerate() {
         for &(b, s) in side.lists().related(a) {
-            let entry = near.entry(b).or_insert(blank);
+            let entry = near.entry(b);
             entry.related += s;
             if k < 3 {
                 entry.related_last += s;
             }
         }
     }
-    let related_sums = near.iter().map(|(&b, n)| (b, n.related));
+    let related_sums = near.named().map(|(b, n)| (b, n.related));
     let trend = side.trend(user.today);
     let als_best = by_vector(0, &|_| false);
     let similar_best = match liked_mean {
@@ -892,7 +893,7 @@ pub(crate) fn rows_of(
     for (s, (top, unseen_best)) in best.iter().enumerate() {
         tops[s] = top.map_or(1.0, |score| score.abs().max(1e-6));
         for (place, &(i, _)) in unseen_best.iter().enumerate() {
-            let entry = near.entry(i).or_insert(blank);
+            let entry = near.entry(i);
             entry.sources += 1;
             match s {
                 0 => entry.als_place = place as u32,
@@ -902,13 +903,13 @@ pub(crate) fn rows_of(
         }
     }
     for &i in side.popular().iter().filter(|i| unseen(i)).take(per_source) {
-        near.entry(i).or_insert(blank).sources += 1;
+        near.entry(i).sources += 1;
     }
     // What others had soon after the user's last three items (the newest counts most).
     let mut followed = Vec::new();
     for (k, &a) in user.recent.iter().take(3).enumerate() {
         for &(b, share) in side.lists().next(a) {
-            let entry = near.entry(b).or_insert(blank);
+            let entry = near.entry(b);
             if !entry.followed {
                 entry.followed = true;
                 followed.push(b);
@@ -919,14 +920,14 @@ pub(crate) fn rows_of(
     let followers = followed
         .into_iter()
         .filter(|b| unseen(b))
-        .map(|b| (b, near[&b].next));
+        .map(|b| (b, near.get(b).next));
     for (i, _) in best_of(followers.collect(), per_source) {
-        near.entry(i).or_insert(blank).sources += 1;
+        near.entry(i).sources += 1;
     }
     // What others had soon after any of the user's last ten, alike.
     for &a in user.recent.iter().take(LIKED) {
         for &(b, share) in side.lists().next(a) {
-            near.entry(b).or_insert(blank).next_10 += share;
+            near.entry(b).next_10 += share;
         }
     }
     // The models' scores of every modelled item, and their best among those not had.
@@ -949,8 +950,8 @@ pub(crate) fn rows_of(
     let items: Vec<u32> = match items {
         Some(items) => items.to_vec(),
         None => {
-            let proposed = near.iter().filter(|(_, n)| n.sources > 0);
-            let mut items: Vec<u32> = proposed.map(|(&i, _)| i).collect();
+            let proposed = near.named().filter(|(_, n)| n.sources > 0);
+            let mut items: Vec<u32> = proposed.map(|(i, _)| i).collect();
             items.sort_unstable();
             items
         }
@@ -1000,7 +1001,7 @@ pub(crate) fn rows_of(
     };
     rows.reserve(items.len() * FEATURES.len());
     for (k, &i) in items.iter().enumerate() {
-        let near = near.get(&i).copied().unwrap_or(blank);
+        let near = near.get(i);
         let (first, last) = side.lists().days(i);
         // Never had in training (an item of held-out events only): -1.
         let days = |day: i64| {
@@ -1082,6 +1083,8 @@ struct Near {
     next: f32,
     followed: bool,
     next_10: f32,
+    /// Named by one of the lists ([`Nears`]).
+    named: bool,
 }
 
 impl Near {
@@ -1096,6 +1099,79 @@ impl Near {
             next: 0.0,
             followed: false,
             next_10: 0.0,
+            named: false,
+        }
+    }
+}
+
+/// [`Near`] by item row, `blank` for an item no list names: a table of every item where a
+/// request scans every item anyway (at most [`SCANNED_ROWS`]: the table is a fraction of the
+/// scan's bytes), else a map of those named.
+enum Nears {
+    Dense {
+        table: Vec<Near>,
+        /// The rows named, in the order first named.
+        named: Vec<u32>,
+        blank: Near,
+    },
+    Sparse(HashMap<u32, Near>, Near),
+}
+
+impl Nears {
+    fn dense(items: usize, blank: Near) -> Self {
+        Nears::Dense {
+            table: vec![blank; items],
+            named: Vec::new(),
+            blank,
+        }
+    }
+
+    fn sparse(capacity: usize, blank: Near) -> Self {
+        Nears::Sparse(HashMap::with_capacity(capacity), blank)
+    }
+
+    /// Item `i`'s, named now if it was not.
+    #[inline]
+    fn entry(&mut self, i: u32) -> &mut Near {
+        match self {
+            Nears::Dense {
+                table,
+                named,
+                blank,
+            } => {
+                let i = i as usize;
+                if i >= table.len() {
+                    table.resize(i + 1, *blank);
+                }
+                let near = &mut table[i];
+                if !near.named {
+                    near.named = true;
+                    named.push(i as u32);
+                }
+                near
+            }
+            Nears::Sparse(map, blank) => map.entry(i).or_insert(Near {
+                named: true,
+                ..*blank
+            }),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: u32) -> Near {
+        match self {
+            Nears::Dense { table, blank, .. } => table.get(i as usize).copied().unwrap_or(*blank),
+            Nears::Sparse(map, blank) => map.get(&i).copied().unwrap_or(*blank),
+        }
+    }
+
+    /// The items named, in no particular order.
+    fn named(&self) -> Box<dyn Iterator<Item = (u32, &Near)> + '_> {
+        match self {
+            Nears::Dense { table, named, .. } => {
+                Box::new(named.iter().map(|&i| (i, &table[i as usize])))
+            }
+            Nears::Sparse(map, _) => Box::new(map.iter().map(|(&i, n)| (i, n))),
         }
     }
 }
