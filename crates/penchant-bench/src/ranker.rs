@@ -433,16 +433,16 @@ pub(crate) async fn impressions(
         table.row(vec![
             format!(
                 "request time: {candidates} candidates ordered for a user by the stored \
-                 ranker ({requests} requests: the user's events read, the vector folded in, \
-                 the features, the model)"
+                 ranker ({requests} requests in {ROUNDS} rounds, the median round's: the \
+                 user's events read, the vector folded in, the features, the model)"
             )
             .into(),
             Cell::fixed(total.wall * requests as f64, 2),
             Cell::int(trees as f64),
             "".into(),
             format!(
-                "{} a request; each part in a loop of its own: the user read and folded in \
-                 {}, the features {}, the model {}",
+                "{} a request; each part in a loop of its own in each round: the user read \
+                 and folded in {}, the features {}, the model {}",
                 us(total),
                 us(user_side),
                 us(features),
@@ -561,6 +561,19 @@ struct Spent {
 }
 
 impl Spent {
+    /// The median of each clock apart (the upper one of an even count).
+    fn median(all: impl Iterator<Item = Spent>) -> Spent {
+        let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = all.map(|s| (s.wall, s.cpu)).unzip();
+        let middle = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        Spent {
+            wall: middle(&mut wall),
+            cpu: middle(&mut cpu),
+        }
+    }
+
     fn minus(self, other: Spent) -> Spent {
         Spent {
             wall: (self.wall - other.wall).max(0.0),
@@ -594,6 +607,11 @@ async fn spent<T, F: std::future::Future<Output = anyhow::Result<T>>>(
 
 /// [`RequestTime`] over 1,000 requests spread over the users (after 50 that warm the node's
 /// snapshot and caches), each with the catalog's first `candidates` items as candidates.
+///
+/// The requests are timed in [`ROUNDS`] rounds, each part in a loop of its own in every round
+/// (the whole request, the user side, the features and model, the model alone), and each
+/// part's figure is its median round: a busy neighbour for a moment slows one round of every
+/// part rather than one part.
 async fn request_time(
     engine: &Engine,
     users: usize,
@@ -602,6 +620,7 @@ async fn request_time(
     let candidates: Vec<String> = (0..candidates).map(|i| format!("i{i}")).collect();
     let ids: Vec<&str> = candidates.iter().map(String::as_str).collect();
     let (warm, requests) = (50, 1000);
+    let per_round = requests / ROUNDS;
     let user = |n: usize| format!("u{}", (n * 7919) % users);
     let served = "no ranker serves the index";
     let scores = |n: usize| {
@@ -621,57 +640,67 @@ async fn request_time(
     let (_, warmed) = spent(warm, |n| scores(n + requests)).await?;
     let serving = warmed.into_iter().next().context(served)?.0;
     let version = serving.version;
-    let (total, digests) = spent(requests, |n| {
-        let answer = scores(n);
-        async move {
-            let (by, scored) = answer.await?;
-            anyhow::ensure!(by.version == version, "one model serves every request");
-            Ok(digest(&scored.scores))
-        }
-    })
-    .await?;
-    let (user_side, standings) = spent(requests, |n| {
-        let user = user(n);
-        async move {
-            let answer = engine.learned_standing(APP, INDEX, &user).await?;
-            Ok(answer.context(served)?.1)
-        }
-    })
-    .await?;
-    let (scoring, _) = spent(requests, |n| {
-        let scored = serving.score(&standings[n], &ids);
-        let same = digest(&scored.scores) == digests[n];
-        async move {
-            anyhow::ensure!(same, "the same scores, read twice");
-            Ok(())
-        }
-    })
-    .await?;
-    // The model alone on each request's rows (made beforehand, not timed), by the thread's
-    // CPU clock: it runs on this thread only.
     let forest = serving.model().forest();
-    let mut model = Spent::default();
-    for (n, standing) in standings.iter().enumerate() {
-        let rows = serving.score(standing, &ids).rows;
-        let (started, cpu) = (Instant::now(), crate::cpu::thread_cpu());
-        let scores = forest.score_rows(&rows);
-        model.cpu += (crate::cpu::thread_cpu() - cpu).as_secs_f64() / requests as f64;
-        model.wall += started.elapsed().as_secs_f64() / requests as f64;
-        anyhow::ensure!(
-            digest(&scores) == digests[n],
-            "the model scores the rows as served"
-        );
+    // Per round: the whole request, the user side, the features, the model.
+    let mut rounds: Vec<[Spent; 4]> = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let first = round * per_round;
+        let (total, digests) = spent(per_round, |n| {
+            let answer = scores(first + n);
+            async move {
+                let (by, scored) = answer.await?;
+                anyhow::ensure!(by.version == version, "one model serves every request");
+                Ok(digest(&scored.scores))
+            }
+        })
+        .await?;
+        let (user_side, standings) = spent(per_round, |n| {
+            let user = user(first + n);
+            async move {
+                let answer = engine.learned_standing(APP, INDEX, &user).await?;
+                Ok(answer.context(served)?.1)
+            }
+        })
+        .await?;
+        let (scoring, _) = spent(per_round, |n| {
+            let scored = serving.score(&standings[n], &ids);
+            let same = digest(&scored.scores) == digests[n];
+            async move {
+                anyhow::ensure!(same, "the same scores, read twice");
+                Ok(())
+            }
+        })
+        .await?;
+        // The model alone on each request's rows (made beforehand, not timed), by the
+        // thread's CPU clock: it runs on this thread only.
+        let mut model = Spent::default();
+        for (n, standing) in standings.iter().enumerate() {
+            let rows = serving.score(standing, &ids).rows;
+            let (started, cpu) = (Instant::now(), crate::cpu::thread_cpu());
+            let scores = forest.score_rows(&rows);
+            model.cpu += (crate::cpu::thread_cpu() - cpu).as_secs_f64() / per_round as f64;
+            model.wall += started.elapsed().as_secs_f64() / per_round as f64;
+            anyhow::ensure!(
+                digest(&scores) == digests[n],
+                "the model scores the rows as served"
+            );
+        }
+        rounds.push([total, user_side, scoring.minus(model), model]);
     }
+    let median = |part: usize| Spent::median(rounds.iter().map(|r| r[part]));
     Ok(RequestTime {
-        requests,
+        requests: per_round * ROUNDS,
         candidates: ids.len(),
-        total,
-        user_side,
-        features: scoring.minus(model),
-        model,
+        total: median(0),
+        user_side: median(1),
+        features: median(2),
+        model: median(3),
         trees: serving.model().trees.len(),
     })
 }
+
+/// The rounds [`request_time`] times its requests in.
+const ROUNDS: usize = 5;
 
 /// Run the ranker job of `app` to its end: its seconds, its last status and the ranker it
 /// stored.

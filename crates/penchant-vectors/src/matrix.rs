@@ -189,9 +189,14 @@ impl Matrix {
     /// `query`'s dot product with each of `rows`, in their order, each as [`kernels::dot`]
     /// gives it; a row past the matrix's end reads as a row of zeros.
     pub fn dots_of(&self, query: &[f32], rows: &[u32]) -> Vec<f32> {
+        self.dots_many_of(&[query], rows).swap_remove(0)
+    }
+
+    /// Each of `queries`' [`Matrix::dots_of`] `rows`, in one pass over the rows.
+    pub fn dots_many_of(&self, queries: &[&[f32]], rows: &[u32]) -> Vec<Vec<f32>> {
         kernels::dispatch(DotsOf {
             matrix: self,
-            query,
+            queries,
             rows,
         })
     }
@@ -433,23 +438,25 @@ impl WithSimd for DotsMany<'_> {
 
 struct DotsOf<'a> {
     matrix: &'a Matrix,
-    query: &'a [f32],
+    queries: &'a [&'a [f32]],
     rows: &'a [u32],
 }
 
 impl WithSimd for DotsOf<'_> {
-    type Output = Vec<f32>;
+    type Output = Vec<Vec<f32>>;
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
         let zero = vec![0.0f32; self.matrix.dim()];
-        let mut dots = Vec::with_capacity(self.rows.len());
+        let mut dots = vec![Vec::with_capacity(self.rows.len()); self.queries.len()];
         for &i in self.rows {
             let row = match i as usize {
                 i if i < self.matrix.len() => self.matrix.row(i),
                 _ => &zero,
             };
-            dots.push(kernels::dot_simd(simd, self.query, row));
+            for (dots, query) in dots.iter_mut().zip(self.queries) {
+                dots.push(kernels::dot_simd(simd, query, row));
+            }
         }
         dots
     }
@@ -459,34 +466,54 @@ impl WithSimd for DotsOf<'_> {
 /// best first, ties lower row first, rows where `skip(row)` is true and NaN left out (for
 /// scores computed once and ranked several ways).
 ///
-/// Most rows of a long list fall below the worst kept score soon: the scores are tested
-/// against it a chunk at a time (a few vector compares), and only a chunk with a score that
-/// may enter is offered row by row.
+/// No heap: the rows that may enter are put aside, and each time `2k` are, the best `k` of them
+/// are selected (linear time) and the worst of those becomes the floor later rows must reach.
+/// Most rows of a long list fall below it soon, and are tested against it a chunk at a time (a
+/// few vector compares); only a chunk with a score that may enter is looked at row by row.
 pub fn top_k_of(scores: &[f32], k: usize, skip: impl Fn(usize) -> bool) -> Vec<(usize, f32)> {
     const CHUNK: usize = 16;
-    let mut best = TopK::new(k);
-    let chunks = scores.chunks_exact(CHUNK);
-    let rest = chunks.remainder();
-    let offer = |best: &mut TopK, from: usize, chunk: &[f32]| {
+    if k == 0 {
+        return Vec::new();
+    }
+    // Better first: higher score, then lower row.
+    let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let cut = |kept: &mut Vec<(usize, f32)>| {
+        if kept.len() > k {
+            kept.select_nth_unstable_by(k - 1, order);
+            kept.truncate(k);
+        }
+    };
+    let mut kept: Vec<(usize, f32)> = Vec::with_capacity(k.min(scores.len()).saturating_mul(2));
+    // No score below this can enter (NaN fails every test against it, and never enters).
+    let mut floor = f32::NEG_INFINITY;
+    let offer = |kept: &mut Vec<(usize, f32)>, floor: &mut f32, from: usize, chunk: &[f32]| {
         for (j, &score) in chunk.iter().enumerate() {
-            if score >= best.floor && !skip(from + j) {
-                best.offer(from + j, score);
+            if score >= *floor && !skip(from + j) {
+                // -0.0 and +0.0 tie: total_cmp would rank them.
+                kept.push((from + j, score + 0.0));
+                if kept.len() == k.saturating_mul(2) {
+                    cut(kept);
+                    *floor = kept.iter().map(|s| s.1).fold(f32::INFINITY, f32::min);
+                }
             }
         }
     };
+    let chunks = scores.chunks_exact(CHUNK);
+    let rest = chunks.remainder();
     for (c, chunk) in chunks.enumerate() {
         let chunk: &[f32; CHUNK] = chunk.try_into().expect("chunks_exact");
         // Not short-circuited, so that it is a few vector compares.
-        let floor = best.floor;
-        if chunk
+        let may_enter = chunk
             .iter()
-            .fold(false, |any, &score| any | (score >= floor))
-        {
-            offer(&mut best, c * CHUNK, chunk);
+            .fold(false, |any, &score| any | (score >= floor));
+        if may_enter {
+            offer(&mut kept, &mut floor, c * CHUNK, chunk);
         }
     }
-    offer(&mut best, scores.len() - rest.len(), rest);
-    best.into_sorted()
+    offer(&mut kept, &mut floor, scores.len() - rest.len(), rest);
+    cut(&mut kept);
+    kept.sort_unstable_by(order);
+    kept
 }
 
 /// A scored row, ordered so that greater is better: higher score, then lower row.
@@ -664,6 +691,19 @@ mod tests {
             .map(f32::to_bits)
             .collect();
         assert_eq!(some, want);
+        let both = m.dots_many_of(&[&q, &zero], &rows);
+        let both: Vec<Vec<u32>> = both
+            .iter()
+            .map(|d| d.iter().map(|x| x.to_bits()).collect())
+            .collect();
+        assert_eq!(both[0], want);
+        assert_eq!(
+            both[1],
+            m.dots_of(&zero, &rows)
+                .iter()
+                .map(|d| d.to_bits())
+                .collect::<Vec<_>>()
+        );
         for k in [0, 1, 5, 37, 100] {
             let skip = |i: usize| i % 4 == 1;
             let scanned = m.top_k(Metric::Dot, &q, k, skip);

@@ -986,8 +986,15 @@ pub(crate) fn rows_of(
         l if l < factors.len() => factors.row(l),
         _ => &zero,
     });
-    let last_of = scores_of(last_query, None);
-    let last3_of = scores_of(last3_mean.as_deref(), None);
+    // The last item's and the last three's mean (both or neither: `liked` is not empty), in
+    // one pass over the candidates' rows.
+    let last_queries: Vec<&[f32]> = last_query
+        .into_iter()
+        .chain(last3_mean.as_deref())
+        .collect();
+    let mut of_last = factors.dots_many_of(&last_queries, &items).into_iter();
+    let mut next_or_zero = || of_last.next().unwrap_or_else(|| vec![0.0; items.len()]);
+    let (last_of, last3_of) = (next_or_zero(), next_or_zero());
     let today = user.today;
     let user_items = (1.0 + recent.len() as f32).ln();
     let user_popularity = if recent.is_empty() {
