@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use penchant_store::{FamilyChange, GcRule, Result, StoreError, TableSchema, prefix_successor};
-use rocksdb::{DB, WriteBatch};
+use rocksdb::DB;
 
 use crate::schema::{Catalog, Table, TableMeta};
+use crate::write::Batch;
 use crate::{Inner, META_CF, RocksStore, backend, keys, missing_cf};
 
 const TABLE_META_PREFIX: &[u8] = b"table/";
@@ -40,7 +41,7 @@ pub(crate) fn load_catalog(db: &DB, catalog: &RwLock<Catalog>) -> Result<()> {
 
 impl Inner {
     /// Save a table's metadata (or delete it) together with other changes, atomically.
-    fn save_meta(&self, batch: &mut WriteBatch, meta: &TableMeta, delete: bool) -> Result<()> {
+    fn save_meta(&self, batch: &mut Batch, meta: &TableMeta, delete: bool) -> Result<()> {
         let mut key = TABLE_META_PREFIX.to_vec();
         key.extend_from_slice(meta.name.as_bytes());
         if delete {
@@ -72,11 +73,13 @@ pub(crate) async fn create_table(
                 return Err(StoreError::FailedPrecondition("no table ids left".into()));
             }
             let meta = TableMeta::new(id, &name, families)?;
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             inner.save_meta(&mut batch, &meta, false)?;
             batch.put_cf(inner.meta_cf()?, NEXT_TABLE_ID_KEY, (id + 1).to_be_bytes());
-            // Clear the id's key space, in case an older store left anything there.
-            batch.delete_range_cf(inner.data_cf()?, keys::table_start(id), keys::table_end(id));
+            // Clear the id's key space, in case an older store left anything there. (Not a
+            // recorded range tombstone, `gc::Ranking`: ids are never reused, so nothing a
+            // compaction could count under it is there.)
+            batch.clear_cf(inner.data_cf()?, keys::table_start(id), keys::table_end(id));
             inner.write(batch)?;
             let mut cat = inner.catalog.write();
             cat.next_table_id = id + 1;
@@ -112,7 +115,7 @@ pub(crate) async fn modify_families(
                     }
                 }
             }
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             inner.save_meta(&mut batch, &meta, false)?;
             inner.write(batch)?;
             let table = Arc::new(Table::new(meta));
@@ -143,9 +146,11 @@ pub(crate) async fn delete_table(store: &RocksStore, table: &str) -> Result<()> 
         .blocking(move |inner| {
             let _admin = inner.admin.lock();
             let t = inner.table(&table)?;
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             inner.save_meta(&mut batch, &t.meta, true)?;
-            batch.delete_range_cf(
+            // Not a recorded range tombstone (`gc::Ranking`): the filter drops every cell of a
+            // deleted table, without ranking it.
+            batch.clear_cf(
                 inner.data_cf()?,
                 keys::table_start(t.meta.id),
                 keys::table_end(t.meta.id),
@@ -165,7 +170,7 @@ pub(crate) async fn drop_row_range(store: &RocksStore, table: &str, prefix: &[u8
             let id = t.meta.id;
             let start = keys::row_prefix(id, &prefix);
             let end = prefix_successor(&start).unwrap_or_else(|| keys::table_end(id));
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             batch.delete_range_cf(inner.data_cf()?, start, end);
             inner.write(batch)
         })

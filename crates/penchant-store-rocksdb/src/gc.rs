@@ -1,38 +1,285 @@
 //! Garbage collection: a RocksDB compaction filter that drops the cells of deleted tables and
 //! dropped families, and the cells the GC rules expire.
 //!
-//! The filter ranks each cell among the versions of its column that the compaction has passed
-//! (keys come in order, the newest version of a column first), and drops it if its rule
-//! expires it at that rank. A version the compaction sees under a newer one may be dropped even
-//! if a tombstone outside the compaction deletes the newer one: a write that deletes from a
-//! column deletes, in the same batch, every version its rule already hides
+//! A rule that reads only a cell's age is applied by every compaction. A rule that counts
+//! versions is applied only where a compaction sees every live version of a column and nothing
+//! dead above one ([`Ranking`]): the filter ranks each cell among the versions of its column
+//! that the compaction has passed (keys come in order, the newest version of a column first),
+//! and a dead version it counts would rank a live one too low — a cell written under a newer
+//! version that was deleted before it, whose tombstone lies outside the compaction (a point
+//! delete in a file the compaction does not take) or reaches the filter with it (RocksDB calls
+//! the filter before it applies range tombstones). So versions are ranked
+//!
+//! * in a manual compaction ([`Inner::compact_range`](crate::Inner)), within its range: it
+//!   compacts the range level by level, each step taking every file of the range on two
+//!   adjacent levels with nothing older left above them, so a version's tombstone (newer than
+//!   it, older than a cell written after the deletion) comes with it; and in a compaction of
+//!   every file;
+//! * never under a range tombstone that a compaction has not dropped yet: the store records
+//!   each one (in the batch that writes it, so the record survives a crash) and forgets it once
+//!   a manual compaction of its range that started after it was written has ended.
+//!
+//! Elsewhere a cell expired only by its rank is kept (reads apply every rule exactly). A version
+//! the filter drops under a newer one was hidden by it while both lived: a write that deletes
+//! from a column deletes, in the same batch, every version its rule already hides
 //! (`delete_hidden_versions` in `write.rs`), so a version never comes back from under a deleted
-//! one. A compaction that misses some newer versions ranks a cell too high, never too low: it
-//! keeps what a full ranking would drop, and reads apply every rule exactly.
+//! one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-use penchant_store::GcRule;
+use parking_lot::{Mutex, RwLock};
 use penchant_store::validate::now_micros;
+use penchant_store::{GcRule, Result, StoreError};
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
+use rocksdb::{ColumnFamily, DB, WriteBatch};
 
-use crate::keys;
 use crate::schema::Catalog;
+use crate::{backend, keys};
+
+/// Where the `meta` column family records the range tombstones not yet compacted away.
+const DROPPED_PREFIX: &[u8] = b"dropped/";
+
+/// A range of stored keys, `[start, end)`; no end: to the last key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KeyRange {
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+}
+
+impl KeyRange {
+    pub fn new(start: Option<&[u8]>, end: Option<&[u8]>) -> Self {
+        KeyRange {
+            start: start.map(<[u8]>::to_vec).unwrap_or_default(),
+            end: end.map(<[u8]>::to_vec),
+        }
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        key >= &self.start[..] && self.end.as_ref().is_none_or(|end| key < &end[..])
+    }
+
+    fn covers(&self, other: &KeyRange) -> bool {
+        other.start >= self.start
+            && match (&self.end, &other.end) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(end), Some(other)) => other <= end,
+            }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = (self.start.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&self.start);
+        if let Some(end) = &self.end {
+            out.extend_from_slice(end);
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let len = u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+        let start = bytes.get(4..4 + len)?.to_vec();
+        let end = bytes.get(4 + len..)?;
+        // A range tombstone always has an end (a stored key range is never unbounded).
+        (!end.is_empty()).then(|| KeyRange {
+            start,
+            end: Some(end.to_vec()),
+        })
+    }
+}
+
+/// A range tombstone the store wrote, and whether its write has ended (a compaction that
+/// starts later sees it).
+#[derive(Debug)]
+struct Dropped {
+    range: KeyRange,
+    written: bool,
+}
+
+/// What a compaction must know to rank versions safely (see the module doc): the range of the
+/// manual compaction running, and the range tombstones no compaction has dropped yet.
+#[derive(Debug, Default)]
+pub(crate) struct Ranking {
+    /// One manual compaction at a time, so that a filter knows which range it compacts.
+    compacting: Mutex<()>,
+    manual: Mutex<Option<KeyRange>>,
+    dropped: Mutex<BTreeMap<u64, Dropped>>,
+}
+
+impl Ranking {
+    /// Load the range tombstones an earlier run recorded and no compaction has dropped (before
+    /// the catalog: until it is loaded, filters keep every cell).
+    pub fn load(&self, db: &DB, meta: &ColumnFamily) -> Result<()> {
+        let mut dropped = self.dropped.lock();
+        for item in db.prefix_iterator_cf(meta, DROPPED_PREFIX) {
+            let (k, v) = item.map_err(backend)?;
+            if !k.starts_with(DROPPED_PREFIX) {
+                break;
+            }
+            let corrupt = || StoreError::Backend("corrupt range tombstone record".into());
+            let id = k[DROPPED_PREFIX.len()..]
+                .try_into()
+                .map(u64::from_be_bytes)
+                .map_err(|_| corrupt())?;
+            let range = KeyRange::decode(&v).ok_or_else(corrupt)?;
+            dropped.insert(
+                id,
+                Dropped {
+                    range,
+                    written: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A ranking loaded from `db` (tests).
+    #[cfg(test)]
+    fn loaded(db: &DB, meta: &ColumnFamily) -> Self {
+        let ranking = Ranking::default();
+        ranking.load(db, meta).unwrap();
+        ranking
+    }
+
+    /// Record range tombstones a batch is about to write, in the batch itself; the ids to
+    /// [`Ranking::settle`] once the write has ended.
+    pub fn record(
+        &self,
+        ranges: Vec<KeyRange>,
+        batch: &mut WriteBatch,
+        meta: &ColumnFamily,
+    ) -> Vec<u64> {
+        let mut dropped = self.dropped.lock();
+        let first = dropped.last_key_value().map_or(0, |(id, _)| id + 1);
+        let mut ids = Vec::with_capacity(ranges.len());
+        for (id, range) in (first..).zip(ranges) {
+            batch.put_cf(meta, record_key(id), range.encode());
+            let written = false;
+            dropped.insert(id, Dropped { range, written });
+            ids.push(id);
+        }
+        ids
+    }
+
+    /// The write of recorded range tombstones has ended: written, or failed (nothing of the
+    /// batch was written).
+    pub fn settle(&self, ids: &[u64], written: bool) {
+        let mut dropped = self.dropped.lock();
+        for id in ids {
+            if written {
+                if let Some(d) = dropped.get_mut(id) {
+                    d.written = true;
+                }
+            } else {
+                dropped.remove(id);
+            }
+        }
+    }
+
+    /// The ranges of the written range tombstones, for the compactor.
+    pub fn written(&self) -> Vec<KeyRange> {
+        let dropped = self.dropped.lock();
+        dropped
+            .values()
+            .filter(|d| d.written)
+            .map(|d| d.range.clone())
+            .collect()
+    }
+
+    /// Run a manual compaction of `range`, then forget the range tombstones within it that
+    /// were written before it started (it dropped them).
+    pub fn compact(
+        &self,
+        range: KeyRange,
+        db: &DB,
+        meta: &ColumnFamily,
+        compact: impl FnOnce(),
+    ) -> Result<()> {
+        let _one = self.compacting.lock();
+        let before: Vec<u64> = {
+            let dropped = self.dropped.lock();
+            dropped
+                .iter()
+                .filter(|(_, d)| d.written && range.covers(&d.range))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        *self.manual.lock() = Some(range);
+        compact();
+        *self.manual.lock() = None;
+        if before.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        for id in &before {
+            batch.delete_cf(meta, record_key(*id));
+        }
+        db.write(batch).map_err(backend)?;
+        let mut dropped = self.dropped.lock();
+        for id in before {
+            dropped.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Where the compaction `context` describes may rank versions.
+    fn for_compaction(&self, context: &CompactionFilterContext) -> Ranked {
+        let within = if context.is_manual_compaction {
+            self.manual.lock().clone()
+        } else if context.is_full_compaction {
+            Some(KeyRange::default())
+        } else {
+            None
+        };
+        let dropped = self.dropped.lock();
+        Ranked {
+            within,
+            unless: dropped.values().map(|d| d.range.clone()).collect(),
+        }
+    }
+}
+
+fn record_key(id: u64) -> Vec<u8> {
+    [DROPPED_PREFIX, &id.to_be_bytes()].concat()
+}
+
+/// Where one compaction may rank versions: within a range, except under range tombstones.
+#[derive(Debug, Default)]
+struct Ranked {
+    within: Option<KeyRange>,
+    unless: Vec<KeyRange>,
+}
+
+impl Ranked {
+    #[cfg(test)]
+    fn everywhere() -> Self {
+        Ranked {
+            within: Some(KeyRange::default()),
+            unless: Vec::new(),
+        }
+    }
+
+    fn allows(&self, key: &[u8]) -> bool {
+        self.within.as_ref().is_some_and(|r| r.contains(key))
+            && !self.unless.iter().any(|r| r.contains(key))
+    }
+}
 
 /// Makes one [`GcFilter`] per compaction, with a snapshot of the rules.
 pub struct GcFilterFactory {
-    pub catalog: Arc<RwLock<Catalog>>,
+    catalog: Arc<RwLock<Catalog>>,
+    ranking: Arc<Ranking>,
     name: CString,
 }
 
 impl GcFilterFactory {
-    pub fn new(catalog: Arc<RwLock<Catalog>>) -> Self {
+    pub fn new(catalog: Arc<RwLock<Catalog>>, ranking: Arc<Ranking>) -> Self {
         Self {
             catalog,
+            ranking,
             name: CString::new("penchant-gc-factory").unwrap_or_default(),
         }
     }
@@ -41,8 +288,9 @@ impl GcFilterFactory {
 impl CompactionFilterFactory for GcFilterFactory {
     type Filter = GcFilter;
 
-    fn create(&mut self, _context: CompactionFilterContext) -> GcFilter {
-        GcFilter::new(&self.catalog.read())
+    fn create(&mut self, context: CompactionFilterContext) -> GcFilter {
+        let ranked = self.ranking.for_compaction(&context);
+        GcFilter::new(&self.catalog.read(), ranked)
     }
 
     fn name(&self) -> &CStr {
@@ -55,6 +303,8 @@ pub struct GcFilter {
     /// GC rules by table id and family id; `None` keeps every cell.
     rules: Option<HashMap<u32, HashMap<u16, GcRule>>>,
     now: i64,
+    /// Where a cell may be dropped for its rank among its column's versions.
+    ranked: Ranked,
     /// The column of the last cell judged, and how many of its versions came before it.
     column: Vec<u8>,
     rank: usize,
@@ -62,11 +312,12 @@ pub struct GcFilter {
 }
 
 impl GcFilter {
-    fn new(catalog: &Catalog) -> Self {
+    fn new(catalog: &Catalog, ranked: Ranked) -> Self {
         GcFilter {
             // Before the catalog is loaded every table looks deleted: keep everything.
             rules: catalog.loaded.then(|| catalog.gc_rules()),
             now: now_micros(),
+            ranked,
             column: Vec::new(),
             rank: 0,
             name: CString::new("penchant-gc").unwrap_or_default(),
@@ -87,7 +338,12 @@ impl GcFilter {
         match rules.get(&cell.table).map(|t| t.get(&cell.family)) {
             // A deleted table, or a dropped family.
             None | Some(None) => Decision::Remove,
-            Some(Some(rule)) if rule.expires(cell.timestamp, self.rank, self.now) => {
+            // Expired by its age alone, or by its rank where the compaction may rank it.
+            Some(Some(rule))
+                if rule.expires(cell.timestamp, 0, self.now)
+                    || (rule.expires(cell.timestamp, self.rank, self.now)
+                        && self.ranked.allows(key)) =>
+            {
                 Decision::Remove
             }
             Some(Some(_)) => Decision::Keep,
@@ -123,18 +379,29 @@ mod tests {
         // look deleted.
         let mut catalog = Catalog::default();
         assert!(matches!(
-            GcFilter::new(&catalog).decide(&key(3)),
+            GcFilter::new(&catalog, Ranked::everywhere()).decide(&key(3)),
             Decision::Keep
         ));
         catalog.loaded = true;
         assert!(matches!(
-            GcFilter::new(&catalog).decide(&key(3)),
+            GcFilter::new(&catalog, Ranked::everywhere()).decide(&key(3)),
             Decision::Remove
         ));
     }
 
-    #[test]
-    fn versions_past_the_limit_are_dropped_as_the_compaction_ranks_them() {
+    impl Ranking {
+        /// Whether a compaction of every file may rank the versions at `key`.
+        fn for_compaction_allowing(&self, key: &[u8]) -> bool {
+            let full = CompactionFilterContext {
+                is_full_compaction: true,
+                is_manual_compaction: false,
+            };
+            self.for_compaction(&full).allows(key)
+        }
+    }
+
+    /// A catalog with table 3 whose family 0 keeps one version.
+    fn one_version() -> Catalog {
         let mut catalog = Catalog {
             loaded: true,
             ..Catalog::default()
@@ -144,13 +411,91 @@ mod tests {
         catalog
             .by_name
             .insert("t".into(), Arc::new(crate::schema::Table::new(meta)));
-        let mut filter = GcFilter::new(&catalog);
+        catalog
+    }
+
+    /// Which of a column's three versions, and of a later column's one, the filter keeps.
+    fn kept(ranked: Ranked) -> Vec<bool> {
+        let mut filter = GcFilter::new(&one_version(), ranked);
         // In key order: a column's versions newest first, then the next column's.
-        let decisions: Vec<bool> = [cell(3, b"a", 30), cell(3, b"a", 20), cell(3, b"a", 10)]
+        [cell(3, b"a", 30), cell(3, b"a", 20), cell(3, b"a", 10)]
             .into_iter()
             .chain([cell(3, b"b", 5)])
             .map(|k| matches!(filter.decide(&k), Decision::Keep))
-            .collect();
-        assert_eq!(decisions, [true, false, false, true]);
+            .collect()
+    }
+
+    #[test]
+    fn versions_past_the_limit_are_dropped_as_the_compaction_ranks_them() {
+        assert_eq!(kept(Ranked::everywhere()), [true, false, false, true]);
+    }
+
+    #[test]
+    fn versions_are_ranked_only_where_the_compaction_sees_every_tombstone() {
+        // An automatic compaction of some files: a newer version it passes may be dead.
+        assert_eq!(kept(Ranked::default()), [true; 4]);
+        // A manual compaction ranks within its range only.
+        let row = keys::row_start(3, b"row");
+        let column_b = keys::column_prefix(&row, 0, b"b");
+        let manual = |start: &[u8], end: Option<&[u8]>| Ranked {
+            within: Some(KeyRange::new(Some(start), end)),
+            unless: Vec::new(),
+        };
+        assert_eq!(
+            kept(manual(&row, Some(&column_b))),
+            [true, false, false, true]
+        );
+        assert_eq!(kept(manual(&column_b, None)), [true; 4]);
+        // Under a range tombstone no compaction has dropped, versions are never ranked.
+        let mut under_tombstone = Ranked::everywhere();
+        under_tombstone
+            .unless
+            .push(KeyRange::new(Some(&row), Some(&column_b)));
+        assert_eq!(kept(under_tombstone), [true; 4]);
+    }
+
+    #[test]
+    fn a_range_tombstone_is_forgotten_by_a_compaction_that_started_after_its_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let db = DB::open_cf(&opts, dir.path(), ["meta"]).unwrap();
+        let meta = db.cf_handle("meta").unwrap();
+        let ranking = Ranking::default();
+        let range = |a: &[u8], b: &[u8]| KeyRange::new(Some(a), Some(b));
+        let mut batch = WriteBatch::default();
+        let ids = ranking.record(vec![range(b"b", b"c")], &mut batch, meta);
+        // Being written: compactions keep out from under it, the compactor does not take it
+        // yet, and a compaction started now does not drop it.
+        assert!(!ranking.for_compaction_allowing(b"bb"));
+        assert!(ranking.written().is_empty());
+        ranking
+            .compact(KeyRange::default(), &db, meta, || {})
+            .unwrap();
+        assert_eq!(ranking.dropped.lock().len(), 1);
+        db.write(batch).unwrap();
+        ranking.settle(&ids, true);
+        assert_eq!(ranking.written(), [range(b"b", b"c")]);
+        // A compaction of another range leaves it; one of its range forgets it, on disk too.
+        ranking
+            .compact(range(b"c", b"d"), &db, meta, || {})
+            .unwrap();
+        assert_eq!(ranking.written().len(), 1);
+        assert_eq!(Ranking::loaded(&db, meta).written().len(), 1);
+        let mut during = None;
+        ranking
+            .compact(range(b"a", b"z"), &db, meta, || {
+                during = ranking.manual.lock().clone();
+            })
+            .unwrap();
+        assert_eq!(during, Some(range(b"a", b"z")));
+        assert!(ranking.written().is_empty());
+        assert!(ranking.for_compaction_allowing(b"bb"));
+        assert!(Ranking::loaded(&db, meta).written().is_empty());
+        // A failed write leaves no record.
+        let ids = ranking.record(vec![range(b"e", b"f")], &mut WriteBatch::default(), meta);
+        ranking.settle(&ids, false);
+        assert!(ranking.dropped.lock().is_empty());
     }
 }

@@ -10,8 +10,9 @@
 //!   fsynced; RocksDB groups concurrent writers into one fsync (group commit), so throughput grows
 //!   with concurrency. Without it the WAL is still written before the acknowledgement (a process
 //!   crash loses nothing) but not fsynced (an OS crash or power loss may lose the last writes).
-//! * **Garbage collection**: reads hide expired cells; a compaction filter ([`gc`]) reclaims them,
-//!   and periodic compaction makes sure every file is revisited.
+//! * **Garbage collection**: reads hide expired cells; a compaction filter ([`gc`]) reclaims them
+//!   (versions past a limit only where a compaction sees every tombstone above them), and
+//!   periodic compaction makes sure every file is revisited.
 
 mod admin;
 mod gc;
@@ -23,8 +24,9 @@ mod write;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -38,6 +40,7 @@ use rocksdb::{
     DBCompressionType, Options, SliceTransform,
 };
 
+use crate::gc::{KeyRange, Ranking};
 use crate::read::read_options;
 use crate::schema::{Catalog, Table};
 use crate::write::LOCK_STRIPES;
@@ -73,13 +76,34 @@ impl Default for RocksOptions {
 /// The embedded store. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct RocksStore {
+    /// Dropped with the last handle (before `inner`): waits for the compactor thread to end.
+    _compactor: Arc<Compactor>,
     inner: Arc<Inner>,
+}
+
+/// The compactor thread of a store, stopped and joined when the store's last handle goes (so
+/// that the database is closed once it is dropped, not when a compaction ends).
+#[derive(Debug)]
+struct Compactor {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Compactor {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 struct Inner {
     db: DB,
     path: PathBuf,
     catalog: Arc<RwLock<Catalog>>,
+    /// Where compactions may rank versions ([`gc`]).
+    ranking: Arc<Ranking>,
     /// Serializes table administration.
     admin: Mutex<()>,
     /// Row lock stripes, by hash of (table id, row key).
@@ -89,7 +113,8 @@ struct Inner {
     /// Per lock stripe: the hash of the last row that left garbage (high 32 bits) and how
     /// much it left in a row (low 32 bits) — see [`Inner::count_garbage`].
     garbage: Box<[AtomicU64]>,
-    /// Row ranges to compact (rows that left garbage), for the compactor thread.
+    /// Row ranges to compact (rows that left garbage, range tombstones), for the compactor
+    /// thread.
     compactions: SyncSender<(Vec<u8>, Vec<u8>)>,
     /// Deferred writes applied so far ([`Store::mutate_atomically_deferred`]), and how many
     /// of them a sync of the log has made durable (the lock is held through the sync, so
@@ -108,20 +133,38 @@ impl std::fmt::Debug for Inner {
 }
 
 /// The thread compacting the rows that deleted many cells (their tombstones, which every read
-/// of the row skips one by one, go at the bottom level); it ends with the store.
-fn spawn_compactor(inner: Weak<Inner>, requests: Receiver<(Vec<u8>, Vec<u8>)>) -> Result<()> {
-    std::thread::Builder::new()
+/// of the row skips one by one, go at the bottom level) and the ranges of range tombstones (so
+/// that compactions rank versions there again, [`gc`]); it ends with the store.
+fn spawn_compactor(
+    inner: Weak<Inner>,
+    requests: Receiver<(Vec<u8>, Vec<u8>)>,
+) -> Result<Compactor> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let thread = std::thread::Builder::new()
         .name("rocksdb-tombstones".into())
         .spawn(move || {
-            while let Ok((start, end)) = requests.recv() {
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let (start, end) = match requests.recv_timeout(Duration::from_millis(100)) {
+                    Ok(range) => range,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                };
                 let Some(inner) = inner.upgrade() else { break };
-                if let Ok(cf) = inner.data_cf() {
-                    inner.db.compact_range_cf(cf, Some(&start), Some(&end));
+                // A range tombstone whose request found the thread busy is among the recorded.
+                let recorded = inner.ranking.written();
+                for range in
+                    std::iter::once(KeyRange::new(Some(&start), Some(&end))).chain(recorded)
+                {
+                    let _ = inner.compact_range(range);
                 }
             }
         })
-        .map(drop)
-        .map_err(|e| StoreError::Backend(format!("cannot start the compactor thread: {e}")))
+        .map_err(|e| StoreError::Backend(format!("cannot start the compactor thread: {e}")))?;
+    Ok(Compactor {
+        stop,
+        thread: Some(thread),
+    })
 }
 
 fn backend(e: rocksdb::Error) -> StoreError {
@@ -137,6 +180,7 @@ impl RocksStore {
     pub fn open(path: impl AsRef<Path>, options: RocksOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let catalog = Arc::new(RwLock::new(Catalog::default()));
+        let ranking = Arc::new(Ranking::default());
 
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -173,7 +217,10 @@ impl RocksStore {
         data_opts.set_compression_type(DBCompressionType::Lz4);
         data_opts.set_periodic_compaction_seconds(options.periodic_compaction_secs);
         data_opts.set_target_file_size_base(options.target_file_size_bytes);
-        data_opts.set_compaction_filter_factory(gc::GcFilterFactory::new(catalog.clone()));
+        data_opts.set_compaction_filter_factory(gc::GcFilterFactory::new(
+            catalog.clone(),
+            ranking.clone(),
+        ));
 
         let cfs = vec![
             ColumnFamilyDescriptor::new(DATA_CF, data_opts),
@@ -181,7 +228,10 @@ impl RocksStore {
         ];
         let db = DB::open_cf_descriptors(&db_opts, &path, cfs).map_err(backend)?;
 
-        // Load the catalog.
+        // Load the range tombstones not yet compacted away, then the catalog (until it is
+        // loaded, compactions keep everything).
+        let meta = db.cf_handle(META_CF).ok_or_else(|| missing_cf(META_CF))?;
+        ranking.load(&db, meta)?;
         admin::load_catalog(&db, &catalog)?;
 
         let stripes = (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect();
@@ -191,6 +241,7 @@ impl RocksStore {
             db,
             path,
             catalog,
+            ranking,
             admin: Mutex::new(()),
             stripes,
             hasher: Default::default(),
@@ -200,8 +251,11 @@ impl RocksStore {
             deferred: AtomicU64::new(0),
             synced: Mutex::new(0),
         });
-        spawn_compactor(Arc::downgrade(&inner), requests)?;
-        Ok(Self { inner })
+        let compactor = Arc::new(spawn_compactor(Arc::downgrade(&inner), requests)?);
+        Ok(Self {
+            _compactor: compactor,
+            inner,
+        })
     }
 
     /// Where the store lives on disk.
@@ -212,11 +266,9 @@ impl RocksStore {
     /// Compact all data now, reclaiming the space of expired and deleted cells (which background
     /// compactions otherwise do over time).
     pub fn compact(&self) -> Result<()> {
-        let db = &self.inner.db;
         let cf = self.inner.data_cf()?;
-        db.flush_cf(cf).map_err(backend)?;
-        db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
-        Ok(())
+        self.inner.db.flush_cf(cf).map_err(backend)?;
+        self.inner.compact_range(KeyRange::default())
     }
 
     /// How many cells (versions, expired ones included) a table physically holds: a diagnostic
@@ -268,6 +320,17 @@ impl Inner {
 
     fn table(&self, name: &str) -> Result<Arc<Table>> {
         self.catalog.read().get(name)
+    }
+
+    /// Compact a range of the data now, as a manual compaction (the only kind that ranks
+    /// versions within its range, [`gc`]).
+    fn compact_range(&self, range: KeyRange) -> Result<()> {
+        let cf = self.data_cf()?;
+        let (start, end) = (range.start.clone(), range.end.clone());
+        self.ranking.compact(range, &self.db, self.meta_cf()?, || {
+            let start = (!start.is_empty()).then_some(&start[..]);
+            self.db.compact_range_cf(cf, start, end.as_deref());
+        })
     }
 }
 

@@ -14,8 +14,9 @@ use penchant_store::{
     GcRule, Mutation, ReadModifyWriteRule, Result, Row, RowFilter, RowMutation, StoreError,
     prefix_successor,
 };
-use rocksdb::{WriteBatch, WriteOptions};
+use rocksdb::{ColumnFamily, WriteBatch, WriteOptions};
 
+use crate::gc::KeyRange;
 use crate::schema::Table;
 use crate::{Inner, RocksStore, backend, keys};
 
@@ -85,6 +86,48 @@ impl<'a> StoredKeys<'a> {
     }
 }
 
+/// A write batch, and the range tombstones it holds: the write records them in the batch
+/// itself, for compactions ([`crate::gc`]).
+#[derive(Default)]
+pub(crate) struct Batch {
+    cells: WriteBatch,
+    dropped: Vec<KeyRange>,
+}
+
+impl Batch {
+    pub(crate) fn put_cf(
+        &mut self,
+        cf: &ColumnFamily,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) {
+        self.cells.put_cf(cf, key, value);
+    }
+
+    pub(crate) fn delete_cf(&mut self, cf: &ColumnFamily, key: impl AsRef<[u8]>) {
+        self.cells.delete_cf(cf, key);
+    }
+
+    /// Delete a range of keys by one range tombstone, recorded for compactions.
+    pub(crate) fn delete_range_cf(&mut self, cf: &ColumnFamily, from: Vec<u8>, to: Vec<u8>) {
+        self.cells.delete_range_cf(cf, &from, &to);
+        self.dropped.push(KeyRange {
+            start: from,
+            end: Some(to),
+        });
+    }
+
+    /// Delete a range of keys by one range tombstone that no compaction needs to know of: one
+    /// over a deleted table, or over keys that hold nothing.
+    pub(crate) fn clear_cf(&mut self, cf: &ColumnFamily, from: Vec<u8>, to: Vec<u8>) {
+        self.cells.delete_range_cf(cf, from, to);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+}
+
 impl Inner {
     fn write_opts(&self) -> WriteOptions {
         let mut o = WriteOptions::default();
@@ -92,21 +135,42 @@ impl Inner {
         o
     }
 
-    pub(crate) fn write(&self, batch: WriteBatch) -> Result<()> {
-        self.db
-            .write_opt(batch, &self.write_opts())
-            .map_err(backend)
+    pub(crate) fn write(&self, batch: Batch) -> Result<()> {
+        self.write_with(batch, &self.write_opts())
+    }
+
+    /// Write a batch, recording its range tombstones in it; once written, the compactor is
+    /// asked to compact their ranges.
+    fn write_with(&self, batch: Batch, opts: &WriteOptions) -> Result<()> {
+        let Batch { mut cells, dropped } = batch;
+        if dropped.is_empty() {
+            return self.db.write_opt(cells, opts).map_err(backend);
+        }
+        let ranges: Vec<(Vec<u8>, Vec<u8>)> = dropped
+            .iter()
+            .map(|r| (r.start.clone(), r.end.clone().unwrap_or_default()))
+            .collect();
+        let ids = self.ranking.record(dropped, &mut cells, self.meta_cf()?);
+        let written = self.db.write_opt(cells, opts).map_err(backend);
+        self.ranking.settle(&ids, written.is_ok());
+        if written.is_ok() {
+            for range in ranges {
+                // Busy: the compactor finds the range among the recorded ones.
+                let _ = self.compactions.try_send(range);
+            }
+        }
+        written
     }
 
     /// Write `batch` to the log, waiting for its fsync or not (then it counts as deferred,
     /// for [`sync`]).
-    fn write_synced(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+    fn write_synced(&self, batch: Batch, sync: bool) -> Result<()> {
         if sync || !self.sync_writes {
             return self.write(batch);
         }
         let mut o = WriteOptions::default();
         o.set_sync(false);
-        self.db.write_opt(batch, &o).map_err(backend)?;
+        self.write_with(batch, &o)?;
         self.deferred
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
@@ -134,7 +198,7 @@ impl Inner {
     /// Add one row's mutations to a batch: all of them, or nothing if encoding fails.
     fn add_mutations(
         &self,
-        batch: &mut WriteBatch,
+        batch: &mut Batch,
         stored: &mut StoredKeys<'_>,
         table: &Table,
         row: &[u8],
@@ -359,7 +423,7 @@ pub(crate) async fn mutate_row(
     store
         .blocking(move |inner| {
             let _lock = inner.lock_rows(t.meta.id, std::iter::once(&row_key[..]));
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             let mut stored = StoredKeys::new(inner);
             inner.add_mutations(
                 &mut batch,
@@ -408,7 +472,7 @@ pub(crate) async fn mutate_rows(
                 }
             }
             for round in rounds {
-                let mut batch = WriteBatch::default();
+                let mut batch = Batch::default();
                 let mut written = Vec::with_capacity(round.len());
                 // A round sees what earlier rounds wrote.
                 let mut stored = StoredKeys::new(inner);
@@ -478,7 +542,7 @@ pub(crate) async fn mutate_atomically(
                 .map(|i| inner.stripes[i].lock())
                 .collect();
             let now = now_micros();
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             let mut stored = StoredKeys::new(inner);
             for (t, key, mutations) in &rows {
                 inner.add_mutations(&mut batch, &mut stored, t, key, mutations, now)?;
@@ -534,7 +598,7 @@ pub(crate) async fn check_and_mutate_row(
             };
             let mutations = if matched { &on_match } else { &on_no_match };
             if !mutations.is_empty() {
-                let mut batch = WriteBatch::default();
+                let mut batch = Batch::default();
                 let mut stored = StoredKeys::new(inner);
                 inner.add_mutations(&mut batch, &mut stored, &t, &row_key, mutations, now)?;
                 inner.write(batch)?;
@@ -567,7 +631,7 @@ pub(crate) async fn read_modify_write_row(
             let cells = validate::read_modify_write(&current, &rules, now)?;
             let mutations: Vec<Mutation> =
                 cells.iter().map(penchant_store::cell_to_mutation).collect();
-            let mut batch = WriteBatch::default();
+            let mut batch = Batch::default();
             let mut stored = StoredKeys::new(inner);
             inner.add_mutations(&mut batch, &mut stored, &t, &row_key, &mutations, now)?;
             inner.write(batch)?;

@@ -211,6 +211,77 @@ async fn version_limits_hide_old_versions_at_once_and_compactions_drop_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_written_under_a_deleted_newer_one_survives_compactions() {
+    // A compaction ranks a column's versions among those it sees; a newer version deleted
+    // before an older one was written is dead, and must not rank the older one out — whether
+    // a drop of rows, a row's many cells (range tombstones) or a column's versions (point
+    // deletes) deleted it, and across a reopen.
+    let dir = tempfile::tempdir().unwrap();
+    let set = |ts: i64, value: &str| Mutation::set("p", "q", ts, value.to_owned());
+    {
+        let store = open(dir.path());
+        store
+            .create_table("t", [("p".into(), GcRule::MaxVersions(1))].into())
+            .await
+            .unwrap();
+        let mut wide = vec![set(50_000, "newer")];
+        wide.extend((0..1100).map(|i| Mutation::set("p", format!("c{i}"), 50_000, "x")));
+        for row in ["dropped", "wide", "column"] {
+            store
+                .mutate_row("t", Bytes::from(row), wide.clone())
+                .await
+                .unwrap();
+        }
+        store.compact().unwrap();
+        store.drop_row_range("t", b"dropped").await.unwrap();
+        store
+            .mutate_row("t", "wide".into(), vec![Mutation::DeleteFromRow])
+            .await
+            .unwrap();
+        store
+            .mutate_row(
+                "t",
+                "column".into(),
+                vec![Mutation::DeleteFromColumn {
+                    family: "p".into(),
+                    qualifier: "q".into(),
+                    range: penchant_store::TimeRange::new(50_000, 51_000),
+                }],
+            )
+            .await
+            .unwrap();
+        for row in ["dropped", "wide", "column"] {
+            store
+                .mutate_row("t", Bytes::from(row), vec![set(7000, "older")])
+                .await
+                .unwrap();
+        }
+        store.compact().unwrap();
+    }
+    let store = open(dir.path());
+    store.compact().unwrap();
+    let read = |row: &'static str| {
+        let store = store.clone();
+        async move {
+            let request = ReadRows::new(RowSet::keys([Bytes::from(row)]))
+                .filter(penchant_store::RowFilter::qualifiers(["q"]));
+            values(&store.read_all("t", request).await.unwrap())
+        }
+    };
+    for row in ["dropped", "wide", "column"] {
+        assert_eq!(read(row).await, [("older".to_owned(), 7000)], "row {row}");
+    }
+    // Once the tombstones are compacted away, versions past the limit go again.
+    store
+        .mutate_row("t", "dropped".into(), vec![set(8000, "newest")])
+        .await
+        .unwrap();
+    store.compact().unwrap();
+    assert_eq!(read("dropped").await, [("newest".to_owned(), 8000)]);
+    assert_eq!(store.physical_cell_count("t").unwrap(), 3 + 1100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_limits_hold_for_many_columns_written_in_any_order() {
     // A write finds a column's versions by stepping from the column before it where it can:
     // columns in shuffled orders, in families with different limits, rows beside each other in
