@@ -1,29 +1,24 @@
 //! Garbage collection: a RocksDB compaction filter that drops the cells of deleted tables and
 //! dropped families, and the cells the GC rules expire.
 //!
-//! A rule that reads only a cell's age is applied by every compaction. A rule that counts
-//! versions is applied only where a compaction sees every live version of a column and nothing
-//! dead above one ([`Ranking`]): the filter ranks each cell among the versions of its column
-//! that the compaction has passed (keys come in order, the newest version of a column first),
-//! and a dead version it counts would rank a live one too low — a cell written under a newer
-//! version that was deleted before it, whose tombstone lies outside the compaction (a point
-//! delete in a file the compaction does not take) or reaches the filter with it (RocksDB calls
-//! the filter before it applies range tombstones). So versions are ranked
+//! The filter ranks each cell among the versions of its column that the compaction has passed
+//! (keys come in order, the newest version of a column first), and drops it if its rule
+//! expires it at that rank. A version it drops under a newer one was hidden by it while both
+//! lived: a write that deletes from a column deletes, in the same batch, every version its rule
+//! already hides (`delete_hidden_versions` in `write.rs`), so a version never comes back from
+//! under a deleted one. A compaction that misses some newer versions ranks a cell too high,
+//! never too low: it keeps what a full ranking would drop, and reads apply every rule exactly.
 //!
-//! * in a manual compaction ([`Inner::compact_range`](crate::Inner)), within its range: it
-//!   compacts the range level by level, each step taking every file of the range on two
-//!   adjacent levels with nothing older left above them, so a version's tombstone (newer than
-//!   it, older than a cell written after the deletion) comes with it; and in a compaction of
-//!   every file;
-//! * never under a range tombstone that a compaction has not dropped yet: the store records
-//!   each one (in the batch that writes it, so the record survives a crash) and forgets it once
-//!   a manual compaction of its range that started after it was written has ended.
-//!
-//! Elsewhere a cell expired only by its rank is kept (reads apply every rule exactly). A version
-//! the filter drops under a newer one was hidden by it while both lived: a write that deletes
-//! from a column deletes, in the same batch, every version its rule already hides
-//! (`delete_hidden_versions` in `write.rs`), so a version never comes back from under a deleted
-//! one.
+//! A dead version the filter counts would rank a live one too low: a cell written under a
+//! newer version deleted before it. RocksDB calls the filter on the cells a range tombstone
+//! covers (it applies range tombstones after the filter), so the store records each range
+//! tombstone it writes, in the batch that writes it ([`Ranking`]), and the filter ranks no
+//! version under one until a compaction of its range that started after it was written has
+//! dropped it (the compactor thread runs one at once). A point tombstone hides its cell from
+//! the filter when both are in the compaction; where a file boundary falls between a deleted
+//! version and one written under it later, a compaction may take the old version's file without
+//! the tombstone's, and rank the later one out: a narrow case this does not close (files that
+//! keep each row whole would).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString};
@@ -99,13 +94,10 @@ struct Dropped {
     written: bool,
 }
 
-/// What a compaction must know to rank versions safely (see the module doc): the range of the
-/// manual compaction running, and the range tombstones no compaction has dropped yet.
+/// The range tombstones no compaction has dropped yet: the filter ranks no version under them
+/// (see the module doc).
 #[derive(Debug, Default)]
 pub(crate) struct Ranking {
-    /// One manual compaction at a time, so that a filter knows which range it compacts.
-    compacting: Mutex<()>,
-    manual: Mutex<Option<KeyRange>>,
     dropped: Mutex<BTreeMap<u64, Dropped>>,
 }
 
@@ -189,8 +181,9 @@ impl Ranking {
             .collect()
     }
 
-    /// Run a manual compaction of `range`, then forget the range tombstones within it that
-    /// were written before it started (it dropped them).
+    /// Run a manual compaction of `range` (it compacts every level of the range, down to the
+    /// last), then forget the range tombstones within it that were written before it started:
+    /// it dropped them, and the cells under them.
     pub fn compact(
         &self,
         range: KeyRange,
@@ -198,7 +191,6 @@ impl Ranking {
         meta: &ColumnFamily,
         compact: impl FnOnce(),
     ) -> Result<()> {
-        let _one = self.compacting.lock();
         let before: Vec<u64> = {
             let dropped = self.dropped.lock();
             dropped
@@ -207,9 +199,7 @@ impl Ranking {
                 .map(|(id, _)| *id)
                 .collect()
         };
-        *self.manual.lock() = Some(range);
         compact();
-        *self.manual.lock() = None;
         if before.is_empty() {
             return Ok(());
         }
@@ -225,47 +215,15 @@ impl Ranking {
         Ok(())
     }
 
-    /// Where the compaction `context` describes may rank versions.
-    fn for_compaction(&self, context: &CompactionFilterContext) -> Ranked {
-        let within = if context.is_manual_compaction {
-            self.manual.lock().clone()
-        } else if context.is_full_compaction {
-            Some(KeyRange::default())
-        } else {
-            None
-        };
+    /// The ranges where a compaction starting now may not rank versions.
+    fn unranked(&self) -> Vec<KeyRange> {
         let dropped = self.dropped.lock();
-        Ranked {
-            within,
-            unless: dropped.values().map(|d| d.range.clone()).collect(),
-        }
+        dropped.values().map(|d| d.range.clone()).collect()
     }
 }
 
 fn record_key(id: u64) -> Vec<u8> {
     [DROPPED_PREFIX, &id.to_be_bytes()].concat()
-}
-
-/// Where one compaction may rank versions: within a range, except under range tombstones.
-#[derive(Debug, Default)]
-struct Ranked {
-    within: Option<KeyRange>,
-    unless: Vec<KeyRange>,
-}
-
-impl Ranked {
-    #[cfg(test)]
-    fn everywhere() -> Self {
-        Ranked {
-            within: Some(KeyRange::default()),
-            unless: Vec::new(),
-        }
-    }
-
-    fn allows(&self, key: &[u8]) -> bool {
-        self.within.as_ref().is_some_and(|r| r.contains(key))
-            && !self.unless.iter().any(|r| r.contains(key))
-    }
 }
 
 /// Makes one [`GcFilter`] per compaction, with a snapshot of the rules.
@@ -288,9 +246,8 @@ impl GcFilterFactory {
 impl CompactionFilterFactory for GcFilterFactory {
     type Filter = GcFilter;
 
-    fn create(&mut self, context: CompactionFilterContext) -> GcFilter {
-        let ranked = self.ranking.for_compaction(&context);
-        GcFilter::new(&self.catalog.read(), ranked)
+    fn create(&mut self, _context: CompactionFilterContext) -> GcFilter {
+        GcFilter::new(&self.catalog.read(), self.ranking.unranked())
     }
 
     fn name(&self) -> &CStr {
@@ -303,8 +260,9 @@ pub struct GcFilter {
     /// GC rules by table id and family id; `None` keeps every cell.
     rules: Option<HashMap<u32, HashMap<u16, GcRule>>>,
     now: i64,
-    /// Where a cell may be dropped for its rank among its column's versions.
-    ranked: Ranked,
+    /// Where no cell is dropped for its rank among its column's versions: under range
+    /// tombstones.
+    unranked: Vec<KeyRange>,
     /// The column of the last cell judged, and how many of its versions came before it.
     column: Vec<u8>,
     rank: usize,
@@ -312,12 +270,12 @@ pub struct GcFilter {
 }
 
 impl GcFilter {
-    fn new(catalog: &Catalog, ranked: Ranked) -> Self {
+    fn new(catalog: &Catalog, unranked: Vec<KeyRange>) -> Self {
         GcFilter {
             // Before the catalog is loaded every table looks deleted: keep everything.
             rules: catalog.loaded.then(|| catalog.gc_rules()),
             now: now_micros(),
-            ranked,
+            unranked,
             column: Vec::new(),
             rank: 0,
             name: CString::new("penchant-gc").unwrap_or_default(),
@@ -338,11 +296,12 @@ impl GcFilter {
         match rules.get(&cell.table).map(|t| t.get(&cell.family)) {
             // A deleted table, or a dropped family.
             None | Some(None) => Decision::Remove,
-            // Expired by its age alone, or by its rank where the compaction may rank it.
+            // Expired by its age alone, or by its rank where no range tombstone may hide
+            // a newer version counted.
             Some(Some(rule))
                 if rule.expires(cell.timestamp, 0, self.now)
                     || (rule.expires(cell.timestamp, self.rank, self.now)
-                        && self.ranked.allows(key)) =>
+                        && !self.unranked.iter().any(|r| r.contains(key))) =>
             {
                 Decision::Remove
             }
@@ -379,25 +338,14 @@ mod tests {
         // look deleted.
         let mut catalog = Catalog::default();
         assert!(matches!(
-            GcFilter::new(&catalog, Ranked::everywhere()).decide(&key(3)),
+            GcFilter::new(&catalog, Vec::new()).decide(&key(3)),
             Decision::Keep
         ));
         catalog.loaded = true;
         assert!(matches!(
-            GcFilter::new(&catalog, Ranked::everywhere()).decide(&key(3)),
+            GcFilter::new(&catalog, Vec::new()).decide(&key(3)),
             Decision::Remove
         ));
-    }
-
-    impl Ranking {
-        /// Whether a compaction of every file may rank the versions at `key`.
-        fn for_compaction_allowing(&self, key: &[u8]) -> bool {
-            let full = CompactionFilterContext {
-                is_full_compaction: true,
-                is_manual_compaction: false,
-            };
-            self.for_compaction(&full).allows(key)
-        }
     }
 
     /// A catalog with table 3 whose family 0 keeps one version.
@@ -415,8 +363,8 @@ mod tests {
     }
 
     /// Which of a column's three versions, and of a later column's one, the filter keeps.
-    fn kept(ranked: Ranked) -> Vec<bool> {
-        let mut filter = GcFilter::new(&one_version(), ranked);
+    fn kept(unranked: Vec<KeyRange>) -> Vec<bool> {
+        let mut filter = GcFilter::new(&one_version(), unranked);
         // In key order: a column's versions newest first, then the next column's.
         [cell(3, b"a", 30), cell(3, b"a", 20), cell(3, b"a", 10)]
             .into_iter()
@@ -427,31 +375,17 @@ mod tests {
 
     #[test]
     fn versions_past_the_limit_are_dropped_as_the_compaction_ranks_them() {
-        assert_eq!(kept(Ranked::everywhere()), [true, false, false, true]);
+        assert_eq!(kept(Vec::new()), [true, false, false, true]);
     }
 
     #[test]
-    fn versions_are_ranked_only_where_the_compaction_sees_every_tombstone() {
-        // An automatic compaction of some files: a newer version it passes may be dead.
-        assert_eq!(kept(Ranked::default()), [true; 4]);
-        // A manual compaction ranks within its range only.
+    fn no_version_is_ranked_under_a_range_tombstone_not_yet_compacted_away() {
         let row = keys::row_start(3, b"row");
         let column_b = keys::column_prefix(&row, 0, b"b");
-        let manual = |start: &[u8], end: Option<&[u8]>| Ranked {
-            within: Some(KeyRange::new(Some(start), end)),
-            unless: Vec::new(),
-        };
-        assert_eq!(
-            kept(manual(&row, Some(&column_b))),
-            [true, false, false, true]
-        );
-        assert_eq!(kept(manual(&column_b, None)), [true; 4]);
-        // Under a range tombstone no compaction has dropped, versions are never ranked.
-        let mut under_tombstone = Ranked::everywhere();
-        under_tombstone
-            .unless
-            .push(KeyRange::new(Some(&row), Some(&column_b)));
-        assert_eq!(kept(under_tombstone), [true; 4]);
+        let tombstone = KeyRange::new(Some(&row), Some(&column_b));
+        assert_eq!(kept(vec![tombstone]), [true; 4]);
+        let elsewhere = KeyRange::new(Some(&column_b), None);
+        assert_eq!(kept(vec![elsewhere]), [true, false, false, true]);
     }
 
     #[test]
@@ -468,7 +402,7 @@ mod tests {
         let ids = ranking.record(vec![range(b"b", b"c")], &mut batch, meta);
         // Being written: compactions keep out from under it, the compactor does not take it
         // yet, and a compaction started now does not drop it.
-        assert!(!ranking.for_compaction_allowing(b"bb"));
+        assert_eq!(ranking.unranked(), [range(b"b", b"c")]);
         assert!(ranking.written().is_empty());
         ranking
             .compact(KeyRange::default(), &db, meta, || {})
@@ -483,15 +417,11 @@ mod tests {
             .unwrap();
         assert_eq!(ranking.written().len(), 1);
         assert_eq!(Ranking::loaded(&db, meta).written().len(), 1);
-        let mut during = None;
         ranking
-            .compact(range(b"a", b"z"), &db, meta, || {
-                during = ranking.manual.lock().clone();
-            })
+            .compact(range(b"a", b"z"), &db, meta, || {})
             .unwrap();
-        assert_eq!(during, Some(range(b"a", b"z")));
         assert!(ranking.written().is_empty());
-        assert!(ranking.for_compaction_allowing(b"bb"));
+        assert!(ranking.unranked().is_empty());
         assert!(Ranking::loaded(&db, meta).written().is_empty());
         // A failed write leaves no record.
         let ids = ranking.record(vec![range(b"e", b"f")], &mut WriteBatch::default(), meta);

@@ -11,7 +11,7 @@
 //!   with concurrency. Without it the WAL is still written before the acknowledgement (a process
 //!   crash loses nothing) but not fsynced (an OS crash or power loss may lose the last writes).
 //! * **Garbage collection**: reads hide expired cells; a compaction filter ([`gc`]) reclaims them
-//!   (versions past a limit only where a compaction sees every tombstone above them), and
+//!   (versions past a limit nowhere under a range tombstone not yet compacted away), and
 //!   periodic compaction makes sure every file is revisited.
 
 mod admin;
@@ -322,8 +322,8 @@ impl Inner {
         self.catalog.read().get(name)
     }
 
-    /// Compact a range of the data now, as a manual compaction (the only kind that ranks
-    /// versions within its range, [`gc`]).
+    /// Compact a range of the data now, down to the last level; the range tombstones in it
+    /// that were written before are forgotten ([`gc::Ranking`]).
     fn compact_range(&self, range: KeyRange) -> Result<()> {
         let cf = self.data_cf()?;
         let (start, end) = (range.start.clone(), range.end.clone());
