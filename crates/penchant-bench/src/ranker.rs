@@ -449,7 +449,9 @@ pub(crate) async fn impressions(
                 us(model_alone)
             )
             .into(),
-            Cell::times(total.cpu / model_alone.cpu.max(1e-12), 1),
+            // No ratio: the CPU clock reads to 10 ms ticks, so a part's CPU time a request
+            // can read 0 and a ratio of it mean nothing.
+            "".into(),
         ]);
     }
     let (reference, ratio) = match &lightgbm {
