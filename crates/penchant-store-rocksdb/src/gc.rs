@@ -215,6 +215,11 @@ impl Ranking {
         Ok(())
     }
 
+    /// How many range tombstones are recorded.
+    pub fn unranked_count(&self) -> usize {
+        self.dropped.lock().len()
+    }
+
     /// The ranges where a compaction starting now may not rank versions.
     fn unranked(&self) -> Vec<KeyRange> {
         let dropped = self.dropped.lock();
