@@ -102,7 +102,8 @@ struct Inner {
     db: DB,
     path: PathBuf,
     catalog: Arc<RwLock<Catalog>>,
-    /// Where compactions may rank versions ([`gc`]).
+    /// The range tombstones not yet compacted away, under which compactions rank no
+    /// versions ([`gc`]).
     ranking: Arc<Ranking>,
     /// Serializes table administration.
     admin: Mutex<()>,
@@ -151,11 +152,10 @@ fn spawn_compactor(
                     Err(RecvTimeoutError::Disconnected) => break,
                 };
                 let Some(inner) = inner.upgrade() else { break };
-                // A range tombstone whose request found the thread busy is among the recorded.
-                let recorded = inner.ranking.written();
-                for range in
-                    std::iter::once(KeyRange::new(Some(&start), Some(&end))).chain(recorded)
-                {
+                let _ = inner.compact_range(KeyRange::new(Some(&start), Some(&end)));
+                // Range tombstones whose requests found the thread busy (read after the
+                // compaction, which forgot the one it was asked for).
+                for range in inner.ranking.written() {
                     let _ = inner.compact_range(range);
                 }
             }
