@@ -21,6 +21,9 @@ const CHUNK_ROWS: usize = 128;
 const CHUNK_BYTES: usize = 1 << 20;
 /// ...and buffers this many chunks ahead of it.
 const STREAM_BUFFER_CHUNKS: usize = 4;
+/// The most keys a read may name to be read whole on a blocking thread when its rows are not
+/// in memory (a read of more is streamed).
+const POINT_READ_KEYS: usize = 8;
 
 impl Inner {
     /// Add the cells stored in `[start, end)` (within one row) to the reader's current row.
@@ -357,34 +360,12 @@ pub(crate) async fn read_rows(
     if limit == 0 {
         return Ok(Box::pin(futures::stream::empty()));
     }
-    // Point reads of a few rows: at once rather than through a streaming task. From memory
-    // (memtables, block cache) on this thread, which then never waits on a file; if a block is
-    // not in memory, again on a blocking thread, never on the async runtime's workers. The
-    // hand-off to a blocking thread costs two thread wake-ups, more than a cached read.
-    let rows = &request.rows;
-    if rows.ranges.is_empty() && !rows.keys.is_empty() && rows.keys.len() <= 8 {
-        let point_read = move |inner: &Inner, tier| {
-            let mut out = Vec::new();
-            let scanned = inner.scan(&t, &ranges, filter.as_ref(), tier, |row| {
-                out.push(Ok(row));
-                (out.len() as u64) < limit
-            })?;
-            Ok((scanned == Scanned::Done).then_some(out))
-        };
-        let out = match point_read(&store.inner, Tier::Memory)? {
-            Some(out) => out,
-            None => {
-                store
-                    .blocking(move |inner| Ok(point_read(inner, Tier::Any)?.unwrap_or_default()))
-                    .await?
-            }
-        };
-        return Ok(Box::pin(futures::stream::iter(out)));
-    }
-    // Any other read that fits one chunk (a user's events, a queue): at once from memory on
-    // this thread too, as a point read; one that is larger, or needs a block not in memory,
-    // is read again by the streaming task below (the wasted part is at most one chunk, from
-    // memory).
+    // A read that fits one chunk (a few rows, a user's events, a queue) is first tried at once
+    // from memory (memtables, block cache) on this thread, which then never waits on a file:
+    // the hand-off to a blocking thread costs two thread wake-ups, more than a cached read.
+    // One that needs a block not in memory, or is larger, is read again (the wasted part is at
+    // most one chunk, from memory), never on the async runtime's workers: a point read of a
+    // few rows whole on a blocking thread, any other by the streaming task below.
     let mut out = Vec::new();
     let (mut bytes, mut larger) = (0usize, false);
     let scanned = store
@@ -397,6 +378,21 @@ pub(crate) async fn read_rows(
             more && !larger
         })?;
     if scanned == Scanned::Done && !larger {
+        return Ok(Box::pin(futures::stream::iter(out)));
+    }
+    let rows = &request.rows;
+    if rows.ranges.is_empty() && !rows.keys.is_empty() && rows.keys.len() <= POINT_READ_KEYS {
+        let out = store
+            .blocking(move |inner| {
+                let mut out = Vec::new();
+                // From any tier a scan reads every range (or stops at the limit).
+                let _done = inner.scan(&t, &ranges, filter.as_ref(), Tier::Any, |row| {
+                    out.push(Ok(row));
+                    (out.len() as u64) < limit
+                })?;
+                Ok(out)
+            })
+            .await?;
         return Ok(Box::pin(futures::stream::iter(out)));
     }
     // Rows travel from the scanning thread in chunks: one hand-off per chunk, not per row.

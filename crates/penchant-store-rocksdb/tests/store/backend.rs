@@ -79,6 +79,72 @@ async fn tables_and_data_survive_reopen() {
     assert_eq!(store.list_tables().await.unwrap().len(), 2);
 }
 
+/// Reads first tried from memory and read again from the files when a block is not there: a
+/// few keys, a range within one chunk, one of more rows than a chunk, and one with a limit,
+/// each right after a reopen (a cold block cache) and again once the blocks are cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_every_shape_give_the_same_rows_from_files_and_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: usize| format!("r{i:03}");
+    {
+        let store = open(dir.path());
+        store
+            .create_table("t", [("f".into(), GcRule::None)].into())
+            .await
+            .unwrap();
+        let entries: Vec<RowMutation> = (0..300)
+            .map(|i| {
+                RowMutation::new(
+                    Bytes::from(key(i)),
+                    vec![Mutation::set("f", "q", 1000, format!("v{i}"))],
+                )
+            })
+            .collect();
+        store.mutate_rows("t", entries).await.unwrap();
+        store.flush().await.unwrap();
+    }
+    let keys_of = |rows: &[Row]| -> Vec<String> {
+        rows.iter()
+            .map(|r| {
+                let k = String::from_utf8(r.key.to_vec()).unwrap();
+                let i: usize = k[1..].parse().unwrap();
+                assert_eq!(r.cells[0].value, Bytes::from(format!("v{i}")));
+                k
+            })
+            .collect()
+    };
+    let reads = [
+        (
+            ReadRows::new(RowSet::keys([key(250), key(7), key(299)])),
+            vec![7, 250, 299],
+        ),
+        (
+            ReadRows::new(RowSet::range(penchant_store::RowRange::closed_open(
+                key(100),
+                key(150),
+            ))),
+            (100..150).collect(),
+        ),
+        (ReadRows::new(RowSet::all()), (0..300).collect()),
+        (
+            ReadRows {
+                limit: Some(200),
+                ..ReadRows::new(RowSet::all())
+            },
+            (0..200).collect::<Vec<usize>>(),
+        ),
+    ];
+    for (n, (read, expected)) in reads.iter().enumerate() {
+        let expected: Vec<String> = expected.iter().map(|&i| key(i)).collect();
+        // Cold: a fresh store over the same files.
+        let store = open(dir.path());
+        let cold = store.read_all("t", read.clone()).await.unwrap();
+        assert_eq!(keys_of(&cold), expected, "read {n} from the files");
+        let warm = store.read_all("t", read.clone()).await.unwrap();
+        assert_eq!(keys_of(&warm), expected, "read {n} from memory");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_reclaims_expired_and_dropped_cells() {
     let dir = tempfile::tempdir().unwrap();
