@@ -83,12 +83,13 @@ fn compare(
     users: usize,
     items: usize,
     facets: &[Vec<u32>],
+    config: &LearnedConfig,
 ) -> Compared {
     let holdout = Holdout::Fraction(0.2);
     let split = eval::time_holdout(events, users, holdout, 1);
     let train = Interactions::from_triples(users, items, split.train.iter().copied());
-    let config = AlsConfig::default();
-    let factors = als::train(&train, &config, |_| true).unwrap();
+    let als_config = AlsConfig::default();
+    let factors = als::train(&train, &als_config, |_| true).unwrap();
     let offline =
         Offline::new(&train, &factors, &split.train, &split.train_at).with_facets(facets.to_vec());
     let blend: Vec<Source> = serde_json::from_str(
@@ -103,14 +104,8 @@ fn compare(
         items,
         item_facets: facets,
     };
-    let ranker = learned::learn(
-        &history,
-        holdout,
-        &config,
-        &LearnedConfig::default(),
-        |_| true,
-    )
-    .expect("a ranker");
+    let ranker =
+        learned::learn(&history, holdout, &als_config, config, |_| true).expect("a ranker");
     let learned = {
         let recommend = ranker.recommender(&offline);
         eval::ranking_metrics(&split.test, 10, |u| recommend(u, 10))
@@ -138,8 +133,16 @@ fn compare(
 #[test]
 fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
     let (events, users, items) = movielens();
-    let c = compare(&events, users, items, &genres(items));
-    // +10% at these settings (deterministic), +6% to +10% at neighbouring ones: a margin below.
+    let c = compare(
+        &events,
+        users,
+        items,
+        &genres(items),
+        &LearnedConfig::default(),
+    );
+    // +9.96% at these settings and this draw of the validating users (deterministic); +5.7% to
+    // +10.3% over other draws and neighbouring settings (`movielens_development_and_test_splits`):
+    // a margin below.
     assert!(
         c.learned.ndcg > 1.05 * c.hand.ndcg,
         "{:?} vs {:?}",
@@ -149,11 +152,63 @@ fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
     assert!(c.ranker.trees > 0);
 }
 
+/// The same comparison on two development splits — each user's latest 20% of their first
+/// 80%, and of their first 64%, each learned from what came before — beside the goal's test
+/// split, each learned with four draws of the validation users (`seed`): a setting of the
+/// ranker or its features is chosen where it wins on the development splits (the mean over
+/// splits and draws), and the test split only confirms it. One draw's figure moves by ±1.5
+/// points with the draw alone, more than most settings move it
+/// (`cargo test --release -p penchant-engine --test engine -- --ignored --nocapture movielens_development`).
+#[test]
+#[ignore = "a development tool: twelve learnings on MovieLens (~6 minutes)"]
+fn movielens_development_and_test_splits() {
+    const SEEDS: [u64; 4] = [7, 1, 2, 3];
+    let (events, users, items) = movielens();
+    let facets = genres(items);
+    let mut splits = vec![("test", events.clone())];
+    let mut history = events;
+    for name in ["development (first 80%)", "development (first 64%)"] {
+        history = eval::time_holdout(&history, users, Holdout::Fraction(0.2), 1).train_events();
+        splits.push((name, history.clone()));
+    }
+    let mut development = Vec::new();
+    for (name, events) in &splits {
+        let gains: Vec<(f64, usize)> = SEEDS
+            .iter()
+            .map(|&seed| {
+                let config = LearnedConfig {
+                    seed,
+                    ..LearnedConfig::default()
+                };
+                let c = compare(events, users, items, &facets, &config);
+                ((c.learned.ndcg / c.hand.ndcg - 1.0) * 100.0, c.ranker.trees)
+            })
+            .collect();
+        let mean = gains.iter().map(|g| g.0).sum::<f64>() / gains.len() as f64;
+        if name.starts_with("development") {
+            development.push(mean);
+        }
+        let each: Vec<String> = SEEDS
+            .iter()
+            .zip(&gains)
+            .map(|(seed, (gain, trees))| format!("seed {seed}: {gain:+.2}% ({trees} trees)"))
+            .collect();
+        println!(
+            "{name}: mean {mean:+.2}% over the hand blend; {}",
+            each.join(", ")
+        );
+    }
+    println!(
+        "development splits' mean: {:+.2}%",
+        development.iter().sum::<f64>() / development.len() as f64
+    );
+}
+
 #[test]
 fn the_learned_ranker_comes_near_a_synthetic_shops_hidden_preferences() {
     let (users, items) = (3_000, 600);
     let (events, truth) = penchant_vectors::synthetic::planted(users, items, 8, 60_000, 11);
-    let c = compare(&events, users, items, &[]);
+    let c = compare(&events, users, items, &[], &LearnedConfig::default());
     // The oracle ranks what a user had not had by the probability the generator gives it.
     let topic_mass = |t: u32| -> f32 {
         (0..items)
