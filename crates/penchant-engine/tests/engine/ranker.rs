@@ -160,7 +160,7 @@ fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
 /// points with the draw alone, more than most settings move it
 /// (`cargo test --release -p penchant-engine --test engine -- --ignored --nocapture movielens_development`).
 #[test]
-#[ignore = "a development tool: twelve learnings on MovieLens (~6 minutes)"]
+#[ignore = "a development tool: twelve learnings on MovieLens (~4 minutes)"]
 fn movielens_development_and_test_splits() {
     const SEEDS: [u64; 4] = [7, 1, 2, 3];
     let (events, users, items) = movielens();
