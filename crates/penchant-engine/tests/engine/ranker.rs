@@ -140,11 +140,11 @@ fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
         &genres(items),
         &LearnedConfig::default(),
     );
-    // +9.96% at these settings and this draw of the validating users (deterministic); +5.7% to
-    // +10.3% over other draws and neighbouring settings (`movielens_development_and_test_splits`):
-    // a margin below.
+    // +10.93% at these settings and this draw of the validating users (deterministic); +9.72%
+    // to +10.93% over eight draws (`movielens_development_and_test_splits`, seeds 1–8): a
+    // margin below.
     assert!(
-        c.learned.ndcg > 1.05 * c.hand.ndcg,
+        c.learned.ndcg > 1.08 * c.hand.ndcg,
         "{:?} vs {:?}",
         c.learned,
         c.hand
@@ -154,15 +154,15 @@ fn the_learned_ranker_beats_the_best_hand_blend_on_movielens() {
 
 /// The same comparison on two development splits — each user's latest 20% of their first
 /// 80%, and of their first 64%, each learned from what came before — beside the goal's test
-/// split, each learned with four draws of the validation users (`seed`): a setting of the
+/// split, each learned with eight draws of the validation users (`seed`): a setting of the
 /// ranker or its features is chosen where it wins on the development splits (the mean over
-/// splits and draws), and the test split only confirms it. One draw's figure moves by ±1.5
-/// points with the draw alone, more than most settings move it
+/// splits and draws), and the test split only confirms it. One draw's figure moves by up to
+/// ±1.5 points with the draw alone, more than most settings move it
 /// (`cargo test --release -p penchant-engine --test engine -- --ignored --nocapture movielens_development`).
 #[test]
-#[ignore = "a development tool: twelve learnings on MovieLens (~4 minutes)"]
+#[ignore = "a development tool: twenty-four learnings on MovieLens (~8 minutes)"]
 fn movielens_development_and_test_splits() {
-    const SEEDS: [u64; 4] = [7, 1, 2, 3];
+    const SEEDS: [u64; 8] = [7, 1, 2, 3, 4, 5, 6, 8];
     let (events, users, items) = movielens();
     let facets = genres(items);
     let mut splits = vec![("test", events.clone())];
