@@ -534,3 +534,45 @@ fn the_document_is_well_formed() {
     let unused: Vec<_> = tags.difference(&used_tags).collect();
     assert!(unused.is_empty(), "tags without operations: {unused:?}");
 }
+
+/// The ranker's settings as documented (`LearnedConfig`, with its `params`) are the engine's:
+/// the same fields, each with the engine's default (none where the engine's is null).
+#[test]
+fn the_rankers_documented_settings_and_defaults_are_the_engines() {
+    let doc = document();
+    let code = serde_json::to_value(penchant_engine::recommend::learned::LearnedConfig::default())
+        .expect("the ranker's settings serialize");
+    same_defaults(
+        &doc["components"]["schemas"]["LearnedConfig"],
+        &code,
+        "ranker",
+    );
+}
+
+fn same_defaults(schema: &Value, code: &Value, at: &str) {
+    let properties = schema["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{at}: no properties"));
+    let documented: BTreeSet<&String> = properties.keys().collect();
+    let fields: BTreeSet<&String> = code.as_object().expect("an object").keys().collect();
+    assert_eq!(
+        documented, fields,
+        "{at}: documented fields against the engine's"
+    );
+    for (name, property) in properties {
+        let (value, at) = (&code[name], format!("{at}.{name}"));
+        if value.is_object() {
+            same_defaults(property, value, &at);
+            continue;
+        }
+        match (property.get("default"), value) {
+            (None, Value::Null) => {}
+            (Some(Value::Number(d)), Value::Number(v)) => {
+                assert_eq!(d.as_f64(), v.as_f64(), "{at}: documented default");
+            }
+            (documented, value) => {
+                assert_eq!(documented, Some(value), "{at}: documented default")
+            }
+        }
+    }
+}
