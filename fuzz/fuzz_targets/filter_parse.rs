@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use penchant_engine::recommend::filters::Filter;
+use penchant_model::recommend::filters::Filter;
 use serde_json::{Value, json};
 
 fuzz_target!(|data: &[u8]| {

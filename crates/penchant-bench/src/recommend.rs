@@ -982,7 +982,7 @@ async fn blends(
         ));
         // Scoring 1,000 candidates with the model, beside the hand blend's sum of three
         // features over the same rows (the cost the model adds to a request).
-        let width = penchant_engine::recommend::offline::FEATURES.len();
+        let width = penchant_learn::offline::FEATURES.len();
         let rows: Vec<f32> = (0..1000 * width)
             .map(|n| ((n * 7919) % 1000) as f32 / 1000.0)
             .collect();

@@ -49,7 +49,7 @@ pub const FAMILY: &str = "a";
 /// A day row's hold cells: one per batch in flight whose deltas it holds ([`hold`]).
 pub const HOLDS: &str = "h";
 pub const LAST: &[u8] = b"_last";
-pub const DAY_MS: i64 = 86_400_000;
+pub use penchant_model::days::{DAY_MS, day_of};
 /// A day row whose profile read shows this many deltas is folded after the read
 /// ([`crowded`]).
 pub const FOLD_AT: usize = 32;
@@ -68,11 +68,6 @@ pub const AGGREGATES: Table = Table {
     families: &[(FAMILY, Gc::Age(RETENTION)), (HOLDS, Gc::Age(RETENTION))],
     rows: Rows::User,
 };
-
-/// The day (since the epoch) of a time in ms.
-pub fn day_of(ms: i64) -> i64 {
-    ms.div_euclid(DAY_MS)
-}
 
 /// Whether the event of this row key folds its day's deltas when it is added (one in
 /// [`FOLD_EVERY`]).

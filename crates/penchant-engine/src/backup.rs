@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::internal;
+use crate::internal;
 use crate::{Engine, EngineError, Result};
 
 /// The description a backup carries.

@@ -14,10 +14,8 @@ pub mod backup;
 pub mod cache;
 pub mod catalog;
 pub mod clock;
-mod error;
 pub mod events;
 pub mod jobs;
-pub mod keys;
 pub mod latency;
 pub mod leases;
 pub mod pending;
@@ -38,8 +36,8 @@ pub mod vectors;
 mod writes;
 
 pub use api::{AbTestResults, Ranking, RerankOptions, Reranked, Simulation};
-pub(crate) use error::internal;
-pub use error::{EngineError, Result};
+pub(crate) use penchant_model::internal;
+pub use penchant_model::{EngineError, Result, keys};
 
 use std::sync::Arc;
 

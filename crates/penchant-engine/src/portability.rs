@@ -36,7 +36,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use penchant_store::{Mutation, ReadRows, Row, RowMutation, RowRange, RowSet, Workload};
 use serde::{Deserialize, Serialize};
 
-use crate::error::internal;
+use crate::internal;
 use crate::tables::{ALL, Rows, Table};
 use crate::{Engine, EngineError, Result, keys};
 

@@ -681,7 +681,11 @@ fn plan<K: AsRef<[u8]>>(loaded: Loaded, ids: &[K]) -> (Vec<bool>, Plan) {
     let sparse = (hashed + new_hashes.len() as u64) * 8
         <= filter.current().size_bytes() as u64 / SPARSE_SHARE;
     let delta: Vec<u8> = new_hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-    let delta = Mutation::set_now(FAMILY, keys::seen_delta(), delta);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let column = keys::seen_delta(nanos, rand::random::<u32>());
+    let delta = Mutation::set_now(FAMILY, column, delta);
     if (version > 0 || sparse) && deltas.len() < COMPACT_AT {
         return (added, Plan::Delta(delta));
     }

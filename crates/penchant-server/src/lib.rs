@@ -9,9 +9,7 @@ pub mod context;
 pub mod error;
 pub mod json;
 pub mod listener;
-pub mod metered;
 pub mod metrics;
-pub mod paced;
 pub mod protocol;
 pub mod ratelimit;
 pub mod routes;
@@ -47,7 +45,7 @@ impl AppState {
         Self::with_metrics(engine, backend, Arc::default())
     }
 
-    /// With metrics shared with others (a [`metered::MeteredStore`] under the engine).
+    /// With metrics shared with others (a [`penchant_store::metered::MeteredStore`] under the engine).
     pub fn with_metrics(engine: Engine, backend: &str, metrics: Arc<metrics::Metrics>) -> Self {
         Self {
             engine: Arc::new(engine),

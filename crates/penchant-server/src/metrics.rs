@@ -3,7 +3,7 @@
 //! so that user tokens never become label values) and method (the standard ones; any other is
 //! `other`): request counts by status and latency
 //! histograms; events ingested and rejected; store operations (timed by
-//! [`crate::metered::MeteredStore`]); and, read from the engine at each scrape, its caches' hits
+//! [`penchant_store::metered::MeteredStore`]); and, read from the engine at each scrape, its caches' hits
 //! and misses, its jobs' progress, per app the events waiting for their items' records and
 //! those counted later, and the store backend's own gauges (RocksDB's memtables, pending
 //! compactions, block cache).
@@ -48,9 +48,9 @@ struct Status {
     status: u16,
 }
 
-/// The labels of one store operation ([`crate::metered::MeteredStore`]).
+/// The labels of one store operation ([`penchant_store::metered::MeteredStore`]).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StoreOp {
+struct StoreOpLabels {
     pub backend: &'static str,
     pub workload: &'static str,
     pub op: &'static str,
@@ -181,8 +181,8 @@ pub struct Metrics {
     latency: Latencies,
     events_ingested: Counter,
     events_rejected: Family<Status, Counter>,
-    store_latency: Family<StoreOp, Histogram, fn() -> Histogram>,
-    store_errors: Family<StoreOp, Counter>,
+    store_latency: Family<StoreOpLabels, Histogram, fn() -> Histogram>,
+    store_errors: Family<StoreOpLabels, Counter>,
     engine: Arc<Mutex<EngineStats>>,
 }
 
@@ -213,15 +213,16 @@ impl Default for Metrics {
             "Insights requests refused, by status (422: a rule broken, 413: too large)",
             events_rejected.clone(),
         );
-        let store_latency = Family::<StoreOp, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram,
-        );
+        let store_latency =
+            Family::<StoreOpLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
         registry.register(
             "store_operation_duration_seconds",
             "Store operations by backend, workload, operation and table (a read: until its stream is done)",
             store_latency.clone(),
         );
-        let store_errors = Family::<StoreOp, Counter>::default();
+        let store_errors = Family::<StoreOpLabels, Counter>::default();
         registry.register(
             "store_errors",
             "Store operations that failed, by backend, workload, operation and table",
@@ -252,14 +253,6 @@ impl Metrics {
     /// A refused request of events.
     pub fn events_rejected(&self, status: u16) {
         self.events_rejected.get_or_create(&Status { status }).inc();
-    }
-
-    /// One store operation, its time and whether it failed ([`crate::metered::MeteredStore`]).
-    pub fn store_operation(&self, op: StoreOp, secs: f64, ok: bool) {
-        self.store_latency.get_or_create(&op).observe(secs);
-        if !ok {
-            self.store_errors.get_or_create(&op).inc();
-        }
     }
 
     /// The metrics in Prometheus' text format, with the engine's figures as they are now.
@@ -333,4 +326,69 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
         .map_err(ApiError::internal)?;
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     Ok(([(CONTENT_TYPE, content_type)], text).into_response())
+}
+
+impl penchant_store::metered::Meter for Metrics {
+    /// One store operation, its time and whether it failed.
+    fn store_operation(&self, op: penchant_store::metered::StoreOp, secs: f64, ok: bool) {
+        let labels = StoreOpLabels {
+            backend: op.backend,
+            workload: op.workload,
+            op: op.op,
+            table: op.table,
+        };
+        self.store_latency.get_or_create(&labels).observe(secs);
+        if !ok {
+            self.store_errors.get_or_create(&labels).inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use penchant_store::metered::MeteredStore;
+    use penchant_store::{GcRule, Mutation, ReadRows, Store, Workload};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn operations_are_timed_and_failures_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let store = MeteredStore::new(
+            Arc::new(penchant_store::MemStore::new()),
+            "memory",
+            metrics.clone(),
+        );
+        let families = BTreeMap::from([("f".to_owned(), GcRule::MaxVersions(1))]);
+        store.create_table("t", families).await.unwrap();
+        let cell = Mutation::set_now("f", Bytes::from_static(b"q"), Bytes::from_static(b"v"));
+        store
+            .mutate_row("t", Bytes::from_static(b"r"), vec![cell.clone()])
+            .await
+            .unwrap();
+        let missing = store.mutate_row("nope", Bytes::from_static(b"r"), vec![cell]);
+        assert!(missing.await.is_err());
+        // A read as requests make it, and one of the jobs' view.
+        let store: Arc<dyn Store> = Arc::new(store);
+        for workload in [Workload::Serving, Workload::Batch] {
+            let view = penchant_store::for_workload(&store, workload);
+            let rows = view.read_all("t", ReadRows::default()).await.unwrap();
+            assert_eq!(rows.len(), 1);
+        }
+        let text = metrics.encode(Default::default()).unwrap();
+        for line in [
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="mutate_row",table="t"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="mutate_row",table="nope"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="read_rows",table="t"} 1"#,
+            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="batch",op="read_rows",table="t"} 1"#,
+            r#"penchant_store_errors_total{backend="memory",workload="serving",op="mutate_row",table="nope"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+        }
+        assert!(!text.contains(r#"penchant_store_errors_total{backend="memory",workload="serving",op="mutate_row",table="t"}"#));
+    }
 }

@@ -16,6 +16,9 @@ mod affinity;
 mod error;
 mod filter;
 mod memory;
+pub mod metered;
+#[cfg(feature = "pace")]
+pub mod paced;
 mod placement;
 mod types;
 pub mod validate;

@@ -98,13 +98,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     } = open_store(&config).await?;
     // Every store operation timed into what `/metrics` reports.
     let metrics = Arc::new(penchant_server::metrics::Metrics::default());
-    let store: Arc<dyn Store> = Arc::new(penchant_server::metered::MeteredStore::new(
+    let store: Arc<dyn Store> = Arc::new(penchant_store::metered::MeteredStore::new(
         store,
         backend,
         metrics.clone(),
     ));
     // The jobs' budget, spent before the metered store: its figures are the store's time.
-    let store = penchant_server::paced::PacedStore::wrap(store, config.store.batch_rows_per_second);
+    let store = penchant_store::paced::PacedStore::wrap(store, config.store.batch_rows_per_second);
     let engine_config = EngineConfig {
         tenancy: TenancyConfig {
             admin_key: config.auth.admin_key.clone(),

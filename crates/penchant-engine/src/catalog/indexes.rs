@@ -20,9 +20,9 @@ use serde_json::{Map, Value};
 
 use super::{CATALOG_TABLE, COLUMN, Catalog, FAMILY, Record, check_index_name, index_prefix};
 use crate::keys;
-use crate::recommend::filters::Filter;
 use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
+use penchant_model::recommend::filters::Filter;
 
 pub const INDEXES_TABLE: &str = "indexes";
 pub(super) const INDEX_FAMILY: &str = "m";

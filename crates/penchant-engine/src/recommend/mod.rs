@@ -18,10 +18,9 @@
 //! `fallbackParameters`; each answer says which model answered.
 
 pub mod build;
-pub mod filters;
+
+pub use penchant_model::recommend::filters;
 pub mod impressions;
-pub mod learned;
-pub mod offline;
 pub mod personal;
 pub mod queues;
 pub mod ranker;
@@ -39,7 +38,6 @@ use penchant_vectors::{Aggregate, Metric};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use self::filters::Filter;
 pub use self::queues::{QueueDefinition, Ranker, Source};
 use self::related::Links;
 use crate::abtests::Served;
@@ -48,6 +46,7 @@ use crate::catalog::Record;
 use crate::events::EventType;
 use crate::vectors::{Query, SearchOptions};
 use crate::{Engine, EngineError, Result, internal, keys};
+pub use penchant_model::recommend::filters::Filter;
 
 /// Items with scores, best first.
 pub type Ranked = Vec<(String, f32)>;

@@ -37,13 +37,13 @@ use serde::{Deserialize, Serialize};
 
 use super::QueueDefinition;
 use super::impressions;
-use super::learned::{self, Examples, History, Learned, LearnedConfig, Shown};
 use super::queues::Ranker;
 use super::serving::Snapshot;
 use crate::events::EventType;
 use crate::jobs::{Job, JobState, Progress, Run};
 use crate::tables::{Gc, Rows, Table};
 use crate::{Engine, EngineError, Result, internal, keys};
+use penchant_learn::learned::{self, Examples, History, Learned, LearnedConfig, Shown};
 
 pub const RANKERS_TABLE: &str = "rankers";
 pub(crate) const FAMILY: &str = "m";
@@ -108,7 +108,7 @@ pub struct StoredRanker {
     /// Unix ms.
     pub trained_at: i64,
     pub config: RankerConfig,
-    /// What each row of features holds, in order ([`super::offline::FEATURES`]).
+    /// What each row of features holds, in order ([`penchant_learn::offline::FEATURES`]).
     pub features: Vec<String>,
     /// Users and items its history had, and the events read.
     pub users: usize,
@@ -359,7 +359,9 @@ impl Engine {
                     version,
                     trained_at: self.now_ms(),
                     config: config.clone(),
-                    features: super::offline::FEATURES.map(str::to_owned).to_vec(),
+                    features: penchant_learn::offline::FEATURES
+                        .map(str::to_owned)
+                        .to_vec(),
                     users,
                     items,
                     events,

@@ -32,10 +32,7 @@ use crate::{Result, internal, keys};
 pub const RELATED_TABLE: &str = "related";
 const FAMILY: &str = "r";
 const COLUMN: &[u8] = b"items";
-/// Items kept in each item's list.
-pub const NEIGHBOURS: usize = 100;
-/// Items of one user (or user-day) that pair up: the latest ones.
-pub const MAX_ITEMS_PER_USER: usize = 50;
+pub use penchant_model::recommend::related::{MAX_ITEMS_PER_USER, NEIGHBOURS};
 
 /// The two co-interaction models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -33,10 +33,10 @@ use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
 use super::LearnedScore;
-use super::offline::{self, Graph, Items, Lists, Models, Trend, UserSide};
 use super::ranker::{FAMILY as MODEL_FAMILY, MODEL, RANKERS_TABLE, StoredRanker};
 use crate::vectors::training::Weights;
 use crate::{Engine, Result, internal, keys};
+use penchant_learn::offline::{self, Graph, Items, Lists, Models, Trend, UserSide};
 
 pub(crate) const FAMILY: &str = "s";
 const HEAD: &[u8] = b"head";
@@ -620,7 +620,7 @@ mod tests {
     use penchant_vectors::als::Interactions;
 
     use super::*;
-    use crate::recommend::offline::Offline;
+    use penchant_learn::offline::Offline;
 
     /// `(user row, item row, weight, time ms)`.
     type Event = (u32, u32, f32, i64);

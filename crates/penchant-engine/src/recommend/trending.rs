@@ -35,10 +35,7 @@ pub const TRENDING_TABLE: &str = "trending";
 const FAMILY: &str = "t";
 /// Rows an index's day is spread over.
 const SHARDS: u8 = 8;
-/// Days a trending read covers (today included).
-pub const WINDOW_DAYS: i64 = 7;
-/// Days after which a day's counts weigh half.
-pub const HALF_LIFE_DAYS: f64 = 2.0;
+pub use penchant_model::recommend::trending::{HALF_LIFE_DAYS, WINDOW_DAYS};
 /// What an event adds to its items' counters; a conversion weighs ten clicks.
 const CONVERSION: i64 = 10;
 const CLICK: i64 = 1;

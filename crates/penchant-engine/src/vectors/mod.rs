@@ -56,6 +56,7 @@ const DESCRIPTION: &[u8] = b"space";
 const GENERATION: &[u8] = b"gen";
 const FAMILY: &str = "v";
 const ITEM_COLUMN: &[u8] = b"v";
+pub use penchant_model::vectors::{MAX_LIKED, MAX_SPACE_NAME_BYTES, check_space_name};
 /// The largest dimension of a space.
 pub const MAX_DIMENSION: usize = 4096;
 /// The largest magnitude of a vector's component. Scores are f32 sums over at most
@@ -65,16 +66,12 @@ pub const MAX_DIMENSION: usize = 4096;
 /// null.
 pub const MAX_COMPONENT: f32 = 1e15;
 const _: () = assert!(4.0 * MAX_DIMENSION as f64 * 1e30 < f32::MAX as f64);
-/// The longest space name, in bytes.
-pub const MAX_SPACE_NAME_BYTES: usize = 64;
 /// Spaces an app may have.
 pub const MAX_SPACES: usize = 64;
 /// Most vectors in one upload.
 pub const MAX_VECTORS_PER_CALL: usize = 100_000;
 /// Most hits a search returns.
 pub const MAX_K: usize = 1000;
-/// Most liked items a "similar to the last N liked" search starts from.
-pub const MAX_LIKED: usize = 100;
 /// Floats above which a search runs on a blocking thread rather than the runtime's.
 const INLINE_FLOATS: usize = 1 << 20;
 
@@ -217,11 +214,6 @@ impl Space {
             )))
             .and(RowFilter::CellsPerColumnLimit(1))
     }
-}
-
-/// Space names: 1 to 64 bytes of letters, digits, `-`, `_` and `.`.
-pub fn check_space_name(name: &str) -> Result<()> {
-    keys::check_name("space", name, MAX_SPACE_NAME_BYTES)
 }
 
 /// Check the id of a user (a user token) or an item (an objectID).

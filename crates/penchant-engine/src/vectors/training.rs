@@ -37,12 +37,12 @@ use super::{Kind, Space, SpaceConfig, Vectors};
 use crate::clock::Clock;
 use crate::events::{self, Event, EventType, Target};
 use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime};
-use crate::recommend::learned::{self, LearnedConfig};
-use crate::recommend::offline::Offline;
 use crate::recommend::queues::Source;
 use crate::strategy::Strategies;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, internal, keys};
+use penchant_learn::learned::{self, LearnedConfig};
+use penchant_learn::offline::Offline;
 
 /// Event weights by event name, else by event type (`click`, `conversion`, `view`). Empty:
 /// every event weighs 1.
@@ -914,7 +914,7 @@ impl Trainings {
 
     /// Train on all but each user's latest interactions of `data` and rank the held-out ones
     /// with popularity, each model a queue blends, each blend asked
-    /// ([`crate::recommend::offline`]) and the learned ranker (with the items' facet values,
+    /// ([`penchant_learn::offline`]) and the learned ranker (with the items' facet values,
     /// where given).
     pub(crate) async fn evaluate(
         config: &TrainingConfig,
@@ -981,7 +981,7 @@ impl Trainings {
                 let metrics = eval::ranking_metrics(&split.test, k, |u| recommend(u, k));
                 table.push(EvaluatedRow {
                     name: "learned".into(),
-                    sources: crate::recommend::offline::candidate_sources().to_vec(),
+                    sources: penchant_learn::offline::candidate_sources().to_vec(),
                     metrics,
                 });
             }

@@ -31,11 +31,11 @@ use penchant_engine::abtests::Served;
 use penchant_engine::catalog::Record;
 use penchant_engine::keys;
 use penchant_engine::recommend::LearnedScore;
-use penchant_engine::recommend::offline::FEATURES;
 use penchant_engine::rerank::Personalization;
 use penchant_engine::strategy::Strategy;
 use penchant_engine::tenancy::Acl;
 use penchant_engine::{Ranking, RerankOptions};
+use penchant_learn::offline::FEATURES;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

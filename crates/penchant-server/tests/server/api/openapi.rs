@@ -540,7 +540,7 @@ fn the_document_is_well_formed() {
 #[test]
 fn the_rankers_documented_settings_and_defaults_are_the_engines() {
     let doc = document();
-    let code = serde_json::to_value(penchant_engine::recommend::learned::LearnedConfig::default())
+    let code = serde_json::to_value(penchant_learn::learned::LearnedConfig::default())
         .expect("the ranker's settings serialize");
     same_defaults(
         &doc["components"]["schemas"]["LearnedConfig"],

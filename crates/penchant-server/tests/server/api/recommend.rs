@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::common::{Creds, Server, assert_error, now_ms};
-use penchant_engine::recommend::offline::FEATURES;
+use penchant_learn::offline::FEATURES;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 

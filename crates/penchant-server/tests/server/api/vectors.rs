@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::{Creds, Server, assert_error, now_ms, shop};
-use penchant_engine::recommend::offline::FEATURES;
+use penchant_learn::offline::FEATURES;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 

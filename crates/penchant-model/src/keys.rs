@@ -9,7 +9,7 @@
 //! one ([`check_user_token`] and the other checks keep them out), else `a\0` would reach `a`'s
 //! rows.
 //!
-//! Each table's row key is listed with the table in the registry ([`crate::tables`]).
+//! Each table's row key is listed with the table in the registry (`penchant_engine::tables`).
 //!
 //! Qualifiers built from data are here too: [`event_qualifier`] (the wide schema's
 //! `CSV(event type, event name, facet)`), an aggregate's per-event [`aggregate_delta`] and
@@ -443,15 +443,13 @@ pub fn aggregate_deltas_of(qualifier: &[u8]) -> (Bound<Bytes>, Bound<Bytes>) {
 /// The first byte of a seen filter's delta column.
 pub const SEEN_DELTA: u8 = b'+';
 
-/// A seen filter's delta column: `+`, the time (ns, big-endian: deltas replay in the order they
-/// were written, as far as the writers' clocks tell) and random bytes (no two adds collide).
-pub fn seen_delta() -> Bytes {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+/// A seen filter's delta column: `+`, the writer's time (`nanos`, big-endian: deltas replay in
+/// the order they were written, as far as the writers' clocks tell) and random bytes (`salt`:
+/// no two adds collide).
+pub fn seen_delta(nanos: u64, salt: u32) -> Bytes {
     let mut q = vec![SEEN_DELTA];
     q.extend_from_slice(&nanos.to_be_bytes());
-    q.extend_from_slice(&rand::random::<u32>().to_be_bytes());
+    q.extend_from_slice(&salt.to_be_bytes());
     Bytes::from(q)
 }
 

@@ -9,7 +9,7 @@
 //! queries (the validation NDCG stops the boosting); at most [`LearnedConfig::max_queries`]
 //! users are used, so the cost stays bounded on a large shop.
 //!
-//! Once the shop logs impressions ([`super::impressions`]: tracked answers, and the clicks and
+//! Once the shop logs impressions (the engine's `recommend::impressions`: tracked answers, and the clicks and
 //! conversions sent back with their queryIDs), each served list with an outcome is an example
 //! ([`learn_from_impressions`]): its items labelled by what became of them (a conversion 2, a
 //! click 1, else 0), described as the history before it stood — the impressions are cut in
@@ -23,7 +23,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use super::offline::{self, Offline};
+use crate::offline::{self, Offline};
 
 /// The most of `maxQueries × perSource × cuts` a training may ask for.
 pub const MAX_EXAMPLE_SLOTS: u128 = 5_000_000;
@@ -295,7 +295,7 @@ impl Stood {
 /// `(user row, item row, weight, time)`): the sources as they stand after the last event (ALS
 /// trained on all of them), the same features as the training's ([`Offline::ranking_rows`]),
 /// none of the user's items. `items` gets the sources' item side first (what the ranker serves
-/// from, [`super::serving`]); then `each` gets a user row and its items with their scores, best
+/// from, the engine's `recommend::serving`); then `each` gets a user row and its items with their scores, best
 /// first — `e^(s − s_best)`, so the best is 1 and every score is positive (no user when `k` is
 /// 0). Users without events are skipped. `None` when `go_on` (asked as it goes) returned false.
 #[allow(clippy::too_many_arguments)]

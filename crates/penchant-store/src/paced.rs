@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::StreamExt;
-use penchant_store::{
+use crate::{
     FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows, Result, Row,
     RowFilter, RowMutation, RowStream, Store, TableMutation, TableSchema, Workload, for_workload,
 };
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
 
 /// A budget of rows per second, as a generic cell rate: each row moves the theoretical arrival
 /// time on by `1 / rate`; a spender waits for the part of it beyond `burst` from now.
@@ -186,7 +186,7 @@ impl Store for PacedStore {
     async fn checkpoint(&self, dest: &std::path::Path) -> Result<()> {
         self.inner.checkpoint(dest).await
     }
-    fn gauges(&self) -> Vec<penchant_store::Gauge> {
+    fn gauges(&self) -> Vec<crate::Gauge> {
         self.inner.gauges()
     }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
@@ -205,7 +205,7 @@ mod tests {
     use futures::TryStreamExt;
 
     fn store() -> Arc<dyn Store> {
-        Arc::new(penchant_store::MemStore::new())
+        Arc::new(crate::MemStore::new())
     }
 
     async fn table_of(store: &Arc<dyn Store>, rows: usize) {

@@ -1,5 +1,5 @@
-//! A [`Store`] that times every operation into the server's [`Metrics`]: latency histograms and
-//! error counts by backend and operation. A read is timed until its stream ends (or is dropped),
+//! A [`Store`] that times every operation and tells a [`Meter`] (the server's metrics: latency
+//! histograms and error counts by backend and operation). A read is timed until its stream ends (or is dropped),
 //! not only until it opens. Workload views (the batch app profile) are metered too, under their
 //! own `workload` label, and every operation names its table: what a saturated store spends its
 //! time on, and whether the background jobs or the serving paths spend it.
@@ -11,15 +11,30 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::Stream;
-use penchant_store::{
+use crate::{
     FamilyChange, GcRule, KeySample, Mutation, ReadModifyWriteRule, ReadRows, Result, Row,
     RowFilter, RowMutation, RowStream, Store, TableSchema, Workload,
 };
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
 
-use crate::metrics::{Metrics, StoreOp};
+/// One store operation: what a [`Meter`] is told it took.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct StoreOp {
+    pub backend: &'static str,
+    /// `serving`, or `batch` for the [`Workload::Batch`] view.
+    pub workload: &'static str,
+    pub op: &'static str,
+    /// Its table (`*`: the store, or several tables).
+    pub table: String,
+}
+
+/// What a [`MeteredStore`] reports to: each operation, its time in seconds and whether it
+/// succeeded.
+pub trait Meter: Send + Sync + std::fmt::Debug {
+    fn store_operation(&self, op: StoreOp, secs: f64, ok: bool);
+}
 
 /// `inner`, with its operations timed.
 #[derive(Debug)]
@@ -28,11 +43,11 @@ pub struct MeteredStore {
     backend: &'static str,
     /// `serving`, or `batch` for the [`Workload::Batch`] view.
     workload: &'static str,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Meter>,
 }
 
 impl MeteredStore {
-    pub fn new(inner: Arc<dyn Store>, backend: &'static str, metrics: Arc<Metrics>) -> Self {
+    pub fn new(inner: Arc<dyn Store>, backend: &'static str, metrics: Arc<dyn Meter>) -> Self {
         Self {
             inner,
             backend,
@@ -72,7 +87,7 @@ struct TimedStream {
     started: Instant,
     failed: bool,
     op: Option<StoreOp>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn Meter>,
 }
 
 impl Stream for TimedStream {
@@ -209,7 +224,7 @@ impl Store for MeteredStore {
     fn atomic_writes(&self) -> bool {
         self.inner.atomic_writes()
     }
-    async fn mutate_atomically(&self, writes: Vec<penchant_store::TableMutation>) -> Result<()> {
+    async fn mutate_atomically(&self, writes: Vec<crate::TableMutation>) -> Result<()> {
         self.timed(
             "mutate_atomically",
             "*",
@@ -217,10 +232,7 @@ impl Store for MeteredStore {
         )
         .await
     }
-    async fn mutate_atomically_deferred(
-        &self,
-        writes: Vec<penchant_store::TableMutation>,
-    ) -> Result<()> {
+    async fn mutate_atomically_deferred(&self, writes: Vec<crate::TableMutation>) -> Result<()> {
         self.timed(
             "mutate_atomically",
             "*",
@@ -231,7 +243,7 @@ impl Store for MeteredStore {
     async fn sync(&self) -> Result<()> {
         self.timed("sync", "*", self.inner.sync()).await
     }
-    fn gauges(&self) -> Vec<penchant_store::Gauge> {
+    fn gauges(&self) -> Vec<crate::Gauge> {
         self.inner.gauges()
     }
     fn workload_view(&self, workload: Workload) -> Option<Arc<dyn Store>> {
@@ -247,47 +259,5 @@ impl Store for MeteredStore {
             },
             metrics: self.metrics.clone(),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn operations_are_timed_and_failures_counted() {
-        let metrics = Arc::new(Metrics::default());
-        let store = MeteredStore::new(
-            Arc::new(penchant_store::MemStore::new()),
-            "memory",
-            metrics.clone(),
-        );
-        let families = BTreeMap::from([("f".to_owned(), GcRule::MaxVersions(1))]);
-        store.create_table("t", families).await.unwrap();
-        let cell = Mutation::set_now("f", Bytes::from_static(b"q"), Bytes::from_static(b"v"));
-        store
-            .mutate_row("t", Bytes::from_static(b"r"), vec![cell.clone()])
-            .await
-            .unwrap();
-        let missing = store.mutate_row("nope", Bytes::from_static(b"r"), vec![cell]);
-        assert!(missing.await.is_err());
-        // A read as requests make it, and one of the jobs' view.
-        let store: Arc<dyn Store> = Arc::new(store);
-        for workload in [Workload::Serving, Workload::Batch] {
-            let view = penchant_store::for_workload(&store, workload);
-            let rows = view.read_all("t", ReadRows::default()).await.unwrap();
-            assert_eq!(rows.len(), 1);
-        }
-        let text = metrics.encode(Default::default()).unwrap();
-        for line in [
-            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="mutate_row",table="t"} 1"#,
-            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="mutate_row",table="nope"} 1"#,
-            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="serving",op="read_rows",table="t"} 1"#,
-            r#"penchant_store_operation_duration_seconds_count{backend="memory",workload="batch",op="read_rows",table="t"} 1"#,
-            r#"penchant_store_errors_total{backend="memory",workload="serving",op="mutate_row",table="nope"} 1"#,
-        ] {
-            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
-        }
-        assert!(!text.contains(r#"penchant_store_errors_total{backend="memory",workload="serving",op="mutate_row",table="t"}"#));
     }
 }

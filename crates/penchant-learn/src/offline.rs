@@ -28,9 +28,9 @@ use penchant_vectors::matrix::top_k_of;
 use penchant_vectors::regression::{self, SequenceConfig};
 use penchant_vectors::{Hnsw, HnswConfig, Matrix, Metric};
 
-use super::queues::Source;
-use super::{related, trending};
-use crate::aggregates::DAY_MS;
+use penchant_model::days::DAY_MS;
+use penchant_model::recommend::queues::Source;
+use penchant_model::recommend::{related, trending};
 
 /// Item rows with their scores, best first.
 type Ranked = Vec<(u32, f32)>;
@@ -55,7 +55,7 @@ impl Trend {
 }
 
 /// Items each source proposes (a queue's default size).
-pub const POOL: usize = super::queues::DEFAULT_SIZE;
+pub const POOL: usize = penchant_model::recommend::queues::DEFAULT_SIZE;
 
 /// A training split's sources, ready to blend for any of its users.
 #[derive(Debug)]
@@ -102,30 +102,30 @@ pub struct Lists {
 
 /// An item row past the known ones reads as an item without any event.
 impl Lists {
-    pub(crate) fn related(&self, i: u32) -> &[(u32, f32)] {
+    pub fn related(&self, i: u32) -> &[(u32, f32)] {
         self.related.get(i as usize).map_or(&[], Vec::as_slice)
     }
 
-    pub(crate) fn next(&self, i: u32) -> &[(u32, f32)] {
+    pub fn next(&self, i: u32) -> &[(u32, f32)] {
         self.next.get(i as usize).map_or(&[], Vec::as_slice)
     }
 
-    pub(crate) fn popularity(&self, i: u32) -> f32 {
+    pub fn popularity(&self, i: u32) -> f32 {
         self.popularity.get(i as usize).copied().unwrap_or(0.0)
     }
 
-    pub(crate) fn days(&self, i: u32) -> (i64, i64) {
+    pub fn days(&self, i: u32) -> (i64, i64) {
         self.item_days
             .get(i as usize)
             .copied()
             .unwrap_or((i64::MAX, i64::MIN))
     }
 
-    pub(crate) fn facets(&self, i: u32) -> &[u32] {
+    pub fn facets(&self, i: u32) -> &[u32] {
         self.facets.get(i as usize).map_or(&[], Vec::as_slice)
     }
 
-    pub(crate) fn late(&self, i: u32) -> f32 {
+    pub fn late(&self, i: u32) -> f32 {
         self.late.get(i as usize).copied().unwrap_or(0.0)
     }
 }
@@ -605,7 +605,7 @@ impl<'a> Offline<'a> {
 }
 
 /// The item side of an [`Offline`], owned: what a learned ranker serves from
-/// ([`super::serving`]). Trending is the last day's, whatever day a user stands at.
+/// (the engine's `recommend::serving`). Trending is the last day's, whatever day a user stands at.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Items {
     pub vectors: Matrix,
@@ -729,9 +729,9 @@ impl PartialEq for Graph {
 }
 
 /// What the features read of the items: a training's own sources ([`Offline`]), or a learned
-/// ranker's stored snapshot of them when it serves ([`super::serving`]). An item row past the
+/// ranker's stored snapshot of them when it serves (the engine's `recommend::serving`). An item row past the
 /// known ones (an item the snapshot never saw) reads as an item without any event.
-pub(crate) trait ItemSide {
+pub trait ItemSide {
     /// The items' ALS factors (the known ones only: what the sources search).
     fn vectors(&self) -> &Matrix;
     /// Each item's lists, counts and facet values.
@@ -746,7 +746,7 @@ pub(crate) trait ItemSide {
 
 /// One user as the features read it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct UserSide<'u> {
+pub struct UserSide<'u> {
     /// The user's item rows, sorted (what no source proposes).
     pub seen: &'u [u32],
     /// The same items, newest first.
@@ -761,7 +761,7 @@ pub(crate) struct UserSide<'u> {
 
 /// Each facet value's share of the weight of a user's events `(item row, weight)`, as a
 /// profile counts them ([`Offline::with_facets`] for every user at once).
-pub(crate) fn affinity(
+pub fn affinity(
     side: &(impl ItemSide + ?Sized),
     events: impl Iterator<Item = (u32, f32)>,
 ) -> HashMap<u32, f32> {
@@ -795,7 +795,7 @@ fn share_of(values: &mut HashMap<u32, f32>, total: f32) {
 /// [`SCANNED_ROWS`] items, their best are searched through the side's graph ([`Graph`]) and
 /// rescored; the co-interaction sums of the last items make both the related source and the
 /// candidates' related scores.
-pub(crate) fn rows_of(
+pub fn rows_of(
     side: &(impl ItemSide + ?Sized),
     user: &UserSide<'_>,
     per_source: usize,

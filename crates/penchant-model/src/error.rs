@@ -42,7 +42,7 @@ impl From<StoreError> for EngineError {
 }
 
 /// An internal error about `what` (e.g. "corrupt profile").
-pub(crate) fn internal(what: &str, e: impl std::fmt::Display) -> EngineError {
+pub fn internal(what: &str, e: impl std::fmt::Display) -> EngineError {
     EngineError::Internal(format!("{what}: {e}"))
 }
 

@@ -1,0 +1,7 @@
+//! Recommend's definitions: its `filters` syntax, queue definitions and their sources, and the
+//! sources' parameters.
+
+pub mod filters;
+pub mod queues;
+pub mod related;
+pub mod trending;
