@@ -1,5 +1,5 @@
 //! `penchant bench ingest`: a shop's traffic shape through a real HTTP server on the embedded
-//! store (issue 11): many users with a handful of events each, and a few heavy users (or bots)
+//! store: many users with a handful of events each, and a few heavy users (or bots)
 //! with tens of thousands a day.
 //!
 //! A synthetic catalog of 10,000 items in index `products`, each with a `brand` (200 values), a

@@ -1,5 +1,4 @@
-//! `penchant bench residency`: moving an app between placement targets online (issue 18's
-//! bench). An app of `--users` users with a few events each is loaded through the engine's real
+//! `penchant bench residency`: moving an app between placement targets online. An app of `--users` users with a few events each is loaded through the engine's real
 //! ingestion into the default target, then moved to the other target with the engine's move job
 //! (dual-write, copy, verify, switch, drop), timed: rows/s and MB/s of the copy, and the move's
 //! whole time (its three waits for every node to see a change included, `refresh + 2 s` each).

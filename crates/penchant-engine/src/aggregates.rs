@@ -39,15 +39,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange};
 
-use crate::events::{self, EVENTS_TABLE, Event, Layout, RETENTION, Stored};
-use crate::tables::{Gc, Rows, Table};
+use crate::events::{self, Event, Layout, Stored};
 use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result, keys};
+use penchant_model::tables::EVENTS_TABLE;
+pub use penchant_model::tables::{
+    AGGREGATES, AGGREGATES_FAMILY as FAMILY, AGGREGATES_HOLDS as HOLDS, AGGREGATES_TABLE,
+};
 
-pub const AGGREGATES_TABLE: &str = "aggregates";
-pub const FAMILY: &str = "a";
-/// A day row's hold cells: one per batch in flight whose deltas it holds ([`hold`]).
-pub const HOLDS: &str = "h";
 pub const LAST: &[u8] = b"_last";
 pub use penchant_model::days::{DAY_MS, day_of};
 /// A day row whose profile read shows this many deltas is folded after the read
@@ -61,13 +60,6 @@ pub const FOLD_EVERY: u64 = 256;
 const ATTEMPTS: usize = 8;
 /// Deltas a rebuild writes in one row mutation.
 const REBUILD_CHUNK: usize = 20_000;
-
-/// Per-day aggregates of users' events.
-pub const AGGREGATES: Table = Table {
-    name: AGGREGATES_TABLE,
-    families: &[(FAMILY, Gc::Age(RETENTION)), (HOLDS, Gc::Age(RETENTION))],
-    rows: Rows::User,
-};
 
 /// Whether the event of this row key folds its day's deltas when it is added (one in
 /// [`FOLD_EVERY`]).

@@ -15,21 +15,13 @@ use bytes::Bytes;
 use penchant_store::{Mutation, RowFilter, Store, TimeRange};
 
 use crate::clock::Clock;
-use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
+use penchant_model::tables::LEASES_FAMILY as FAMILY;
+pub use penchant_model::tables::{LEASES, LEASES_TABLE};
 
-pub const LEASES_TABLE: &str = "leases";
-const FAMILY: &str = "l";
 const HOLDER: &[u8] = b"holder";
 /// A lease's life without renewal when none is configured.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-
-/// Leases on background work.
-pub const LEASES: Table = Table {
-    name: LEASES_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::Pinned,
-};
 
 /// The apps whose work of one kind (a recompute, a training) runs on this node. A claim is an
 /// app in this node's set and the app's lease of that kind: at most one run per app on this

@@ -61,10 +61,11 @@ use penchant_store::{
     Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store, TimeRange, Workload, for_workload,
 };
 
-use crate::aggregates::day_of;
 use crate::clock::Clock;
-use crate::events::{EVENTS_TABLE, Event, FAMILY};
+use crate::events::Event;
 use crate::{Result, keys};
+use penchant_model::days::day_of;
+use penchant_model::tables::{EVENTS_FAMILY as FAMILY, EVENTS_TABLE};
 
 /// The first byte of the cell of an attempt in flight (`0xFC · attempt id`): not UTF-8, so
 /// never a user's. The intent goes with its last attempt ([`Pending::leave`]).

@@ -43,11 +43,11 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Clock;
 use crate::events::migration::IN_FLIGHT;
 use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime, hex, unhex};
-use crate::tables::{Gc, Rows, Table};
+use crate::tables::Rows;
 use crate::{EngineError, Result, internal, keys};
+use penchant_model::tables::PLACEMENTS_FAMILY as FAMILY;
+pub use penchant_model::tables::{PLACEMENTS, PLACEMENTS_TABLE};
 
-pub const PLACEMENTS_TABLE: &str = "placements";
-const FAMILY: &str = "p";
 /// A placement's column in table `placements`.
 const COLUMN: &[u8] = b"placement";
 /// Rows copied (or deleted) in one write.
@@ -57,13 +57,6 @@ const ROWS_AT_ONCE: usize = 500;
 const MAX_PASSES: u32 = 10;
 /// Times a row seen different is read again from both targets before it is fixed.
 const VERIFY_READS: u32 = 5;
-
-/// Placements of apps and users.
-pub const PLACEMENTS: Table = Table {
-    name: PLACEMENTS_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::Pinned,
-};
 
 /// The tables that never move: who lives where, and the leases that say who moves it.
 pub fn pinned_tables() -> Vec<String> {

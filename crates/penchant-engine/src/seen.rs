@@ -40,17 +40,12 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::EventType;
 use crate::keys;
-use crate::tables::{Gc, Rows, Table};
 use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result};
+use penchant_model::days::DAY_MS;
+pub use penchant_model::tables::{MAX_HIDE_DAYS, SEEN, SEEN_TABLE};
+use penchant_model::tables::{SEEN_FAMILY as FAMILY, SEEN_HIDDEN as HIDDEN};
 
-pub const SEEN_TABLE: &str = "seen";
-const FAMILY: &str = "s";
-/// Items the user hid ("not for me"), until when.
-const HIDDEN: &str = "n";
-/// The longest an item stays hidden.
-pub const MAX_HIDE_DAYS: u32 = 365;
-const DAY_MS: i64 = 86_400_000;
 const SETTINGS: &[u8] = b"settings";
 const CURRENT: &[u8] = b"cur";
 const PREVIOUS: &[u8] = b"prev";
@@ -67,22 +62,6 @@ pub const SPARSE_SHARE: u64 = 16;
 /// Most objectIDs in one call.
 pub const MAX_IDS_PER_CALL: usize = 100_000;
 const ATTEMPTS: usize = 32;
-
-/// Users' seen filters, and the apps' settings.
-pub const SEEN: Table = Table {
-    name: SEEN_TABLE,
-    families: &[
-        (FAMILY, Gc::Versions(1)),
-        (
-            HIDDEN,
-            Gc::VersionsAndAge(
-                1,
-                Duration::from_millis((MAX_HIDE_DAYS as u64 + 1) * DAY_MS as u64),
-            ),
-        ),
-    ],
-    rows: Rows::User,
-};
 
 /// An app's seen-filter settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -20,31 +20,15 @@ use penchant_store::{ReadModifyWriteRule, ReadRows, RowFilter, RowRange, RowSet,
 use serde::Serialize;
 
 use crate::events::{Event, EventType};
-use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
+use penchant_model::tables::STATS_FAMILY as FAMILY;
+pub use penchant_model::tables::{STATS, STATS_MAX_HOURS as MAX_HOURS, STATS_TABLE};
 
 /// How often a node adds its counts to the store.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
-pub const STATS_TABLE: &str = "stats";
-const FAMILY: &str = "m";
 const MINUTE_MS: i64 = 60_000;
 const HOUR_MS: i64 = 60 * MINUTE_MS;
-/// The longest window a read covers; counters expire a day after it.
-pub const MAX_HOURS: u32 = 48;
 const TYPES: [EventType; 3] = [EventType::Click, EventType::Conversion, EventType::View];
-
-/// Events per minute, kept a day longer than the longest window shown.
-pub const STATS: Table = Table {
-    name: STATS_TABLE,
-    families: &[(
-        FAMILY,
-        Gc::VersionsAndAge(
-            1,
-            std::time::Duration::from_millis((MAX_HOURS as u64 + 24) * HOUR_MS as u64),
-        ),
-    )],
-    rows: Rows::App,
-};
 
 /// Events per minute by type over a window, oldest minute first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -12,23 +12,15 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::EventType;
 use crate::keys;
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
+use penchant_model::tables::STRATEGIES_FAMILY as FAMILY;
+pub use penchant_model::tables::{STRATEGIES, STRATEGIES_TABLE};
 
-pub const STRATEGIES_TABLE: &str = "strategies";
-const FAMILY: &str = "s";
 const COLUMN: &[u8] = b"strategy";
 pub const MAX_EVENTS_SCORING: usize = 15;
 pub const MAX_FACETS_SCORING: usize = 15;
 /// The longest name of a named strategy, in bytes.
 pub const MAX_NAME_BYTES: usize = 64;
-
-/// Strategies, with their versions.
-pub const STRATEGIES: Table = Table {
-    name: STRATEGIES_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 
 /// How much one event counts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -22,12 +22,10 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::Layout;
 use crate::keys;
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
+use penchant_model::tables::TENANCY_FAMILY as FAMILY;
+pub use penchant_model::tables::{APPS, APPS_TABLE, KEYS, KEYS_TABLE};
 
-pub const APPS_TABLE: &str = "apps";
-pub const KEYS_TABLE: &str = "keys";
-const FAMILY: &str = "m";
 const APP_COLUMN: &[u8] = b"app";
 const KEY_COLUMN: &[u8] = b"key";
 
@@ -246,19 +244,6 @@ pub struct Tenancy {
     /// App → what its events need.
     events: TtlCache<String, AppEvents>,
 }
-
-/// Apps.
-pub const APPS: Table = Table {
-    name: APPS_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
-/// API keys, by digest.
-pub const KEYS: Table = Table {
-    name: KEYS_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 
 impl Tenancy {
     /// How the API key and retention caches have served.

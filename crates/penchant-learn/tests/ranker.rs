@@ -2,8 +2,8 @@
 //! shop with planted preferences.
 //!
 //! MovieLens 100k cannot ship with the project. Its folder (`ml-100k.inter`, `ml-100k.item`) is
-//! `$PENCHANT_MOVIELENS_DIR`, else `../shared/data/ml-100k` beside the clone. Without it the
-//! MovieLens tests print that they were skipped and pass, unless `PENCHANT_REQUIRE_DATA=1` (CI
+//! `$MOVIELENS_100K_DIR`, else `../shared/data/ml-100k` beside the clone. Without it the
+//! MovieLens tests print that they were skipped and pass, unless `REQUIRE_TEST_DATA=1` (CI
 //! sets it): then they fail.
 
 use std::path::PathBuf;
@@ -19,7 +19,7 @@ type Events = Vec<(u32, u32, f32, i64)>;
 
 /// MovieLens 100k's folder, or `None` (the test is skipped) when it is absent and not required.
 fn movielens_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("PENCHANT_MOVIELENS_DIR")
+    let dir = std::env::var_os("MOVIELENS_100K_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ml-100k")
@@ -27,15 +27,15 @@ fn movielens_dir() -> Option<PathBuf> {
     if dir.join("ml-100k.inter").is_file() {
         return Some(dir);
     }
-    let required = std::env::var("PENCHANT_REQUIRE_DATA").is_ok_and(|v| v == "1");
+    let required = std::env::var("REQUIRE_TEST_DATA").is_ok_and(|v| v == "1");
     assert!(
         !required,
-        "MovieLens 100k is required (PENCHANT_REQUIRE_DATA=1) and not at {}: set \
-         PENCHANT_MOVIELENS_DIR to its folder",
+        "MovieLens 100k is required (REQUIRE_TEST_DATA=1) and not at {}: set \
+         MOVIELENS_100K_DIR to its folder",
         dir.display()
     );
     eprintln!(
-        "skipped: MovieLens 100k is not at {} (set PENCHANT_MOVIELENS_DIR to its folder; \
+        "skipped: MovieLens 100k is not at {} (set MOVIELENS_100K_DIR to its folder; \
          docs/TESTING.md)",
         dir.display()
     );

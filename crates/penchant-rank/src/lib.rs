@@ -46,8 +46,8 @@ pub struct Params {
     /// Fewest rows in a leaf. Large on purpose: most of a query's candidates are far from its
     /// first places and move the lambdas little, so a leaf of a few dozen rows fits the
     /// training users' noise; on MovieLens 800 (against 50) lifted NDCG@10 by 1.3 points over
-    /// eight validation draws and narrowed their spread (docs/BENCHMARKS.md, issue 45's
-    /// sixteenth part).
+    /// eight validation draws and narrowed their spread
+    /// (docs/BENCHMARKS.md#the-learned-ranker-on-movielens).
     pub min_rows_in_leaf: usize,
     /// L2 regularization of leaf values (λ).
     pub l2: f64,

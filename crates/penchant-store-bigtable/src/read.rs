@@ -212,7 +212,7 @@ impl Scan<'_> {
 /// does, in Bigtable as in Penchant's model. Through any other filter, a row holds one cell per
 /// column and timestamp — yet the emulator (Google Cloud CLI's `cbtemulator`) was seen, under
 /// concurrent writes and conditional deletes of a row, returning some cells of it twice, which a
-/// day's aggregate fold then counted twice (issue 15): such reads keep one.
+/// day's aggregate fold then counted twice: such reads keep one.
 fn may_repeat(filter: &RowFilter) -> bool {
     match filter {
         RowFilter::Interleave(fs) => fs.len() > 1,

@@ -192,7 +192,8 @@ struct ServeArgs {
 
 const BENCH_HELP: &str = "\
 `penchant bench <SUITE> [--scale small|medium|large] [--json FILE]` runs one suite (store, bloom,
-personalization, ingest, als, topk, recommend, schema), `penchant bench all` every one;
+personalization, ingest, mixed, als, topk, recommend, schema, residency, soak), `penchant bench
+all` every one but the soak;
 `penchant bench <SUITE> --help` lists a suite's flags. docs/BENCHMARKS.md holds the latest tables.
 
 The benchmarks are a separate executable, so that the server does not link them: this command

@@ -38,39 +38,18 @@ use serde_json::Value;
 
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
 
+use penchant_model::tables::ABTESTS_DEFINITION as DEFINITION;
+pub use penchant_model::tables::{ABTEST_USERS, ABTEST_USERS_TABLE, ABTESTS, ABTESTS_TABLE};
 pub use results::{Counts, Revenue};
 
-pub const ABTESTS_TABLE: &str = "abtests";
-pub const ABTEST_USERS_TABLE: &str = "abtest_users";
-const DEFINITION: &str = "t";
-const COUNTS: &str = "c";
-const USER: &str = "u";
 const TEST: &[u8] = b"test";
 const NEXT: &[u8] = b"next";
 /// The lease under which a node starts one of an app's tests.
 pub const START_LEASE: &str = "abtests";
 /// The longest test name.
 pub const MAX_NAME_CHARS: usize = 256;
-
-/// Tests and their per-variant counts.
-pub const ABTESTS: Table = Table {
-    name: ABTESTS_TABLE,
-    families: &[(DEFINITION, Gc::Versions(1)), (COUNTS, Gc::Versions(1))],
-    rows: Rows::App,
-};
-
-/// Each user's counts in each test; a year after its last change a user's row goes.
-pub const ABTEST_USERS: Table = Table {
-    name: ABTEST_USERS_TABLE,
-    families: &[(
-        USER,
-        Gc::VersionsAndAge(1, Duration::from_secs(365 * 86_400)),
-    )],
-    rows: Rows::User,
-};
 
 /// What a variant changes in the answers of its index: the parameters a re-ranking or
 /// Recommend request could carry, applied over the request's own.

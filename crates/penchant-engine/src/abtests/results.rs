@@ -21,9 +21,11 @@ use parking_lot::Mutex;
 use penchant_store::{ReadModifyWriteRule, RowFilter, Store};
 use serde_json::Value;
 
-use super::{ABTEST_USERS_TABLE, ABTESTS_TABLE, COUNTS, USER};
 use crate::events::{Event, EventType};
 use crate::{Result, keys};
+use penchant_model::tables::{
+    ABTEST_USERS_FAMILY as USER, ABTEST_USERS_TABLE, ABTESTS_COUNTS as COUNTS, ABTESTS_TABLE,
+};
 
 /// How often a node adds its tallies to the store.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(5);

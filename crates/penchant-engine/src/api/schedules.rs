@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use penchant_store::{Mutation, ReadRows, RowFilter, RowSet};
 
-use crate::jobs::{FAMILY, JOBS_TABLE};
 use crate::recommend::Ranker;
 use crate::recommend::ranker::RankerConfig;
 use crate::schedules::{self, Schedules, Stored, Task, TaskView};
 use crate::vectors::training::{Mode, TrainingConfig};
 use crate::{Engine, Result, internal, keys};
+use penchant_model::tables::{JOBS_FAMILY as FAMILY, JOBS_TABLE};
 
 /// The column of table `jobs` holding when each task last started (apart from the settings, so
 /// that a round and a change of settings never overwrite each other).

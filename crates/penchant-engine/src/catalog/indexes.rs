@@ -18,20 +18,14 @@ use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, RowMutation, RowRange, RowSet, prefix_successor};
 use serde_json::{Map, Value};
 
-use super::{CATALOG_TABLE, COLUMN, Catalog, FAMILY, Record, check_index_name, index_prefix};
+use super::{COLUMN, Catalog, Record, check_index_name, index_prefix};
 use crate::keys;
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 use penchant_model::recommend::filters::Filter;
+pub(super) use penchant_model::tables::INDEXES_FAMILY as INDEX_FAMILY;
+use penchant_model::tables::{CATALOG_FAMILY as FAMILY, CATALOG_TABLE};
+pub use penchant_model::tables::{INDEXES, INDEXES_TABLE};
 
-pub const INDEXES_TABLE: &str = "indexes";
-pub(super) const INDEX_FAMILY: &str = "m";
-/// Indexes' settings.
-pub const INDEXES: Table = Table {
-    name: INDEXES_TABLE,
-    families: &[(INDEX_FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 const CREATED: &[u8] = b"c";
 const UPDATED: &[u8] = b"u";
 const SETTINGS: &[u8] = b"s";

@@ -19,7 +19,6 @@ use rand::Rng;
 use serde_json::{Map, Value};
 
 use crate::keys;
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result};
 
 mod indexes;
@@ -28,22 +27,15 @@ pub use self::indexes::{
     INDEXES, INDEXES_TABLE, IndexInfo, MAX_BROWSE_HITS, Page, Scope, Settings, check_settings,
     facet_attribute,
 };
+use penchant_model::tables::CATALOG_FAMILY as FAMILY;
+pub use penchant_model::tables::{CATALOG, CATALOG_TABLE};
 
-pub const CATALOG_TABLE: &str = "catalog";
-const FAMILY: &str = "r";
 const COLUMN: &[u8] = b"o";
 pub use penchant_model::catalog::{
     MAX_INDEX_NAME_BYTES, MAX_OBJECT_ID_BYTES, MAX_RECORD_BYTES, check_index_name, check_object_id,
 };
 
 pub type Record = Map<String, Value>;
-
-/// Records, per index.
-pub const CATALOG: Table = Table {
-    name: CATALOG_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 
 fn invalid(msg: impl Into<String>) -> EngineError {
     EngineError::Invalid(msg.into())

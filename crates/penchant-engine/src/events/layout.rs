@@ -19,12 +19,11 @@ use bytes::Bytes;
 use penchant_store::{Mutation, Row, RowFilter};
 use serde::{Deserialize, Serialize};
 
-use super::{EVENT_COLUMN, EventType, FAMILY, Facets, qualifier};
+use super::{EVENT_COLUMN, EventType, Facets, qualifier};
 use crate::strategy::Strategy;
 use crate::{EngineError, Result, keys};
-
-/// The families of the narrow layout: one per event type.
-pub const NARROW_FAMILIES: [&str; 3] = ["click", "conversion", "view"];
+use penchant_model::tables::EVENTS_FAMILY as FAMILY;
+pub use penchant_model::tables::NARROW_FAMILIES;
 
 /// How an app's events store their counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

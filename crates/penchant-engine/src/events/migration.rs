@@ -40,11 +40,12 @@ use penchant_store::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{EVENTS_TABLE, Layout};
+use super::Layout;
 use crate::clock::Clock;
 use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime, hex, unhex};
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result, keys};
+use penchant_model::tables::EVENTS_TABLE;
 
 /// Event rows rewritten (or cleared) in one write.
 const ROWS_AT_ONCE: usize = 500;

@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store, TableMutation};
@@ -23,7 +22,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalog::Catalog;
-use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
 
 pub mod layout;
@@ -31,25 +29,12 @@ pub mod migration;
 pub mod waiting;
 
 pub use layout::Layout;
+pub use penchant_model::tables::{
+    EVENTS, EVENTS_FAMILY as FAMILY, EVENTS_RETENTION as RETENTION, EVENTS_TABLE,
+};
 
-pub const EVENTS_TABLE: &str = "events";
-pub const FAMILY: &str = "e";
 /// The qualifier holding the event itself.
 pub const EVENT_COLUMN: &[u8] = b"event";
-/// How long raw events are kept.
-pub const RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
-
-/// Raw events: the event, and its counts in the narrow layout (a family per event type).
-pub const EVENTS: Table = Table {
-    name: EVENTS_TABLE,
-    families: &[
-        (FAMILY, Gc::Age(RETENTION)),
-        (layout::NARROW_FAMILIES[0], Gc::Age(RETENTION)),
-        (layout::NARROW_FAMILIES[1], Gc::Age(RETENTION)),
-        (layout::NARROW_FAMILIES[2], Gc::Age(RETENTION)),
-    ],
-    rows: Rows::User,
-};
 
 /// An event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -25,24 +25,17 @@ use penchant_store::{
     Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TableMutation,
 };
 
-use super::{EVENT_COLUMN, EVENTS_TABLE, Event, FAMILY, Facets, Layout, RETENTION, Target};
+use super::{EVENT_COLUMN, Event, Facets, Layout, Target};
 use crate::catalog::Catalog;
-use crate::profiles::{PROFILES_TABLE, WAITING_FAMILY};
-use crate::tables::{Gc, Rows, Table};
 use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result, keys};
+use penchant_model::tables::WAITING_INDEX_FAMILY as WAITING_FAMILY_INDEX;
+use penchant_model::tables::{EVENTS_FAMILY as FAMILY, EVENTS_TABLE};
+use penchant_model::tables::{PROFILES_TABLE, PROFILES_WAITING_FAMILY as WAITING_FAMILY};
+pub use penchant_model::tables::{WAITING, WAITING_TABLE};
 
-pub const WAITING_TABLE: &str = "waiting";
-const WAITING_FAMILY_INDEX: &str = "w";
 /// The raw event's column listing the objectIDs it waits for.
 pub const WAITING_COLUMN: &[u8] = b"waiting";
-
-/// Waiting events by the item they wait for.
-pub const WAITING: Table = Table {
-    name: WAITING_TABLE,
-    families: &[(WAITING_FAMILY_INDEX, Gc::Age(RETENTION))],
-    rows: Rows::App,
-};
 
 fn corrupt(e: impl std::fmt::Display) -> EngineError {
     crate::internal("corrupt waiting event", e)

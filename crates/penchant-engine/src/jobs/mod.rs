@@ -42,20 +42,12 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Clock;
 use crate::leases::{Claims, Leases};
 use crate::supervisor::Supervisor;
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
+pub(crate) use penchant_model::tables::JOBS_FAMILY as FAMILY;
+pub use penchant_model::tables::{JOBS, JOBS_TABLE};
 
-pub const JOBS_TABLE: &str = "jobs";
-pub(crate) const FAMILY: &str = "j";
 /// How often a running job's status is saved and its lease renewed.
 const SAVE_EVERY: Duration = Duration::from_millis(500);
-
-/// Job statuses: a row per app, a column per kind.
-pub const JOBS: Table = Table {
-    name: JOBS_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,10 +19,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::Result;
 use crate::clock::Clock;
-use crate::jobs::{FAMILY, JOBS_TABLE, Job, JobState, Progress, Run, Runner, Runtime, Status};
+use crate::jobs::{Job, JobState, Progress, Run, Runner, Runtime, Status};
 use crate::keys;
 use crate::profiles::{Profiles, RecomputeStats, Source, UserRange};
 use crate::strategy::{Strategies, Versioned};
+use penchant_model::tables::{JOBS_FAMILY as FAMILY, JOBS_TABLE};
 
 /// The job's column in table `jobs`, and its lease.
 const KEY: &str = "recompute";

@@ -47,36 +47,26 @@ pub use recompute::{RecomputeStats, Source, UserRange};
 pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, aggregate_filter, compute};
 pub use state::{STATES, States};
 
-use crate::aggregates::{self, AGGREGATES_TABLE, day_of};
+use crate::aggregates::{self, day_of};
 use crate::clock::Clock;
-use crate::events::{EVENT_COLUMN, EVENTS_TABLE, Event, FAMILY as EVENTS_FAMILY, Layout};
+use crate::events::{EVENT_COLUMN, Event, Layout};
 use crate::keys;
 use crate::strategy::{Strategies, Strategy};
-use crate::tables::{Gc, Rows, Table};
+use crate::tables::Rows;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result};
+use penchant_model::tables::AGGREGATES_TABLE;
+use penchant_model::tables::PROFILES_FAMILY as FAMILY;
+use penchant_model::tables::{EVENTS_FAMILY, EVENTS_TABLE};
+pub use penchant_model::tables::{
+    PROFILES, PROFILES_TABLE, PROFILES_WAITING_FAMILY as WAITING_FAMILY, STATES_TABLE,
+};
 
-pub const PROFILES_TABLE: &str = "profiles";
-pub const STATES_TABLE: &str = "states";
 /// Users [`Profiles::build_states`] gives states at once.
 const STATE_CHUNK: usize = 256;
-const FAMILY: &str = "p";
-/// The family of a user's events that wait for their items' records: a column per event (its
-/// row key), stamped like the event ([`crate::events::waiting`]).
-pub const WAITING_FAMILY: &str = "w";
 const PROFILE: &[u8] = b"profile";
 const VERSION: &[u8] = b"version";
 const DELETED_UNTIL: &[u8] = b"deletedUntil";
-
-/// Stored profiles.
-pub const PROFILES: Table = Table {
-    name: PROFILES_TABLE,
-    families: &[
-        (FAMILY, Gc::Versions(1)),
-        (WAITING_FAMILY, Gc::Age(crate::events::RETENTION)),
-    ],
-    rows: Rows::User,
-};
 
 /// Scores per facet and value, 1..20.
 pub type Scores = BTreeMap<String, BTreeMap<String, u32>>;

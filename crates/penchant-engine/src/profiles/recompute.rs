@@ -10,12 +10,13 @@ use penchant_store::{ReadRows, Row, RowFilter, RowMutation, RowSet, Workload, fo
 use serde::{Deserialize, Serialize};
 
 use super::scoring::aggregate_filter;
-use super::{FAMILY, PROFILES_TABLE, Profiles, Scorer, Stored, VERSION};
+use super::{Profiles, Scorer, Stored, VERSION};
 use crate::Result;
-use crate::aggregates::AGGREGATES_TABLE;
-use crate::events::EVENTS_TABLE;
 use crate::keys;
 use crate::strategy::Versioned;
+use penchant_model::tables::AGGREGATES_TABLE;
+use penchant_model::tables::EVENTS_TABLE;
+use penchant_model::tables::{PROFILES_FAMILY as FAMILY, PROFILES_TABLE};
 
 /// Users a recompute writes at once.
 const RECOMPUTE_CHUNK: usize = 64;

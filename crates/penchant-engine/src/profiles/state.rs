@@ -25,25 +25,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store};
 
+use super::Profile;
 use super::scoring::{Scorer, finish};
-use super::{Profile, STATES_TABLE};
-use crate::aggregates::{AGGREGATES_TABLE, day_of};
+use crate::aggregates::day_of;
 use crate::events::Stored;
-use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
+use penchant_model::tables::AGGREGATES_TABLE;
+use penchant_model::tables::STATES_TABLE;
+pub use penchant_model::tables::{STATES, STATES_FAMILY as FAMILY};
 
-pub const FAMILY: &str = "s";
 const STATE: &[u8] = b"s";
 const COMPLETE: &[u8] = b"complete";
 /// The first byte of an encoded state.
 const FORMAT: u8 = 1;
-
-/// Users' states.
-pub const STATES: Table = Table {
-    name: STATES_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::User,
-};
 
 /// What a user's counted events of one day add up to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -19,19 +19,11 @@ use penchant_store::{
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-use crate::tables::{Gc, Rows, Table};
 use crate::{Engine, EngineError, Result, internal, keys};
+use penchant_model::tables::IMPRESSIONS_FAMILY as FAMILY;
+pub use penchant_model::tables::{IMPRESSIONS, IMPRESSIONS_TABLE};
 
-pub const IMPRESSIONS_TABLE: &str = "impressions";
-const FAMILY: &str = "i";
 const SERVED: &[u8] = b"served";
-
-/// Served answers, per user and time.
-pub const IMPRESSIONS: Table = Table {
-    name: IMPRESSIONS_TABLE,
-    families: &[(FAMILY, Gc::Age(crate::events::RETENTION))],
-    rows: Rows::User,
-};
 
 /// One tracked answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -28,23 +28,15 @@ pub use penchant_model::recommend::queues::{
 };
 
 use super::{Ranked, decode_ranked, encode_ranked};
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
+use penchant_model::tables::QUEUES_FAMILY as FAMILY;
+pub use penchant_model::tables::{QUEUES, QUEUES_TABLE};
 
-pub const QUEUES_TABLE: &str = "queues";
-const FAMILY: &str = "q";
 const ITEMS: &[u8] = b"items";
 const CURSOR: &[u8] = b"cursor";
 const DEFINITION: &[u8] = b"def";
 /// The version of the learned model that ordered the queue (absent for a blend).
 const RANKED_BY: &[u8] = b"ranker";
-
-/// Users' queues and the queues' definitions.
-pub const QUEUES: Table = Table {
-    name: QUEUES_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::User,
-};
 
 /// A user's queue as stored: its entries and how many were popped.
 #[derive(Debug, Clone, Default, PartialEq)]

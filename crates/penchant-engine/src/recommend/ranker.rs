@@ -41,27 +41,16 @@ use super::queues::Ranker;
 use super::serving::Snapshot;
 use crate::events::EventType;
 use crate::jobs::{Job, JobState, Progress, Run};
-use crate::tables::{Gc, Rows, Table};
 use crate::{Engine, EngineError, Result, internal, keys};
 use penchant_learn::learned::{self, Examples, History, Learned, LearnedConfig, Shown};
+pub(crate) use penchant_model::tables::RANKERS_MODEL_FAMILY as FAMILY;
+pub use penchant_model::tables::{RANKERS, RANKERS_TABLE};
 
-pub const RANKERS_TABLE: &str = "rankers";
-pub(crate) const FAMILY: &str = "m";
 pub(crate) const MODEL: &[u8] = b"model";
 /// Each user's latest events held out as what came next, at each of the job's cuts.
 const HOLDOUT: Holdout = Holdout::Fraction(0.2);
 /// Users whose queues are written at once.
 const USERS_AT_ONCE: usize = 16;
-
-/// Learned rankers, per app and index (the newest two).
-pub const RANKERS: Table = Table {
-    name: RANKERS_TABLE,
-    families: &[
-        (FAMILY, Gc::Versions(2)),
-        (super::serving::FAMILY, Gc::Versions(2)),
-    ],
-    rows: Rows::App,
-};
 
 /// What a ranker job is asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -26,11 +26,10 @@ use penchant_store::{
 use super::{Ranked, decode_ranked, encode_ranked};
 use crate::aggregates::day_of;
 use crate::events::{self, Event, EventType, Target};
-use crate::tables::{Gc, Rows, Table};
 use crate::{Result, internal, keys};
+use penchant_model::tables::RELATED_FAMILY as FAMILY;
+pub use penchant_model::tables::{RELATED, RELATED_TABLE};
 
-pub const RELATED_TABLE: &str = "related";
-const FAMILY: &str = "r";
 const COLUMN: &[u8] = b"items";
 pub use penchant_model::recommend::related::{MAX_ITEMS_PER_USER, NEIGHBOURS};
 
@@ -51,13 +50,6 @@ impl Links {
         }
     }
 }
-
-/// Co-interaction lists.
-pub const RELATED: Table = Table {
-    name: RELATED_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 
 /// An item's list of a model, best first (empty when it has none).
 pub(crate) async fn list(

@@ -33,12 +33,13 @@ use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
 use super::LearnedScore;
-use super::ranker::{FAMILY as MODEL_FAMILY, MODEL, RANKERS_TABLE, StoredRanker};
+use super::ranker::{MODEL, StoredRanker};
 use crate::vectors::training::Weights;
 use crate::{Engine, Result, internal, keys};
 use penchant_learn::offline::{self, Graph, Items, Lists, Models, Trend, UserSide};
+pub(crate) use penchant_model::tables::RANKERS_SNAPSHOT_FAMILY as FAMILY;
+use penchant_model::tables::{RANKERS_MODEL_FAMILY as MODEL_FAMILY, RANKERS_TABLE};
 
-pub(crate) const FAMILY: &str = "s";
 const HEAD: &[u8] = b"head";
 const DATA: &[u8] = b"data";
 /// The most bytes of one chunk's cell.

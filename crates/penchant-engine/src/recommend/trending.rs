@@ -26,13 +26,12 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use penchant_store::{ReadModifyWriteRule, ReadRows, RowFilter, Store};
 
-use crate::aggregates::{DAY_MS, day_of};
+use crate::aggregates::day_of;
 use crate::events::{Event, EventType, Target};
-use crate::tables::{Gc, Rows, Table};
 use crate::{Result, keys};
+use penchant_model::tables::TRENDING_FAMILY as FAMILY;
+pub use penchant_model::tables::{TRENDING, TRENDING_TABLE};
 
-pub const TRENDING_TABLE: &str = "trending";
-const FAMILY: &str = "t";
 /// Rows an index's day is spread over.
 const SHARDS: u8 = 8;
 pub use penchant_model::recommend::trending::{HALF_LIFE_DAYS, WINDOW_DAYS};
@@ -41,19 +40,6 @@ const CONVERSION: i64 = 10;
 const CLICK: i64 = 1;
 /// How often a node adds its counts to the store.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
-
-/// Trending counters, kept a little longer than the window.
-pub const TRENDING: Table = Table {
-    name: TRENDING_TABLE,
-    families: &[(
-        FAMILY,
-        Gc::VersionsAndAge(
-            1,
-            std::time::Duration::from_millis(((WINDOW_DAYS + 7) * DAY_MS) as u64),
-        ),
-    )],
-    rows: Rows::App,
-};
 
 /// Counts not yet in the store, by row, then item.
 type Counts = BTreeMap<Bytes, HashMap<String, i64>>;

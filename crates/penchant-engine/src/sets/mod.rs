@@ -32,7 +32,6 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::keys;
-use crate::tables::{Gc, Rows, Table};
 use crate::writes::VERSION;
 use crate::{EngineError, Result};
 
@@ -40,10 +39,9 @@ mod partitions;
 mod rebuild;
 
 use partitions::{Cached, read_partition};
+pub use penchant_model::tables::{PARTITIONS, PARTITIONS_TABLE, SETS, SETS_TABLE};
+use penchant_model::tables::{PARTITIONS_FAMILY as PART_FAMILY, SETS_FAMILY as FAMILY};
 
-pub const SETS_TABLE: &str = "sets";
-pub const PARTITIONS_TABLE: &str = "set_partitions";
-const FAMILY: &str = "m";
 /// The set's shape ([`Shape`], JSON), fixed at its reservation.
 const DESCRIPTION: &[u8] = b"set";
 /// The generation lookups read (decimal): switched by a rebuild with a conditional write.
@@ -52,7 +50,6 @@ const GENERATION: &[u8] = b"gen";
 const REBUILD: &[u8] = b"rebuild";
 /// Keys added (an 8-byte counter).
 const KEYS: &[u8] = b"keys";
-const PART_FAMILY: &str = "p";
 const FILTER: &[u8] = b"f";
 /// The default partition size.
 pub const DEFAULT_PARTITION_BYTES: u64 = 8 << 10;
@@ -64,19 +61,6 @@ pub const MAX_KEYS_PER_CALL: usize = 100_000;
 const WRITE_BATCH: usize = 256;
 /// Attempts of an optimistic update before giving up.
 const ATTEMPTS: usize = 32;
-
-/// Sets' descriptions.
-pub const SETS: Table = Table {
-    name: SETS_TABLE,
-    families: &[(FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
-/// Sets' filter partitions.
-pub const PARTITIONS: Table = Table {
-    name: PARTITIONS_TABLE,
-    families: &[(PART_FAMILY, Gc::Versions(1))],
-    rows: Rows::App,
-};
 
 /// What a set is reserved with (RedisBloom's `BF.RESERVE`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -45,16 +45,14 @@ use serde::{Deserialize, Serialize};
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::events::{self, Event, EventType, Target};
-use crate::tables::{Gc, Rows, Table};
 use crate::{EngineError, Result, internal, keys};
+pub use penchant_model::tables::{
+    ITEM_VECTORS, ITEM_VECTORS_TABLE, SPACES, SPACES_TABLE, USER_VECTORS, USER_VECTORS_TABLE,
+};
+use penchant_model::tables::{SPACES_FAMILY as META, VECTORS_FAMILY as FAMILY};
 
-pub const SPACES_TABLE: &str = "spaces";
-pub const ITEM_VECTORS_TABLE: &str = "item_vectors";
-pub const USER_VECTORS_TABLE: &str = "user_vectors";
-const META: &str = "m";
 const DESCRIPTION: &[u8] = b"space";
 const GENERATION: &[u8] = b"gen";
-const FAMILY: &str = "v";
 const ITEM_COLUMN: &[u8] = b"v";
 pub use penchant_model::vectors::{MAX_LIKED, MAX_SPACE_NAME_BYTES, check_space_name};
 /// The largest dimension of a space.
@@ -74,25 +72,6 @@ pub const MAX_VECTORS_PER_CALL: usize = 100_000;
 pub const MAX_K: usize = 1000;
 /// Floats above which a search runs on a blocking thread rather than the runtime's.
 const INLINE_FLOATS: usize = 1 << 20;
-
-/// Spaces' descriptions.
-pub const SPACES: Table = Table {
-    name: SPACES_TABLE,
-    families: &[(META, Gc::Versions(1))],
-    rows: Rows::App,
-};
-/// Item vectors (two versions: a rollback restores the previous training's).
-pub const ITEM_VECTORS: Table = Table {
-    name: ITEM_VECTORS_TABLE,
-    families: &[(FAMILY, Gc::Versions(2))],
-    rows: Rows::App,
-};
-/// User vectors (two versions, as items').
-pub const USER_VECTORS: Table = Table {
-    name: USER_VECTORS_TABLE,
-    families: &[(FAMILY, Gc::Versions(2))],
-    rows: Rows::User,
-};
 
 /// Whose vectors: users' or items'.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! The engine's scenarios on the Bigtable backend (real emulators, started per test): the
 //! emulator was seen returning some cells of a day's aggregate row twice, which folds counted
-//! twice (issue 15); and residency between two emulators standing for two regions' instances.
+//! twice; and residency between two emulators standing for two regions' instances.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

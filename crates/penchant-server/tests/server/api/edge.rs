@@ -1,4 +1,4 @@
-//! The HTTP edge, over raw sockets (issue 29): gzip bodies are inflated only once the request is
+//! The HTTP edge, over raw sockets: gzip bodies are inflated only once the request is
 //! authenticated and only as far as the route's limit; connections that stall or idle are
 //! closed, and shutdown does not wait for them; a request body that stalls or trickles is a
 //! 408, a response the client does not read closes its connection; rate limits count per
