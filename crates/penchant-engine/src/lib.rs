@@ -4,8 +4,10 @@
 //! on every backend. This file holds the [`Engine`], its settings and its wiring: opening it
 //! over a store, its background work, its shutdown. Its API is added by resource in `api/`
 //! (apps and keys, catalog, events, profiles, sets, vectors, placement) and in [`recommend`];
-//! every table is declared in [`tables`], every row key built in [`keys`], and every background
-//! job runs on the runtime of [`jobs`].
+//! every table is declared in `penchant_model::tables` (and created by [`tables`]), every row key
+//! built in `penchant_model::keys`, and every background job runs on the runtime of [`jobs`].
+//! The learned ranker's computation is `penchant_learn`'s; the engine reads its examples from the
+//! store and stores what it learns ([`recommend::ranker`]).
 
 pub mod abtests;
 pub mod aggregates;
