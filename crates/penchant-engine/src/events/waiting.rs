@@ -29,9 +29,10 @@ use super::{EVENT_COLUMN, Event, Facets, Layout, Target};
 use crate::catalog::Catalog;
 use crate::writes::{VERSION, write_if_version};
 use crate::{EngineError, Result, keys};
-use penchant_model::tables::WAITING_INDEX_FAMILY as WAITING_FAMILY_INDEX;
-use penchant_model::tables::{EVENTS_FAMILY as FAMILY, EVENTS_TABLE};
-use penchant_model::tables::{PROFILES_TABLE, PROFILES_WAITING_FAMILY as WAITING_FAMILY};
+use penchant_model::tables::{
+    EVENTS_FAMILY as FAMILY, EVENTS_TABLE, PROFILES_TABLE,
+    PROFILES_WAITING_FAMILY as WAITING_FAMILY, WAITING_INDEX_FAMILY as WAITING_FAMILY_INDEX,
+};
 pub use penchant_model::tables::{WAITING, WAITING_TABLE};
 
 /// The raw event's column listing the objectIDs it waits for.

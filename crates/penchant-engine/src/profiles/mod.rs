@@ -55,9 +55,9 @@ use crate::strategy::{Strategies, Strategy};
 use crate::tables::Rows;
 use crate::tenancy::Tenancy;
 use crate::{EngineError, Result};
-use penchant_model::tables::AGGREGATES_TABLE;
-use penchant_model::tables::PROFILES_FAMILY as FAMILY;
-use penchant_model::tables::{EVENTS_FAMILY, EVENTS_TABLE};
+use penchant_model::tables::{
+    AGGREGATES_TABLE, EVENTS_FAMILY, EVENTS_TABLE, PROFILES_FAMILY as FAMILY,
+};
 pub use penchant_model::tables::{
     PROFILES, PROFILES_TABLE, PROFILES_WAITING_FAMILY as WAITING_FAMILY, STATES_TABLE,
 };

@@ -14,9 +14,9 @@ use super::{Profiles, Scorer, Stored, VERSION};
 use crate::Result;
 use crate::keys;
 use crate::strategy::Versioned;
-use penchant_model::tables::AGGREGATES_TABLE;
-use penchant_model::tables::EVENTS_TABLE;
-use penchant_model::tables::{PROFILES_FAMILY as FAMILY, PROFILES_TABLE};
+use penchant_model::tables::{
+    AGGREGATES_TABLE, EVENTS_TABLE, PROFILES_FAMILY as FAMILY, PROFILES_TABLE,
+};
 
 /// Users a recompute writes at once.
 const RECOMPUTE_CHUNK: usize = 64;

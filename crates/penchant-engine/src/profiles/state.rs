@@ -30,8 +30,7 @@ use super::scoring::{Scorer, finish};
 use crate::aggregates::day_of;
 use crate::events::Stored;
 use crate::{Result, keys};
-use penchant_model::tables::AGGREGATES_TABLE;
-use penchant_model::tables::STATES_TABLE;
+use penchant_model::tables::{AGGREGATES_TABLE, STATES_TABLE};
 pub use penchant_model::tables::{STATES, STATES_FAMILY as FAMILY};
 
 const STATE: &[u8] = b"s";
