@@ -533,7 +533,7 @@ impl Aggregates {
     /// The one interleaving this cannot absorb: an ingestion that wrote an event's raw row before
     /// this read and its delta only after this rebuild *and* a fold of the row — it would count
     /// twice. On one node the engine excludes it (ingestion and rebuild of a user never overlap,
-    /// [`crate::pending::UserLocks`]); across nodes it needs a node stalled between its two
+    /// [`crate::locks::UserLocks`]); across nodes it needs a node stalled between its two
     /// writes while another rebuilds and folds the day.
     pub async fn rebuild_day(&self, app: &str, user: &str, day: i64, layout: Layout) -> Result<()> {
         let rebuilt = self.rebuild(app, user, day, layout).await;

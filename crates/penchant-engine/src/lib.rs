@@ -17,15 +17,18 @@ pub mod cache;
 pub mod catalog;
 pub mod clock;
 pub mod events;
+pub mod ingest;
 pub mod jobs;
 pub mod latency;
 pub mod leases;
+pub mod locks;
 pub mod pending;
 pub mod portability;
 pub mod profiles;
 pub mod recommend;
 pub mod rerank;
 pub mod residency;
+pub mod retention;
 pub mod schedules;
 pub mod seen;
 pub mod sets;
@@ -167,11 +170,11 @@ pub struct Engine {
     runtime: jobs::Runtime,
     sets: Arc<Sets>,
     seen: Arc<Seen>,
-    pending: pending::Pending,
+    /// The event path.
+    ingest: Arc<ingest::Ingest>,
     leases: Leases,
     supervisor: Arc<Supervisor>,
     clock: clock::Clock,
-    refresh_latency: Arc<latency::Latencies>,
     vectors: Arc<Vectors>,
     trainings: Arc<Trainings>,
     recommend: Arc<recommend::Recommend>,
@@ -180,17 +183,8 @@ pub struct Engine {
     traffic: Arc<stats::Traffic>,
     residency: Arc<residency::Residency>,
     placement_refresh: std::time::Duration,
-    /// Ingestion and rebuilds of a user's days kept apart on this node.
-    user_locks: Arc<pending::UserLocks>,
-    /// Whether a batch of events is written in one atomic write (this node alone on a store
-    /// that has them): see [`Engine::push_events`].
-    atomic_ingestion: bool,
-    /// The attempts of one request, one at a time (with `atomic_ingestion`).
-    attempts: Arc<pending::Attempts>,
     /// Whether this node is the only one on its store.
     exclusive_store: bool,
-    /// Events stored waiting for their items, and counted later, per app.
-    waiting_counts: Arc<events::waiting::Counts>,
     /// Apps' schedule settings, as this node last read them.
     schedule_cache: Arc<api::ScheduleCache>,
     backup_dir: Option<std::path::PathBuf>,
@@ -232,7 +226,7 @@ impl Engine {
         }
         let atomic_ingestion = config.exclusive_store && store.atomic_writes();
         profiles = profiles.with_aggregates(aggregates.clone());
-        let user_locks = Arc::<pending::UserLocks>::default();
+        let user_locks = Arc::<locks::UserLocks>::default();
         if atomic_ingestion {
             profiles = profiles.with_states(user_locks.clone());
         }
@@ -305,6 +299,33 @@ impl Engine {
             config.placement_refresh,
         ));
         residency.load().await?;
+        let abtests = Arc::new(abtests::AbTests::new(
+            store.clone(),
+            config.strategy_cache_ttl,
+            clock.clone(),
+        ));
+        let traffic = Arc::new(stats::Traffic::new(store.clone()));
+        let ingest = Arc::new(ingest::Ingest {
+            store: store.clone(),
+            tenancy: tenancy.clone(),
+            catalog: catalog.clone(),
+            events: events.clone(),
+            aggregates: aggregates.clone(),
+            profiles: profiles.clone(),
+            seen: seen.clone(),
+            pending: pending::Pending::new(store.clone(), clock.clone()),
+            leases: leases.clone(),
+            supervisor: supervisor.clone(),
+            clock: clock.clone(),
+            traffic: traffic.clone(),
+            trends: recommend.trends.clone(),
+            abtests: abtests.clone(),
+            user_locks,
+            atomic: atomic_ingestion,
+            attempts: Arc::default(),
+            waiting_counts: Arc::default(),
+            refresh_latency: Arc::default(),
+        });
         Ok(Self {
             residency,
             migrations,
@@ -313,22 +334,13 @@ impl Engine {
             recommend,
             supervisor,
             leases,
-            pending: pending::Pending::new(store.clone(), clock.clone()),
-            user_locks,
-            atomic_ingestion,
-            attempts: Arc::default(),
+            ingest,
             exclusive_store: config.exclusive_store,
-            waiting_counts: Arc::default(),
             schedule_cache: api::schedule_cache(config.strategy_cache_ttl, clock.clone()),
             backup_dir: config.backup_dir.clone(),
-            abtests: Arc::new(abtests::AbTests::new(
-                store.clone(),
-                config.strategy_cache_ttl,
-                clock.clone(),
-            )),
+            abtests,
             clock,
-            refresh_latency: Arc::default(),
-            traffic: Arc::new(stats::Traffic::new(store.clone())),
+            traffic,
             placement_refresh: config
                 .placement_refresh
                 .max(std::time::Duration::from_millis(10)),
@@ -363,8 +375,8 @@ impl Engine {
             jobs_running,
             recomputed_users,
             recomputed_events,
-            profile_refresh: self.refresh_latency.snapshot(),
-            waiting_events: self.waiting_counts.snapshot(),
+            profile_refresh: self.ingest.profile_refresh(),
+            waiting_events: self.ingest.waiting_events(),
             store: self.store.gauges(),
         }
     }

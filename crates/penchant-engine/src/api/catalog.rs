@@ -54,7 +54,7 @@ impl Engine {
             }
         }
         for (index, ids) in arrived {
-            self.settle_records(app, index, &ids).await?;
+            self.ingest.settle_records(app, index, &ids).await?;
         }
         Ok(ids)
     }

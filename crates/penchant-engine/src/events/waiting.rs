@@ -15,7 +15,7 @@
 //! The index rows and profile cells are written before the raw rows (no event waits unseen),
 //! and deleted once the event has its items. A record's writer looks for waiting events after
 //! writing the record, an event's writer looks for its records again after writing the event:
-//! whichever comes second sees the other ([`crate::Engine::settle_waiting`]).
+//! whichever comes second sees the other ([`crate::ingest::Ingest::settle_waiting`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

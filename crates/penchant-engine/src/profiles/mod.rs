@@ -157,7 +157,7 @@ pub struct Profiles {
     aggregates: aggregates::Aggregates,
     /// Users' states, where batches update profiles from them ([`state`]), with the locks
     /// that keep a state's read and write apart from another's.
-    states: Option<(Arc<States>, Arc<crate::pending::UserLocks>)>,
+    states: Option<(Arc<States>, Arc<crate::locks::UserLocks>)>,
 }
 
 /// What a batch's update of its users' profiles writes ([`Profiles::update`]).
@@ -190,7 +190,7 @@ impl Profiles {
 
     /// Keep users' states and update profiles from them ([`Profiles::update`]), holding users'
     /// users in `locks` from a state's read to its write.
-    pub fn with_states(mut self, locks: Arc<crate::pending::UserLocks>) -> Self {
+    pub fn with_states(mut self, locks: Arc<crate::locks::UserLocks>) -> Self {
         self.states = Some((Arc::new(States::new(self.store.clone())), locks));
         self
     }

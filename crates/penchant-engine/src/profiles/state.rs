@@ -8,7 +8,7 @@
 //! after ([`State`], binary). A batch reads its users' states, adds its new events, rescores,
 //! and writes states and profiles in the batch's one atomic write, with its events and their
 //! aggregate deltas: counted whole or not at all, its users' locks held from the read to the
-//! write ([`crate::pending::UserLocks`]). What a state cannot answer — another strategy version, a
+//! write ([`crate::locks::UserLocks`]). What a state cannot answer — another strategy version, a
 //! day at the retention window's edge (its raw events decide), a stale or missing state — the
 //! batch marks stale in that write and the full refresh ([`super::Profiles::refresh_many`])
 //! rebuilds from the aggregates after it, under the same locks.

@@ -349,7 +349,7 @@ struct Select<'a> {
 pub struct Recommend {
     pub(crate) queues: queues::Queues,
     /// This node's trending counts, not yet flushed.
-    pub(crate) trends: trending::Trends,
+    pub(crate) trends: Arc<trending::Trends>,
     trending: TtlCache<(String, String), Arc<Ranked>>,
     /// Trending facet values, by (app, index, facet).
     facets: TtlCache<(String, String, String), Arc<Ranked>>,
@@ -371,7 +371,7 @@ impl Recommend {
         runtime: &crate::jobs::Runtime,
     ) -> Self {
         Self {
-            trends: trending::Trends::new(store.clone()),
+            trends: Arc::new(trending::Trends::new(store.clone())),
             queues: queues::Queues::new(store),
             trending: TtlCache::new(1024, ttl, clock.clone()),
             facets: TtlCache::new(1024, ttl, clock.clone()),

@@ -1,0 +1,109 @@
+//! The event path: one batch of events, from the request to its tallies, in the order it runs.
+//!
+//! A batch (already valid: the HTTP layer parsed and checked it) goes through these steps, each
+//! the function of one file:
+//!
+//! | step | what it does | file |
+//! |---|---|---|
+//! | 1. identify | the batch's id, a hash of the app and its events, the same for every attempt of the request | [`crate::pending::batch_id`] |
+//! | 2. find what is stored | the events' row keys, which of them exist (a retry's), their items' facet values and the items not in the catalog yet | [`crate::events::Events::prepare`] |
+//! | 3. commit | **atomically** (the embedded store, one node): the request's turn, the event rows, their deltas, the seen marks and the users' profiles from their states, in one write and one shared fsync — or **with an intent** (a shared store, Bigtable): the intent first, then the event rows, then the deltas, the users held shared on this node meanwhile | `atomic.rs`, `intents.rs` |
+//! | 4. tally | traffic per minute, trends, A/B tests' attribution, waiting events | `tallies.rs` |
+//! | 5. settle | the events whose items arrived while they were stored, and the profiles of the users the commit did not update | `settle.rs` |
+//! | 6. mark seen | the seen marks of a batch written with an intent; the folds of the filters an atomic write outgrew | `marks.rs` |
+//! | 7. let go | the intent, once its work is done (in the background) | `intents.rs`, `atomic.rs` |
+//!
+//! Steps 5 and 6 run side by side. Whatever stops half-way is finished by the repair
+//! (`repair.rs`) from the intent left behind ([`crate::pending`]); the locks each step takes
+//! are listed in [`crate::locks`].
+
+mod atomic;
+mod intents;
+mod marks;
+mod repair;
+mod settle;
+mod tallies;
+
+use std::sync::Arc;
+
+use penchant_store::Store;
+
+use crate::abtests::AbTests;
+use crate::aggregates::Aggregates;
+use crate::catalog::Catalog;
+use crate::clock::Clock;
+use crate::events::{Event, Events, waiting};
+use crate::leases::Leases;
+use crate::locks::{Attempts, UserLocks};
+use crate::pending::{self, Pending};
+use crate::profiles::Profiles;
+use crate::recommend::trending::Trends;
+use crate::seen::Seen;
+use crate::stats::Traffic;
+use crate::supervisor::Supervisor;
+use crate::tenancy::Tenancy;
+use crate::{Result, latency};
+
+/// What the event path reads and writes: the services a batch passes through, and this
+/// node's locks and counts of it.
+#[derive(Debug)]
+pub struct Ingest {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) tenancy: Arc<Tenancy>,
+    pub(crate) catalog: Catalog,
+    pub(crate) events: Events,
+    pub(crate) aggregates: Aggregates,
+    pub(crate) profiles: Profiles,
+    pub(crate) seen: Arc<Seen>,
+    pub(crate) pending: Pending,
+    pub(crate) leases: Leases,
+    pub(crate) supervisor: Arc<Supervisor>,
+    pub(crate) clock: Clock,
+    pub(crate) traffic: Arc<Traffic>,
+    pub(crate) trends: Arc<Trends>,
+    pub(crate) abtests: Arc<AbTests>,
+    /// Ingestion and rebuilds of a user's days kept apart on this node.
+    pub(crate) user_locks: Arc<UserLocks>,
+    /// Whether a batch of events is written in one atomic write (this node alone on a store
+    /// that has them): see [`Ingest::push`].
+    pub(crate) atomic: bool,
+    /// The attempts of one request, one at a time (when `atomic`).
+    pub(crate) attempts: Arc<Attempts>,
+    /// Events stored waiting for their items, and counted later, per app.
+    pub(crate) waiting_counts: Arc<waiting::Counts>,
+    /// How long the streaming refresh of a batch's profiles takes.
+    pub(crate) refresh_latency: Arc<latency::Latencies>,
+}
+
+impl Ingest {
+    /// Store valid events, then add them to their days' aggregates and refresh their users'
+    /// profiles from them (the streaming path), while their items are marked seen: a profile
+    /// read after this returns reflects the events. Each step is one write for the whole batch,
+    /// whichever users it holds. Where the store writes atomically and this node is alone on
+    /// it, the batch is written in one write (`atomic.rs`); elsewhere an intent recorded before
+    /// the events lets the repair finish the work if this stops half-way, and holds the batch's
+    /// deltas out of folds meanwhile, so that an attempt of the request beside this one still
+    /// in flight (or dead) writes them again without counting an event twice (`intents.rs`).
+    pub async fn push(&self, app: &str, events: &[Event]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let batch = pending::batch_id(app, events)?;
+        let layouts = self.tenancy.events_of(app).await?.written();
+        if self.atomic {
+            self.push_atomically(app, batch, events, &layouts).await
+        } else {
+            self.push_with_intent(app, batch, events, &layouts).await
+        }
+    }
+
+    /// Per app: events stored waiting for their items, and counted later, by this node.
+    pub fn waiting_events(&self) -> Vec<(String, u64, u64)> {
+        self.waiting_counts.snapshot()
+    }
+
+    /// How long the streaming refresh of a batch's profiles took.
+    pub fn profile_refresh(&self) -> latency::LatencySnapshot {
+        self.refresh_latency.snapshot()
+    }
+}
