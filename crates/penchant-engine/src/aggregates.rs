@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use penchant_store::{Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store, TimeRange};
+use penchant_store::{Mutation, ReadRows, Row, RowMutation, RowSet, Store, TimeRange};
 
 use crate::events::{self, Event, Layout, Stored};
 use crate::writes::{VERSION, write_if_version};
@@ -47,7 +47,7 @@ pub use penchant_model::tables::{
     AGGREGATES, AGGREGATES_FAMILY as FAMILY, AGGREGATES_HOLDS as HOLDS, AGGREGATES_TABLE,
 };
 
-pub const LAST: &[u8] = b"_last";
+pub use penchant_model::aggregates::{LAST, marker, qualifiers_filter};
 pub use penchant_model::days::{DAY_MS, day_of};
 /// A day row whose profile read shows this many deltas is folded after the read
 /// ([`crowded`]).
@@ -82,32 +82,6 @@ pub fn crowded(rows: &[Row]) -> impl Iterator<Item = Bytes> + '_ {
 /// The raw event rows of one user's day.
 pub fn raw_day(app: &str, user: &str, day: i64) -> RowSet {
     keys::events_between(app, user, day * DAY_MS, (day + 1) * DAY_MS)
-}
-
-/// The cells of these qualifiers in aggregate rows: each one's base and its deltas.
-pub fn qualifiers_filter(qualifiers: impl IntoIterator<Item = Bytes>) -> Vec<RowFilter> {
-    let qualifiers: Vec<Bytes> = qualifiers.into_iter().collect();
-    let mut filters = Vec::with_capacity(qualifiers.len() + 1);
-    for q in &qualifiers {
-        let (start, end) = keys::aggregate_deltas_of(q);
-        filters.push(RowFilter::ColumnRange {
-            family: FAMILY.to_owned(),
-            start,
-            end,
-        });
-    }
-    if !qualifiers.is_empty() {
-        filters.push(RowFilter::qualifiers(qualifiers));
-    }
-    filters
-}
-
-/// The marker of an aggregate row: its newest `_last` cell, without its value (the day's latest
-/// event, whether the strategy weighs it or not).
-pub fn marker() -> RowFilter {
-    RowFilter::column(FAMILY, LAST)
-        .and(RowFilter::CellsPerColumnLimit(1))
-        .and(RowFilter::StripValue)
 }
 
 fn json(counts: &impl serde::Serialize) -> Result<Vec<u8>> {

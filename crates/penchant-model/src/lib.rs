@@ -8,16 +8,24 @@
 //! | [`tables`] | a table's definition: families, GC rules, whose rows |
 //! | [`catalog`], [`vectors`] | names and limits: index names, objectIDs, space names |
 //! | [`days`] | the day a time falls in |
+//! | [`events`] | events: types, row keys, stored form, the two layouts of their counts |
+//! | [`strategy`] | the personalization strategy and its checks |
+//! | [`profiles`] | profiles, the scoring formula, and a user's state with its binary form |
+//! | [`aggregates`] | what reads per-day aggregate rows |
 //! | [`recommend`] | the `filters` syntax, queue definitions and their sources |
 //!
 //! The engine (`penchant-engine`) builds its services on these; the learning crate
 //! (`penchant-learn`) computes on them without a store.
 
+pub mod aggregates;
 pub mod catalog;
 pub mod days;
 mod error;
+pub mod events;
 pub mod keys;
+pub mod profiles;
 pub mod recommend;
+pub mod strategy;
 pub mod tables;
 pub mod vectors;
 

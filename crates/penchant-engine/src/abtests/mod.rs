@@ -40,6 +40,7 @@ use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
 use crate::{EngineError, Result, internal, keys};
 
+use penchant_model::recommend::request::{Model, RecommendRequest, names_learned};
 use penchant_model::tables::ABTESTS_DEFINITION as DEFINITION;
 pub use penchant_model::tables::{ABTEST_USERS, ABTEST_USERS_TABLE, ABTESTS, ABTESTS_TABLE};
 pub use results::{Counts, Revenue};
@@ -185,10 +186,7 @@ pub struct Assignment {
 impl VariantParams {
     /// A Recommend request with these parameters over its own; an impact above 0 or a strategy
     /// turns personalization on unless `enablePersonalization` says otherwise.
-    pub fn over(
-        &self,
-        request: &crate::recommend::RecommendRequest,
-    ) -> crate::recommend::RecommendRequest {
+    pub fn over(&self, request: &RecommendRequest) -> RecommendRequest {
         let mut out = request.clone();
         let params = &mut out.query_parameters;
         // A variant that sets an impact or a strategy personalizes (the models other than
@@ -310,11 +308,11 @@ fn variant_params(i: usize, given: Option<Value>) -> Result<Option<VariantParams
         ));
     }
     if let Some(model) = &params.model {
-        crate::recommend::Model::parse(model).map_err(|e| {
+        Model::parse(model).map_err(|e| {
             EngineError::Invalid(format!("variants[{i}].customSearchParameters.model: {e}"))
         })?;
     }
-    crate::recommend::names_learned(params.ranker.as_deref())
+    names_learned(params.ranker.as_deref())
         .map_err(|e| EngineError::Invalid(format!("variants[{i}].customSearchParameters.{e}")))?;
     Ok(Some(params))
 }

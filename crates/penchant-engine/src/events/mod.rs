@@ -18,122 +18,20 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use penchant_store::{Mutation, ReadRows, RowFilter, RowMutation, RowSet, Store, TableMutation};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use crate::Result;
 use crate::catalog::Catalog;
-use crate::{Result, keys};
 
-pub mod layout;
 pub mod migration;
 pub mod waiting;
 
-pub use layout::Layout;
+pub use penchant_model::events::{
+    EVENT_COLUMN, Event, EventType, Facets, Layout, Stored, Target, canonical, layout, qualifier,
+    row_key, row_key_of, stored_event,
+};
 pub use penchant_model::tables::{
     EVENTS, EVENTS_FAMILY as FAMILY, EVENTS_RETENTION as RETENTION, EVENTS_TABLE,
 };
-
-/// The qualifier holding the event itself.
-pub const EVENT_COLUMN: &[u8] = b"event";
-
-/// An event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum EventType {
-    Click,
-    Conversion,
-    View,
-}
-
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Click => "click",
-            EventType::Conversion => "conversion",
-            EventType::View => "view",
-        }
-    }
-
-    /// The type of a name, `None` for no type.
-    pub fn parse(name: &str) -> Option<EventType> {
-        match name {
-            "click" => Some(EventType::Click),
-            "conversion" => Some(EventType::Conversion),
-            "view" => Some(EventType::View),
-            _ => None,
-        }
-    }
-}
-
-/// What an event is about: items, or facet filters (`attribute`, `value`), decoded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Target {
-    ObjectIds(Vec<String>),
-    Filters(Vec<(String, String)>),
-}
-
-/// A valid event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Event {
-    pub event_type: EventType,
-    pub event_subtype: Option<String>,
-    pub event_name: String,
-    pub index: String,
-    pub user_token: String,
-    pub authenticated_user_token: Option<String>,
-    /// Milliseconds since the Unix epoch.
-    pub timestamp: i64,
-    pub target: Target,
-    pub query_id: Option<String>,
-    pub positions: Option<Vec<i64>>,
-    pub object_data: Option<Vec<Value>>,
-    pub value: Option<Value>,
-    pub currency: Option<String>,
-}
-
-impl Event {
-    /// The user the event counts for: the authenticated token when there is one.
-    pub fn user(&self) -> &str {
-        self.authenticated_user_token
-            .as_deref()
-            .unwrap_or(&self.user_token)
-    }
-}
-
-/// The qualifier of an event's counts for one facet: `CSV(event type, event name, facet)`
-/// ([`keys::event_qualifier`]).
-pub fn qualifier(event_type: EventType, event_name: &str, facet: &str) -> Bytes {
-    keys::event_qualifier(event_type.as_str(), event_name, facet)
-}
-
-/// The event a raw row keeps (its `e:event` cell), if the row was read with it.
-pub fn stored_event(row: &penchant_store::Row) -> Result<Option<Event>> {
-    row.latest(FAMILY, EVENT_COLUMN)
-        .map(|cell| serde_json::from_slice(&cell.value))
-        .transpose()
-        .map_err(|e| crate::internal("corrupt event", e))
-}
-
-/// The row key of an event at `position` in its request.
-pub fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
-    Ok(row_key_of(app, event, &canonical(event)?, position))
-}
-
-/// An event as stored, and as hashed into its row key.
-fn canonical(event: &Event) -> Result<Vec<u8>> {
-    serde_json::to_vec(event).map_err(|e| crate::internal("serialization", e))
-}
-
-/// [`row_key`], from the event's [`canonical`] form.
-fn row_key_of(app: &str, event: &Event, canonical: &[u8], position: usize) -> Bytes {
-    let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(canonical, position as u64);
-    keys::event(app, event.user(), event.timestamp, discriminator)
-}
-
-/// An event's counts: facet → value → how many times the event touched it.
-pub type Facets = BTreeMap<String, BTreeMap<String, u64>>;
 
 /// Writes events to the store.
 #[derive(Debug, Clone)]
@@ -300,46 +198,5 @@ impl Ingested<'_> {
     /// The raw rows' keys of the events stored now.
     pub fn keys(&self) -> Vec<Bytes> {
         self.stored.iter().map(|s| s.key.clone()).collect()
-    }
-}
-
-/// An event a batch stores ([`Events::prepare`]): its row key, its counts per facet and value, and
-/// how many items it waits for.
-#[derive(Debug, Clone)]
-pub struct Stored<'e> {
-    pub event: &'e Event,
-    pub key: Bytes,
-    pub counts: Facets,
-    /// How many of its objectIDs have no record yet ([`waiting`]).
-    pub waiting: usize,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn qualifiers_are_csv() {
-        assert_eq!(
-            &qualifier(EventType::View, "Viewed, twice", "brand")[..],
-            b"view,\"Viewed, twice\",brand"
-        );
-        assert_eq!(
-            &qualifier(EventType::Click, "a\"b", "c")[..],
-            b"click,\"a\"\"b\",c"
-        );
-        for (t, name, facet) in [
-            ("view", "Viewed, twice", "brand"),
-            ("click", "a\"b", ""),
-            ("x", "", "\""),
-        ] {
-            let q = keys::event_qualifier(t, name, facet);
-            assert_eq!(
-                keys::parse_event_qualifier(&q),
-                Some([t.to_owned(), name.to_owned(), facet.to_owned()])
-            );
-        }
-        assert_eq!(keys::parse_event_qualifier(b"a,b"), None);
-        assert_eq!(keys::parse_event_qualifier(b"a,\"b,c"), None);
     }
 }

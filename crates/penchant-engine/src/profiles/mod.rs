@@ -32,7 +32,6 @@
 
 pub mod job;
 mod recompute;
-mod scoring;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -41,10 +40,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use penchant_store::{Consistency, Mutation, ReadRows, Row, RowFilter, RowMutation, RowSet, Store};
-use serde::{Deserialize, Serialize};
 
+pub use penchant_model::profiles::scoring::{
+    self, MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, aggregate_filter, compute,
+};
+pub use penchant_model::profiles::{Profile, Scores};
 pub use recompute::{RecomputeStats, Source, UserRange};
-pub use scoring::{MAX_SCORE, MAX_VALUES_PER_FACET, Scorer, aggregate_filter, compute};
 pub use state::{STATES, States};
 
 use crate::aggregates::{self, day_of};
@@ -67,26 +68,6 @@ const STATE_CHUNK: usize = 256;
 const PROFILE: &[u8] = b"profile";
 const VERSION: &[u8] = b"version";
 const DELETED_UNTIL: &[u8] = b"deletedUntil";
-
-/// Scores per facet and value, 1..20.
-pub type Scores = BTreeMap<String, BTreeMap<String, u32>>;
-/// A user's profile.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Profile {
-    pub user_token: String,
-    /// The user's latest counted event, in ms.
-    pub last_event_at: Option<i64>,
-    pub scores: Scores,
-    /// How many of the user's events name items that have no catalog record yet: they count
-    /// once the records are written ([`crate::events::waiting`]). Set when a profile is read.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub waiting_events: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
 
 /// What a user's days hold, values aside: each cell's row, column and time.
 fn print(days: Option<&Vec<Row>>) -> Vec<(&[u8], &[u8], i64)> {

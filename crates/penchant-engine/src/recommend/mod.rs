@@ -26,6 +26,7 @@ pub mod queues;
 pub mod ranker;
 pub mod related;
 pub mod serving;
+pub mod snapshot;
 pub mod trending;
 
 use std::collections::{HashMap, HashSet};
@@ -35,7 +36,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use penchant_store::Consistency;
 use penchant_vectors::{Aggregate, Metric};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 pub use self::queues::{QueueDefinition, Ranker, Source};
@@ -47,6 +48,10 @@ use crate::events::EventType;
 use crate::vectors::{Query, SearchOptions};
 use crate::{Engine, EngineError, Result, internal, keys};
 pub use penchant_model::recommend::filters::Filter;
+pub use penchant_model::recommend::request::{
+    DEFAULT_QUEUE, MAX_RECOMMENDATIONS, MAX_REQUESTS, Model, Params, RecommendRequest,
+    check_request_count, names_learned,
+};
 
 /// Items with scores, best first.
 pub type Ranked = Vec<(String, f32)>;
@@ -96,158 +101,11 @@ pub fn decode_ranked(mut bytes: &[u8]) -> Result<Ranked> {
     Ok(out)
 }
 
-/// Algolia's Recommend models, and Penchant's `recommended-for-you`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Model {
-    TrendingItems,
-    TrendingFacets,
-    BoughtTogether,
-    RelatedProducts,
-    LookingSimilar,
-    RecommendedForYou,
-}
-
-impl Model {
-    pub const ALL: [Model; 6] = [
-        Model::TrendingItems,
-        Model::TrendingFacets,
-        Model::BoughtTogether,
-        Model::RelatedProducts,
-        Model::LookingSimilar,
-        Model::RecommendedForYou,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Model::TrendingItems => "trending-items",
-            Model::TrendingFacets => "trending-facets",
-            Model::BoughtTogether => "bought-together",
-            Model::RelatedProducts => "related-products",
-            Model::LookingSimilar => "looking-similar",
-            Model::RecommendedForYou => "recommended-for-you",
-        }
-    }
-
-    pub fn parse(name: &str) -> Result<Self> {
-        Model::ALL
-            .into_iter()
-            .find(|m| m.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Model::ALL.iter().map(|m| m.name()).collect();
-                EngineError::Invalid(format!(
-                    "model '{name}' is not one of: {}",
-                    names.join(", ")
-                ))
-            })
-    }
-}
-
-/// The query parameters Recommend takes; any other is refused (400, naming it), never
-/// ignored.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Params {
-    pub filters: Option<String>,
-    pub facet_filters: Option<Value>,
-    pub numeric_filters: Option<Value>,
-    /// Records matching these come first ([`personal`]).
-    pub optional_filters: Option<Value>,
-    pub user_token: Option<String>,
-    /// Re-rank the model's hits by the user's profile ([`personal`]; `recommended-for-you`
-    /// does unless this is `false`).
-    pub enable_personalization: Option<bool>,
-    /// 0 to 100 (the strategy's by default).
-    pub personalization_impact: Option<i64>,
-    /// Hits returned, 1 to [`MAX_RECOMMENDATIONS`], at most `maxRecommendations`.
-    pub hits_per_page: Option<i64>,
-    /// Add each personalized hit's `_rankingInfo.personalization`.
-    pub get_ranking_info: Option<bool>,
-    /// Attributes of each hit's record to return (all by default; `objectID` always).
-    pub attributes_to_retrieve: Option<Vec<String>>,
-    /// Accepted, and changes nothing: Penchant keeps no search analytics.
-    pub analytics: Option<bool>,
-    /// Accepted, and changes nothing (as `analytics`).
-    pub analytics_tags: Option<Vec<String>>,
-    /// Return a `queryID` for the events that follow (it names the user's A/B test variant).
-    pub click_analytics: Option<bool>,
-    /// `false`: answer as if no A/B test ran on the index (default `true`).
-    #[serde(rename = "enableABTest")]
-    pub enable_ab_test: Option<bool>,
-    /// Penchant: personalize with this named strategy's weights ([`crate::strategy`]).
-    pub personalization_strategy: Option<String>,
-}
-
-impl Params {
-    fn filter(&self, what: &str) -> Result<Option<Filter>> {
-        Filter::parse(
-            self.filters.as_deref(),
-            self.facet_filters.as_ref(),
-            self.numeric_filters.as_ref(),
-        )
-        .map_err(|e| EngineError::Invalid(format!("{what}: {e}")))
-    }
-}
-
-/// One request of a Recommend call.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RecommendRequest {
-    pub index_name: String,
-    pub model: String,
-    /// The lowest `_score` returned, 0 to 100 (required).
-    pub threshold: Option<f64>,
-    /// Hits wanted, 1 to [`MAX_RECOMMENDATIONS`] (default: that many).
-    pub max_recommendations: Option<i64>,
-    #[serde(rename = "objectID")]
-    pub object_id: Option<String>,
-    pub facet_name: Option<String>,
-    pub facet_value: Option<String>,
-    #[serde(default)]
-    pub query_parameters: Params,
-    pub fallback_parameters: Option<Params>,
-    /// Penchant: the vector space `looking-similar`, `related-products` and
-    /// `recommended-for-you` read (default: `als`, or for `looking-similar` the space of the
-    /// index's uploaded vectors).
-    pub space: Option<String>,
-    /// Penchant: the queue `recommended-for-you` reads first (default `for-you`).
-    pub queue: Option<String>,
-    /// Penchant: `learned` puts the model's hits in the order of the index's learned ranker
-    /// for the user ([`serving`]); `blend` (the default) keeps the model's own.
-    pub ranker: Option<String>,
-}
-
 /// Candidates a request's learned ranker orders (at least; more when the request needs them).
 const LEARNED_POOL: usize = 100;
 
-/// Whether a request names the learned ranker (`blend`, the default, or `learned`).
-pub fn names_learned(ranker: Option<&str>) -> Result<bool> {
-    match ranker {
-        None | Some("blend") => Ok(false),
-        Some("learned") => Ok(true),
-        Some(other) => Err(EngineError::Invalid(format!(
-            "ranker: `{other}` is not a ranker (blend or learned)"
-        ))),
-    }
-}
-
-/// Most hits a request returns.
-pub const MAX_RECOMMENDATIONS: usize = 30;
 /// Hidden items a request draws extra candidates for (their places in the model's answer).
 const MAX_HIDDEN_SKIPPED: usize = 100;
-/// Most requests in one Recommend call (Algolia documents none): each is answered in turn, so
-/// 10,000 took seconds and megabytes; a page of recommendation carousels needs a handful.
-pub const MAX_REQUESTS: usize = 100;
-/// Whether a Recommend call may hold `n` requests (checked before they are parsed, too).
-pub fn check_request_count(n: usize) -> Result<()> {
-    if n > MAX_REQUESTS {
-        return Err(EngineError::Invalid(format!(
-            "requests: {n} requests in one call, the limit is {MAX_REQUESTS}"
-        )));
-    }
-    Ok(())
-}
-
 /// Candidates a request looks at before giving up on filling its hits.
 const MAX_WALK: usize = 3000;
 /// Items a trending-facets request sums over.
@@ -256,8 +114,6 @@ const FACET_ITEMS: usize = 1000;
 const VECTOR_K: usize = 200;
 /// Items a fallback reads from the catalog when no model has any.
 const FALLBACK_SCAN: usize = 1000;
-/// The queue `recommended-for-you` reads unless a request names one.
-pub const DEFAULT_QUEUE: &str = "for-you";
 /// The space ALS trains by default.
 const ALS_SPACE: &str = "als";
 

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::QueueDefinition;
 use super::impressions;
 use super::queues::Ranker;
-use super::serving::Snapshot;
+use super::snapshot::Snapshot;
 use crate::events::EventType;
 use crate::jobs::{Job, JobState, Progress, Run};
 use crate::{Engine, EngineError, Result, internal, keys};

@@ -28,15 +28,15 @@ use bytes::Bytes;
 use foldhash::{HashMap, HashSet, HashSetExt};
 use penchant_rank::{Forest, Model};
 use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, TimeRange, Timestamp};
-use penchant_vectors::Matrix;
 use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
 use super::LearnedScore;
 use super::ranker::{MODEL, StoredRanker};
+use super::snapshot::Snapshot;
 use crate::vectors::training::Weights;
 use crate::{Engine, Result, internal, keys};
-use penchant_learn::offline::{self, Graph, Items, Lists, Models, Trend, UserSide};
+use penchant_learn::offline::{self, UserSide};
 pub(crate) use penchant_model::tables::RANKERS_SNAPSHOT_FAMILY as FAMILY;
 use penchant_model::tables::{RANKERS_MODEL_FAMILY as MODEL_FAMILY, RANKERS_TABLE};
 
@@ -44,8 +44,6 @@ const HEAD: &[u8] = b"head";
 const DATA: &[u8] = b"data";
 /// The most bytes of one chunk's cell.
 const CHUNK: usize = 4 << 20;
-/// The encoding's version, first in the body.
-const FORMAT: u32 = 2;
 
 /// The snapshot's header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,17 +54,6 @@ struct Head {
     bytes: u64,
     weights: Weights,
     als: AlsConfig,
-}
-
-/// What a learned ranker serves from: the item side of the history it ranked, with the
-/// objectIDs of its item rows.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
-    pub(crate) ids: Vec<String>,
-    pub(crate) items: Items,
-    /// How the history's events were weighed, and its ALS settings (for the fold-in).
-    pub(crate) weights: Weights,
-    pub(crate) als: AlsConfig,
 }
 
 /// A ranker ready to serve: its snapshot, model and version.
@@ -241,115 +228,6 @@ impl Serving {
         );
         let scores = self.forest.score_rows(&rows);
         Scored { scores, rows }
-    }
-}
-
-impl Snapshot {
-    /// The body's bytes.
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Writer::default();
-        let items = &self.items;
-        out.u32(FORMAT);
-        out.u32(self.ids.len() as u32);
-        out.u32(items.vectors.dim() as u32);
-        out.i64(items.day);
-        for id in &self.ids {
-            out.bytes(id.as_bytes());
-        }
-        out.f32s(items.vectors.as_slice());
-        let lists = &items.lists;
-        out.f32s(&lists.popularity);
-        for &(first, last) in &lists.item_days {
-            out.i64(first);
-            out.i64(last);
-        }
-        for each in [&lists.related, &lists.next] {
-            for list in each {
-                out.pairs(list);
-            }
-        }
-        // Facets are given for every item or for none.
-        out.u32(u32::from(!lists.facets.is_empty()));
-        for values in &lists.facets {
-            out.u32s(values);
-        }
-        out.f32s(&lists.late);
-        let models = &lists.models;
-        out.u32s(&models.rows);
-        for weights in [&models.ease, &models.next] {
-            out.u32(weights.len() as u32);
-            out.f32s(weights);
-        }
-        out.u32s(&items.popular);
-        out.pairs(&items.trend.ranked);
-        for &(score, place) in &items.trend.of {
-            out.f32(score);
-            out.u32(place);
-        }
-        out.0
-    }
-
-    fn decode(bytes: &[u8], weights: Weights, als: AlsConfig) -> Option<Self> {
-        let mut r = Reader(bytes);
-        if r.u32()? != FORMAT {
-            return None;
-        }
-        let n = r.u32()? as usize;
-        let dim = r.u32()? as usize;
-        let day = r.i64()?;
-        let ids = (0..n)
-            .map(|_| String::from_utf8(r.bytes()?.to_vec()).ok())
-            .collect::<Option<Vec<_>>>()?;
-        let vectors = Matrix::from_rows(dim, r.f32_n(n * dim)?);
-        let popularity = r.f32_n(n)?;
-        let item_days = (0..n)
-            .map(|_| Some((r.i64()?, r.i64()?)))
-            .collect::<Option<Vec<_>>>()?;
-        let related = (0..n).map(|_| r.pairs()).collect::<Option<Vec<_>>>()?;
-        let next = (0..n).map(|_| r.pairs()).collect::<Option<Vec<_>>>()?;
-        let facets = match r.u32()? {
-            1 => (0..n).map(|_| r.u32s()).collect::<Option<Vec<_>>>()?,
-            _ => Vec::new(),
-        };
-        let late = r.f32_n(n)?;
-        let rows = r.u32s()?;
-        if rows.iter().any(|&i| i as usize >= n) || !rows.is_sorted() {
-            return None;
-        }
-        let mut model = || {
-            let len = r.u32()? as usize;
-            r.f32_n(len)
-        };
-        let (ease, sequence) = (model()?, model()?);
-        let popular = r.u32s()?;
-        let ranked = r.pairs()?;
-        let of = (0..n)
-            .map(|_| Some((r.f32()?, r.u32()?)))
-            .collect::<Option<Vec<_>>>()?;
-        if !r.0.is_empty() {
-            return None;
-        }
-        Some(Self {
-            ids,
-            items: Items {
-                vectors,
-                lists: Lists {
-                    related,
-                    next,
-                    popularity,
-                    item_days,
-                    facets,
-                    late,
-                    models: Models::from_parts(rows, ease, sequence),
-                },
-                popular,
-                trend: Arc::new(Trend { ranked, of }),
-                day,
-                graph: Graph::default(),
-            },
-            weights,
-            als,
-        })
     }
 }
 
@@ -543,76 +421,6 @@ impl Engine {
             .insert(key.clone(), serving.clone());
         self.recommend.serving.insert(key, Some(serving.clone()));
         Ok(Some(serving))
-    }
-}
-
-/// Little-endian numbers and length-prefixed runs.
-#[derive(Default)]
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u32(&mut self, x: u32) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn i64(&mut self, x: i64) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn f32(&mut self, x: f32) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn f32s(&mut self, xs: &[f32]) {
-        xs.iter().for_each(|&x| self.f32(x));
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.u32(b.len() as u32);
-        self.0.extend_from_slice(b);
-    }
-    fn u32s(&mut self, xs: &[u32]) {
-        self.u32(xs.len() as u32);
-        xs.iter().for_each(|&x| self.u32(x));
-    }
-    fn pairs(&mut self, xs: &[(u32, f32)]) {
-        self.u32(xs.len() as u32);
-        for &(i, s) in xs {
-            self.u32(i);
-            self.f32(s);
-        }
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*head)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take().map(u32::from_le_bytes)
-    }
-    fn i64(&mut self) -> Option<i64> {
-        self.take().map(i64::from_le_bytes)
-    }
-    fn f32(&mut self) -> Option<f32> {
-        self.take().map(f32::from_le_bytes)
-    }
-    fn f32_n(&mut self, n: usize) -> Option<Vec<f32>> {
-        (0..n).map(|_| self.f32()).collect()
-    }
-    fn bytes(&mut self) -> Option<&[u8]> {
-        let n = self.u32()? as usize;
-        let (head, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
-        Some(head)
-    }
-    fn u32s(&mut self) -> Option<Vec<u32>> {
-        let n = self.u32()? as usize;
-        (0..n).map(|_| self.u32()).collect()
-    }
-    fn pairs(&mut self) -> Option<Vec<(u32, f32)>> {
-        let n = self.u32()? as usize;
-        (0..n).map(|_| Some((self.u32()?, self.f32()?))).collect()
     }
 }
 

@@ -1,7 +1,8 @@
-//! Recommend's definitions: its `filters` syntax, queue definitions and their sources, and the
-//! sources' parameters.
+//! Recommend's definitions: its requests, models and parameters, its `filters` syntax, queue
+//! definitions and their sources, and the sources' parameters.
 
 pub mod filters;
 pub mod queues;
 pub mod related;
+pub mod request;
 pub mod trending;

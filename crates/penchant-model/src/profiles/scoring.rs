@@ -9,11 +9,9 @@ use penchant_store::{Row, RowFilter};
 use serde::Deserialize;
 
 use super::Profile;
-use super::state::Day;
-use crate::aggregates;
 use crate::events::{EventType, qualifier};
-use crate::keys;
 use crate::strategy::Strategy;
+use crate::{aggregates, days, keys};
 
 /// Values kept per facet.
 pub const MAX_VALUES_PER_FACET: usize = 100;
@@ -54,6 +52,30 @@ pub fn compute(
     since: i64,
 ) -> Profile {
     Scorer::new(strategy).compute(user, rows, deleted_until, since)
+}
+
+/// What a user's counted events of one day add up to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Day {
+    /// The latest counted event, ms.
+    pub last: i64,
+    /// Raw scores per facet and value.
+    pub sums: BTreeMap<String, BTreeMap<String, i64>>,
+}
+
+impl Day {
+    pub fn add(&mut self, facet: &str, value: &str, n: i64) {
+        let values = match self.sums.get_mut(facet) {
+            Some(values) => values,
+            None => self.sums.entry(facet.to_owned()).or_default(),
+        };
+        match values.get_mut(value) {
+            Some(sum) => *sum += n,
+            None => {
+                values.insert(value.to_owned(), n);
+            }
+        }
+    }
 }
 
 /// A strategy's weights, built once and used for every user of a recompute: per wide
@@ -107,9 +129,9 @@ impl Scorer {
         let mut today = None;
         self.scan(rows, deleted_until, since, |seen| match seen {
             Seen::Row(ts) => {
-                let day = days.entry(aggregates::day_of(ts)).or_default();
+                let day = days.entry(days::day_of(ts)).or_default();
                 day.last = day.last.max(ts);
-                today = Some(aggregates::day_of(ts));
+                today = Some(days::day_of(ts));
             }
             Seen::Count(facet, value, n) => {
                 if let Some(day) = today.and_then(|d| days.get_mut(&d)) {

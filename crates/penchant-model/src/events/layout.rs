@@ -11,7 +11,7 @@
 //!
 //! An event without counts (no catalog record, no filter) has no counts cell in either. Each
 //! layout converts exactly into the other ([`Layout::read_counts`] then [`Layout::cells`]), which
-//! the migration between them ([`super::migration`]) relies on.
+//! the migration between them (the engine's `events::migration`) relies on.
 
 use std::collections::BTreeMap;
 
@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{EVENT_COLUMN, EventType, Facets, qualifier};
 use crate::strategy::Strategy;
+use crate::tables::EVENTS_FAMILY as FAMILY;
+pub use crate::tables::NARROW_FAMILIES;
 use crate::{EngineError, Result, keys};
-use penchant_model::tables::EVENTS_FAMILY as FAMILY;
-pub use penchant_model::tables::NARROW_FAMILIES;
 
 /// How an app's events store their counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
