@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::internal;
-use crate::{Engine, EngineError, Result};
+use crate::{EngineError, Result};
 
 /// The description a backup carries.
 pub const INFO_FILE: &str = "penchant-backup.json";
@@ -46,12 +46,12 @@ pub struct BackupInfo {
     pub path: PathBuf,
 }
 
-fn io(what: &str, path: &Path, e: std::io::Error) -> EngineError {
+pub(crate) fn io(what: &str, path: &Path, e: std::io::Error) -> EngineError {
     internal(&format!("{what} {}", path.display()), e)
 }
 
 /// Bytes of the files under `path`.
-fn size_of(path: &Path) -> std::io::Result<u64> {
+pub(crate) fn size_of(path: &Path) -> std::io::Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(path)? {
         let entry = entry?;
@@ -66,7 +66,7 @@ fn size_of(path: &Path) -> std::io::Result<u64> {
 }
 
 /// A backup's name: `penchant-` and the UTC moment, to the millisecond, without colons.
-fn name_at(ms: i64) -> String {
+pub(crate) fn name_at(ms: i64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0).unsigned_abs());
     let stamp = humantime::format_rfc3339_millis(at).to_string();
     format!("penchant-{}", stamp.replace(':', ""))
@@ -150,7 +150,7 @@ pub fn restore(
 }
 
 /// Copy a folder's files (a store's folder has no subfolders, but they are followed).
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -162,67 +162,6 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Backups.
-impl Engine {
-    /// The node's backup folder, or why it has none.
-    fn backup_dir(&self) -> Result<&Path> {
-        self.backup_dir.as_deref().ok_or_else(|| {
-            EngineError::Refused("this node has no backup folder (store.backup_dir)".into())
-        })
-    }
-
-    /// The backups in the node's backup folder, oldest first.
-    pub fn backups(&self) -> Result<Vec<BackupInfo>> {
-        list(self.backup_dir()?)
-    }
-
-    /// Take a backup of the node's store into a new folder of its backup folder, online: every
-    /// target as of one moment (targets one after the other). Refused (with how to back it up
-    /// instead) by a store without checkpoints.
-    pub async fn backup(&self) -> Result<BackupInfo> {
-        let dir = self.backup_dir()?;
-        let name = name_at(self.clock.now_ms());
-        let path = dir.join(&name);
-        if path.exists() {
-            return Err(EngineError::Exists(format!(
-                "a backup named {name} exists already"
-            )));
-        }
-        // Counts kept in memory go in too.
-        self.flush_tallies().await?;
-        let targets = self.residency.targets();
-        // With targets, the placed store writes `stores/<target>` itself.
-        let stores = path.join(STORES);
-        let dest = if self.residency.has_targets() {
-            stores
-        } else {
-            stores.join(&targets[0])
-        };
-        let taken = self.store.checkpoint(&dest).await;
-        if let Err(e) = taken {
-            let _ = std::fs::remove_dir_all(&path);
-            return Err(match e {
-                penchant_store::StoreError::FailedPrecondition(m) => EngineError::Refused(m),
-                other => other.into(),
-            });
-        }
-        let mut info = BackupInfo {
-            name,
-            created_at: self.clock.now_ms(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            targets,
-            size_bytes: 0,
-            path: path.clone(),
-        };
-        info.size_bytes = size_of(&path).map_err(|e| io("cannot read", &path, e))?;
-        let text = serde_json::to_vec_pretty(&info).map_err(|e| internal("backup info", e))?;
-        std::fs::write(path.join(INFO_FILE), text)
-            .map_err(|e| io("cannot write", &path.join(INFO_FILE), e))?;
-        tracing::info!(backup = %path.display(), bytes = info.size_bytes, "backup taken");
-        Ok(info)
-    }
 }
 
 #[cfg(test)]

@@ -25,70 +25,68 @@
 //! not exist for any request, and an import that fails is undone (every row it wrote deleted).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::{Bytes, BytesMut};
-use futures::stream::{self, BoxStream};
-use futures::{Stream, StreamExt, TryStreamExt};
-use penchant_store::{Mutation, ReadRows, Row, RowMutation, RowRange, RowSet, Workload};
+use futures::stream::{self};
+use futures::{Stream, StreamExt};
+use penchant_store::{Mutation, Row, RowMutation};
 use serde::{Deserialize, Serialize};
 
 use crate::internal;
 use crate::tables::{ALL, Rows, Table};
-use crate::{Engine, EngineError, Result, keys};
+use crate::{EngineError, Result};
 
 /// The `format` of the first line.
 pub const FORMAT: &str = "penchant-app";
 /// The format's version (the row layout it carries).
 pub const VERSION: u32 = 1;
 /// Rows written at once on import.
-const ROWS_AT_ONCE: usize = 256;
+pub(crate) const ROWS_AT_ONCE: usize = 256;
 /// The longest line an import reads (a row of a key set's partition, a user's filter).
-const MAX_LINE: usize = 64 << 20;
+pub(crate) const MAX_LINE: usize = 64 << 20;
 /// The tables whose rows are written last, in this order: the app exists once they are.
-const LAST: [&str; 2] = [crate::tenancy::KEYS.name, crate::tenancy::APPS.name];
+pub(crate) const LAST: [&str; 2] = [crate::tenancy::KEYS.name, crate::tenancy::APPS.name];
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Header {
-    format: String,
-    version: u32,
+pub(crate) struct Header {
+    pub(crate) format: String,
+    pub(crate) version: u32,
     #[serde(rename = "appID")]
-    app_id: String,
-    exported_at: i64,
-    penchant: String,
+    pub(crate) app_id: String,
+    pub(crate) exported_at: i64,
+    pub(crate) penchant: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RowLine {
-    table: String,
-    row: String,
-    cells: Vec<CellLine>,
+pub(crate) struct RowLine {
+    pub(crate) table: String,
+    pub(crate) row: String,
+    pub(crate) cells: Vec<CellLine>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CellLine {
-    family: String,
-    qualifier: String,
-    timestamp: i64,
-    value: String,
+pub(crate) struct CellLine {
+    pub(crate) family: String,
+    pub(crate) qualifier: String,
+    pub(crate) timestamp: i64,
+    pub(crate) value: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct End {
-    end: EndCount,
+pub(crate) struct End {
+    pub(crate) end: EndCount,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EndCount {
-    rows: u64,
+pub(crate) struct EndCount {
+    pub(crate) rows: u64,
 }
 
 /// What an import wrote.
@@ -103,17 +101,17 @@ pub struct Imported {
 }
 
 /// The tables an app's export holds: all but the pinned ones.
-fn exported() -> impl Iterator<Item = &'static Table> {
+pub(crate) fn exported() -> impl Iterator<Item = &'static Table> {
     ALL.iter().filter(|t| t.rows != Rows::Pinned)
 }
 
-fn json_line(value: &impl Serialize) -> Result<Bytes> {
+pub(crate) fn json_line(value: &impl Serialize) -> Result<Bytes> {
     let mut line = serde_json::to_vec(value).map_err(|e| internal("export line", e))?;
     line.push(b'\n');
     Ok(Bytes::from(line))
 }
 
-fn row_line(table: &str, prefix: &[u8], row: &Row) -> Result<Bytes> {
+pub(crate) fn row_line(table: &str, prefix: &[u8], row: &Row) -> Result<Bytes> {
     let suffix = row.key.strip_prefix(prefix).ok_or_else(|| {
         internal(
             "export",
@@ -137,12 +135,16 @@ fn row_line(table: &str, prefix: &[u8], row: &Row) -> Result<Bytes> {
 }
 
 /// An import's mistake on one line.
-fn bad(line: u64, what: impl std::fmt::Display) -> EngineError {
+pub(crate) fn bad(line: u64, what: impl std::fmt::Display) -> EngineError {
     EngineError::Invalid(format!("line {line}: {what}"))
 }
 
 /// A row line checked: its table, and the row as written.
-fn parse_row(line: u64, text: &[u8], prefix: &[u8]) -> Result<(&'static str, RowMutation)> {
+pub(crate) fn parse_row(
+    line: u64,
+    text: &[u8],
+    prefix: &[u8],
+) -> Result<(&'static str, RowMutation)> {
     let row: RowLine = serde_json::from_slice(text).map_err(|e| bad(line, e))?;
     let table = exported().find(|t| t.name == row.table).ok_or_else(|| {
         bad(
@@ -181,7 +183,7 @@ fn parse_row(line: u64, text: &[u8], prefix: &[u8]) -> Result<(&'static str, Row
 }
 
 /// Lines of a byte stream, without their `\n` (and `\r`); empty lines dropped.
-fn lines<S, E>(body: S) -> impl Stream<Item = Result<Bytes>>
+pub(crate) fn lines<S, E>(body: S) -> impl Stream<Item = Result<Bytes>>
 where
     S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
@@ -224,189 +226,4 @@ where
             }
         },
     )
-}
-
-/// Moving apps.
-impl Engine {
-    /// Every row `app` owns, as NDJSON lines (see the module), read as the stream is consumed.
-    pub async fn export_app(&self, app: &str) -> Result<BoxStream<'static, Result<Bytes>>> {
-        if self.tenancy.app(app).await?.is_none() {
-            return Err(EngineError::NotFound(format!("app `{app}` does not exist")));
-        }
-        let header = json_line(&Header {
-            format: FORMAT.to_owned(),
-            version: VERSION,
-            app_id: app.to_owned(),
-            exported_at: self.clock.now_ms(),
-            penchant: env!("CARGO_PKG_VERSION").to_owned(),
-        })?;
-        // Counts kept in memory go in too.
-        self.flush_tallies().await?;
-        let store = penchant_store::for_workload(&self.store, Workload::Batch);
-        let prefix = keys::app(app);
-        let count = Arc::new(AtomicU64::new(0));
-        let counted = count.clone();
-        let rows = stream::iter(exported())
-            .then(move |table| {
-                let (store, prefix) = (store.clone(), prefix.clone());
-                async move {
-                    let range = RowSet::range(RowRange::prefix(prefix.clone()));
-                    let rows = store.read_rows(table.name, ReadRows::new(range)).await?;
-                    Ok::<_, EngineError>(rows.map(move |row| row_line(table.name, &prefix, &row?)))
-                }
-            })
-            .try_flatten()
-            .inspect_ok(move |_| {
-                counted.fetch_add(1, Ordering::Relaxed);
-            });
-        let end = stream::once(async move {
-            json_line(&End {
-                end: EndCount {
-                    rows: count.load(Ordering::Relaxed),
-                },
-            })
-        });
-        Ok(stream::once(async move { Ok(header) })
-            .chain(rows)
-            .chain(end)
-            .boxed())
-    }
-
-    /// Write the export of app `app_id` (see the module) on this node; refused if the app
-    /// exists here or the export is another app's. Nothing is left of an import that fails.
-    pub async fn import_app<S, E>(&self, app_id: &str, body: S) -> Result<Imported>
-    where
-        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-        E: std::fmt::Display,
-    {
-        let mut lines = std::pin::pin!(lines(body));
-        let first = lines
-            .next()
-            .await
-            .ok_or_else(|| EngineError::Invalid("the export is empty".into()))??;
-        let header: Header = serde_json::from_slice(&first).map_err(|e| {
-            EngineError::Invalid(format!(
-                "line 1: not a Penchant app export ({e}); it starts with \
-                 {{\"format\":\"{FORMAT}\",...}}"
-            ))
-        })?;
-        if header.format != FORMAT || header.version != VERSION {
-            return Err(EngineError::Invalid(format!(
-                "line 1: format {} version {} cannot be imported: this node reads {FORMAT} \
-                 version {VERSION}",
-                header.format, header.version
-            )));
-        }
-        let app = header.app_id;
-        if app != app_id {
-            return Err(EngineError::Invalid(format!(
-                "the export is of app `{app}`, not `{app_id}`"
-            )));
-        }
-        crate::tenancy::check_app_id(&app)?;
-        if self.tenancy.app(&app).await?.is_some() {
-            return Err(EngineError::Exists(format!(
-                "app `{app}` exists on this node: delete it first (penchant apps delete) to \
-                 replace it"
-            )));
-        }
-        // Rows left by an import that died half-way are not the app's.
-        self.tenancy.drop_app_rows(&app).await?;
-        let imported = self.write_rows(&app, &mut lines).await;
-        let imported = match imported {
-            Ok(imported) => imported,
-            Err(e) => {
-                if let Err(undo) = self.tenancy.drop_app_rows(&app).await {
-                    tracing::error!(app, error = %undo, "cannot undo a failed import");
-                }
-                return Err(e);
-            }
-        };
-        self.tenancy.forget(&app);
-        if let Some(states) = self.profiles.states() {
-            states.forget(&app);
-        }
-        self.schedule_cache.remove(&app);
-        self.abtests.forget(&app);
-        self.strategies.forget(&app);
-        self.catalog
-            .changing(&app, async { Ok::<_, EngineError>(()) })
-            .await?;
-        tracing::info!(app, rows = imported.rows, "app imported");
-        Ok(imported)
-    }
-
-    /// The rows of an import after its header, checked and written; the app's own rows last.
-    async fn write_rows(
-        &self,
-        app: &str,
-        lines: &mut (impl Stream<Item = Result<Bytes>> + Unpin),
-    ) -> Result<Imported> {
-        let prefix = keys::app(app);
-        let store = penchant_store::for_workload(&self.store, Workload::Batch);
-        let mut tables: BTreeMap<String, u64> = BTreeMap::new();
-        let mut batch: Vec<RowMutation> = Vec::new();
-        let mut batch_table = "";
-        let mut last: BTreeMap<&str, Vec<RowMutation>> = BTreeMap::new();
-        let mut number = 1;
-        let mut end = None;
-        while let Some(text) = lines.next().await {
-            let text = text?;
-            number += 1;
-            if end.is_some() {
-                return Err(bad(number, "a line after the end line"));
-            }
-            if text.starts_with(b"{\"end\"") {
-                let line: End = serde_json::from_slice(&text).map_err(|e| bad(number, e))?;
-                end = Some(line.end.rows);
-                continue;
-            }
-            let (table, row) = parse_row(number, &text, &prefix)?;
-            *tables.entry(table.to_owned()).or_default() += 1;
-            if LAST.contains(&table) {
-                last.entry(table).or_default().push(row);
-                continue;
-            }
-            if !batch.is_empty() && (table != batch_table || batch.len() >= ROWS_AT_ONCE) {
-                store
-                    .mutate_all(batch_table, std::mem::take(&mut batch))
-                    .await?;
-            }
-            batch_table = table;
-            batch.push(row);
-        }
-        if !batch.is_empty() {
-            store.mutate_all(batch_table, batch).await?;
-        }
-        let rows = tables.values().sum();
-        match end {
-            None => {
-                return Err(EngineError::Invalid(
-                    "the export is incomplete: it has no end line ({\"end\":...})".into(),
-                ));
-            }
-            Some(expected) if expected != rows => {
-                return Err(EngineError::Invalid(format!(
-                    "the export is incomplete: its end line counts {expected} rows, it holds \
-                     {rows}"
-                )));
-            }
-            Some(_) => {}
-        }
-        if !last.contains_key(crate::tenancy::APPS.name) {
-            return Err(EngineError::Invalid(format!(
-                "the export has no row of table `apps` for app `{app}`"
-            )));
-        }
-        for table in LAST {
-            if let Some(rows) = last.remove(table) {
-                store.mutate_all(table, rows).await?;
-            }
-        }
-        Ok(Imported {
-            app_id: app.to_owned(),
-            tables,
-            rows,
-        })
-    }
 }

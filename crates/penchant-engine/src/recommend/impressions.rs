@@ -19,11 +19,11 @@ use penchant_store::{
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-use crate::{Engine, EngineError, Result, internal, keys};
+use crate::{EngineError, Result, internal, keys};
 use penchant_model::tables::IMPRESSIONS_FAMILY as FAMILY;
 pub use penchant_model::tables::{IMPRESSIONS, IMPRESSIONS_TABLE};
 
-const SERVED: &[u8] = b"served";
+pub(crate) const SERVED: &[u8] = b"served";
 
 /// One tracked answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,63 +69,10 @@ pub(crate) async fn log(store: &dyn Store, app: &str, impression: &Impression) -
 }
 
 /// The longest queryID an impression takes (Algolia's are 32 hex digits).
-const MAX_QUERY_ID_BYTES: usize = 64;
-
-impl Engine {
-    /// Log what a tracked answer served to a user, in order (the `objectID`s of its hits); a
-    /// failure is logged, not the answer's.
-    pub(crate) async fn log_impression(
-        &self,
-        app: &str,
-        index: &str,
-        query_id: &str,
-        user: &str,
-        served: impl Iterator<Item = &serde_json::Value>,
-    ) {
-        let object_ids: Vec<String> = served
-            .filter_map(|id| id.as_str().map(str::to_owned))
-            .collect();
-        if object_ids.is_empty() || !keys::user_token_ok(user) {
-            return;
-        }
-        let impression = Impression {
-            index: index.to_owned(),
-            query_id: query_id.to_owned(),
-            user: user.to_owned(),
-            at: self.now_ms(),
-            object_ids,
-        };
-        if let Err(e) = log(&*self.store, app, &impression).await {
-            tracing::warn!(%app, error = %e, "an impression was not logged");
-        }
-    }
-
-    /// Log impressions served elsewhere (an import of a shop's own logs, a benchmark), durably,
-    /// a thousand rows a write; refused as a whole when one is malformed.
-    pub async fn log_impressions(&self, app: &str, impressions: &[Impression]) -> Result<()> {
-        for (n, impression) in impressions.iter().enumerate() {
-            crate::catalog::check_index_name(&impression.index)
-                .and_then(|()| check(impression))
-                .map_err(|e| match e {
-                    EngineError::Invalid(m) => {
-                        EngineError::Invalid(format!("impressions[{n}]: {m}"))
-                    }
-                    other => other,
-                })?;
-        }
-        for chunk in impressions.chunks(1000) {
-            let rows = chunk
-                .iter()
-                .map(|i| write(app, i).map(|w| w.row))
-                .collect::<Result<Vec<_>>>()?;
-            self.store.mutate_all(IMPRESSIONS_TABLE, rows).await?;
-        }
-        Ok(())
-    }
-}
+pub(crate) const MAX_QUERY_ID_BYTES: usize = 64;
 
 /// Refuse an impression whose user, queryID or items could not be keyed or matched.
-fn check(impression: &Impression) -> Result<()> {
+pub(crate) fn check(impression: &Impression) -> Result<()> {
     if !keys::user_token_ok(&impression.user) {
         return Err(EngineError::Invalid(keys::USER_TOKEN_MESSAGE.into()));
     }

@@ -22,38 +22,32 @@
 //! stamped with the model version; the header is written last, so a reader finds a whole
 //! snapshot or the one before.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use foldhash::{HashMap, HashSet, HashSetExt};
 use penchant_rank::{Forest, Model};
-use penchant_store::{Mutation, ReadRows, RowFilter, RowSet, TimeRange, Timestamp};
 use penchant_vectors::als::{self, AlsConfig};
 use serde::{Deserialize, Serialize};
 
 use super::LearnedScore;
-use super::ranker::{MODEL, StoredRanker};
 use super::snapshot::Snapshot;
+use crate::keys;
 use crate::vectors::training::Weights;
-use crate::{Engine, Result, internal, keys};
 use penchant_learn::offline::{self, UserSide};
-pub(crate) use penchant_model::tables::RANKERS_SNAPSHOT_FAMILY as FAMILY;
-use penchant_model::tables::{RANKERS_MODEL_FAMILY as MODEL_FAMILY, RANKERS_TABLE};
 
-const HEAD: &[u8] = b"head";
-const DATA: &[u8] = b"data";
+pub(crate) const HEAD: &[u8] = b"head";
+pub(crate) const DATA: &[u8] = b"data";
 /// The most bytes of one chunk's cell.
-const CHUNK: usize = 4 << 20;
+pub(crate) const CHUNK: usize = 4 << 20;
 
 /// The snapshot's header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Head {
-    version: i64,
-    chunks: u32,
-    bytes: u64,
-    weights: Weights,
-    als: AlsConfig,
+pub(crate) struct Head {
+    pub(crate) version: i64,
+    pub(crate) chunks: u32,
+    pub(crate) bytes: u64,
+    pub(crate) weights: Weights,
+    pub(crate) als: AlsConfig,
 }
 
 /// A ranker ready to serve: its snapshot, model and version.
@@ -61,25 +55,25 @@ struct Head {
 pub struct Serving {
     pub version: i64,
     pub per_source: usize,
-    snapshot: Snapshot,
-    rows: HashMap<String, u32>,
-    gramian: Vec<f32>,
-    model: Model,
-    forest: Forest,
+    pub(crate) snapshot: Snapshot,
+    pub(crate) rows: HashMap<String, u32>,
+    pub(crate) gramian: Vec<f32>,
+    pub(crate) model: Model,
+    pub(crate) forest: Forest,
 }
 
 /// One user as a served ranker sees them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Standing {
-    seen: Vec<u32>,
-    recent: Vec<u32>,
-    vector: Vec<f32>,
-    today: i64,
-    affinity: HashMap<u32, f32>,
+    pub(crate) seen: Vec<u32>,
+    pub(crate) recent: Vec<u32>,
+    pub(crate) vector: Vec<f32>,
+    pub(crate) today: i64,
+    pub(crate) affinity: HashMap<u32, f32>,
 }
 
 impl Standing {
-    fn side(&self) -> UserSide<'_> {
+    pub(crate) fn side(&self) -> UserSide<'_> {
         UserSide {
             seen: &self.seen,
             recent: &self.recent,
@@ -172,7 +166,7 @@ impl Serving {
     }
 
     /// An objectID's item row; an item the snapshot never saw gets the row past its items.
-    fn row(&self, id: &str) -> u32 {
+    pub(crate) fn row(&self, id: &str) -> u32 {
         self.rows
             .get(id)
             .copied()
@@ -231,197 +225,12 @@ impl Serving {
     }
 }
 
-impl Engine {
-    /// `candidates` (objectIDs of `index`) scored for `user` by the index's learned ranker, and
-    /// the ranker (`None`: no ranker job has stored one to serve yet).
-    pub async fn learned_scores(
-        &self,
-        app: &str,
-        index: &str,
-        user: &str,
-        candidates: &[&str],
-    ) -> Result<Option<(Arc<Serving>, Scored)>> {
-        let Some((serving, standing)) = self.learned_standing(app, index, user).await? else {
-            return Ok(None);
-        };
-        let scored = serving.score(&standing, candidates);
-        Ok(Some((serving, scored)))
-    }
-
-    /// The index's learned ranker and `user` as it sees them: the user's events read
-    /// ([`Engine::learned_scores`]'s first part).
-    pub async fn learned_standing(
-        &self,
-        app: &str,
-        index: &str,
-        user: &str,
-    ) -> Result<Option<(Arc<Serving>, Standing)>> {
-        keys::check_user_token(user)?;
-        let Some(serving) = self.served_ranker(app, index).await? else {
-            return Ok(None);
-        };
-        let events = self
-            .trainings
-            .user_events(app, index, user, serving.weights())
-            .await?;
-        let standing = serving.standing(events.iter().map(|(id, w, at)| (id.as_str(), *w, *at)));
-        Ok(Some((serving, standing)))
-    }
-}
-
 /// Row `n` of an index's snapshot body: `app 0 · index 0 · n`.
-fn chunk_key(app: &str, index: &str, n: u32) -> Bytes {
+pub(crate) fn chunk_key(app: &str, index: &str, n: u32) -> Bytes {
     let mut key = keys::ranker(app, index).to_vec();
     key.push(0);
     key.extend_from_slice(&n.to_be_bytes());
     Bytes::from(key)
-}
-
-impl Engine {
-    /// Store the snapshot the ranker of `version` serves from (its body, then its header).
-    pub(crate) async fn write_snapshot(
-        &self,
-        app: &str,
-        index: &str,
-        version: i64,
-        snapshot: &Snapshot,
-    ) -> Result<()> {
-        let body = snapshot.encode();
-        let cell = |qualifier: &'static [u8], value: Bytes| Mutation::SetCell {
-            family: FAMILY.into(),
-            qualifier: Bytes::from_static(qualifier),
-            timestamp: Timestamp::Micros(version),
-            value,
-        };
-        let body = Bytes::from(body);
-        let chunks = body.len().div_ceil(CHUNK).max(1);
-        for n in 0..chunks {
-            let part = body.slice(n * CHUNK..body.len().min((n + 1) * CHUNK));
-            self.store
-                .mutate_row(
-                    RANKERS_TABLE,
-                    chunk_key(app, index, n as u32),
-                    vec![cell(DATA, part)],
-                )
-                .await?;
-        }
-        let head = Head {
-            version,
-            chunks: chunks as u32,
-            bytes: body.len() as u64,
-            weights: snapshot.weights.clone(),
-            als: snapshot.als.clone(),
-        };
-        let head = serde_json::to_vec(&head).map_err(|e| internal("ranker snapshot", e))?;
-        self.store
-            .mutate_row(
-                RANKERS_TABLE,
-                keys::ranker(app, index),
-                vec![cell(HEAD, head.into())],
-            )
-            .await?;
-        self.recommend
-            .serving
-            .remove(&(app.to_owned(), index.to_owned()));
-        Ok(())
-    }
-
-    /// The ranker an index serves from: its newest snapshot, with the model of its version
-    /// (`None`: no ranker job has stored one yet, or the stored one describes candidates with
-    /// other features than [`offline::FEATURES`]). Kept by the node for the recommend
-    /// caches' time to live, then read again if a newer version was stored.
-    pub async fn served_ranker(&self, app: &str, index: &str) -> Result<Option<Arc<Serving>>> {
-        crate::catalog::check_index_name(index)?;
-        let key = (app.to_owned(), index.to_owned());
-        if let Some(serving) = self.recommend.serving.get(&key) {
-            return Ok(serving);
-        }
-        // The header alone (the models' cells are read once its version is new here).
-        let row = self
-            .store
-            .read_row(
-                RANKERS_TABLE,
-                keys::ranker(app, index),
-                Some(RowFilter::column(FAMILY, HEAD).and(RowFilter::CellsPerColumnLimit(1))),
-            )
-            .await?;
-        let head: Option<Head> = row
-            .as_ref()
-            .and_then(|r| r.latest(FAMILY, HEAD))
-            .map(|c| serde_json::from_slice(&c.value).map_err(|e| internal("corrupt ranker", e)))
-            .transpose()?;
-        let Some(head) = head else {
-            self.recommend.serving.insert(key, None);
-            return Ok(None);
-        };
-        // Loaded already by this node: the same version is kept.
-        if let Some(loaded) = self.recommend.loaded.lock().get(&key)
-            && loaded.version == head.version
-        {
-            let loaded = Some(loaded.clone());
-            self.recommend.serving.insert(key, loaded.clone());
-            return Ok(loaded);
-        }
-        let model_cell = RowFilter::column(MODEL_FAMILY, MODEL).and(RowFilter::TimestampRange(
-            TimeRange::new(head.version, head.version + 1),
-        ));
-        let row = self
-            .store
-            .read_row(RANKERS_TABLE, keys::ranker(app, index), Some(model_cell))
-            .await?;
-        let model = row
-            .as_ref()
-            .and_then(|r| r.latest(MODEL_FAMILY, MODEL))
-            .map(|c| {
-                serde_json::from_slice::<StoredRanker>(&c.value)
-                    .map_err(|e| internal("corrupt ranker", e))
-            })
-            .transpose()?
-            .ok_or_else(|| internal("ranker", "the model of the stored snapshot is gone"))?;
-        // A model of other features (an earlier release's) is not served: the next ranker job
-        // learns one anew.
-        if model.features != offline::FEATURES {
-            self.recommend.serving.insert(key, None);
-            return Ok(None);
-        }
-        let at = RowFilter::column(FAMILY, DATA).and(RowFilter::TimestampRange(TimeRange::new(
-            head.version,
-            head.version + 1,
-        )));
-        let request = ReadRows::new(RowSet::keys(
-            (0..head.chunks).map(|n| chunk_key(app, index, n)),
-        ))
-        .filter(at);
-        let mut body = Vec::with_capacity(head.bytes as usize);
-        let rows = self.store.read_all(RANKERS_TABLE, request).await?;
-        for n in 0..head.chunks {
-            let cell = rows
-                .iter()
-                .find(|r| r.key == chunk_key(app, index, n))
-                .and_then(|r| r.latest(FAMILY, DATA))
-                .ok_or_else(|| internal("ranker snapshot", "a chunk is missing"))?;
-            body.extend_from_slice(&cell.value);
-        }
-        let snapshot = Snapshot::decode(&body, head.weights, head.als)
-            .ok_or_else(|| internal("ranker snapshot", "corrupt body"))?;
-        let serving = tokio::task::spawn_blocking(move || {
-            Serving::new(
-                snapshot,
-                model.version,
-                model.learned.per_source,
-                &model.model,
-            )
-        })
-        .await
-        .map_err(|e| internal("ranker snapshot", e))?;
-        let serving = Arc::new(serving);
-        self.recommend
-            .loaded
-            .lock()
-            .insert(key.clone(), serving.clone());
-        self.recommend.serving.insert(key, Some(serving.clone()));
-        Ok(Some(serving))
-    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The body's bytes.
-    pub(super) fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Writer::default();
         let items = &self.items;
         out.u32(FORMAT);
@@ -69,7 +69,7 @@ impl Snapshot {
         out.0
     }
 
-    pub(super) fn decode(bytes: &[u8], weights: Weights, als: AlsConfig) -> Option<Self> {
+    pub(crate) fn decode(bytes: &[u8], weights: Weights, als: AlsConfig) -> Option<Self> {
         let mut r = Reader(bytes);
         if r.u32()? != FORMAT {
             return None;
