@@ -6,7 +6,8 @@
 //! | [`error`] | [`EngineError`], the one error every layer maps to an answer |
 //! | [`keys`] | every row key: encoded, decoded and validated in one place |
 //! | [`tables`] | a table's definition: families, GC rules, whose rows |
-//! | [`catalog`], [`vectors`] | names and limits: index names, objectIDs, space names |
+//! | [`catalog`] | records: their checks, partial updates, facet values |
+//! | [`vectors`] | space names and limits |
 //! | [`days`] | the day a time falls in |
 //! | [`events`] | events: types, row keys, stored form, the two layouts of their counts |
 //! | [`strategy`] | the personalization strategy and its checks |
