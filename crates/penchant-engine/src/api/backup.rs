@@ -1,7 +1,7 @@
 //! Backups of the node's store: taken online, listed, restored ([`crate::backup`] holds their
 //! folder layout and manifest).
 
-use crate::backup::*;
+use crate::backup::{BackupInfo, INFO_FILE, STORES, io, list, name_at, size_of};
 use crate::internal;
 use crate::{Engine, EngineError, Result};
 use std::path::Path;

@@ -3,7 +3,7 @@
 
 use crate::jobs::{JobState, Progress, Run};
 use crate::recommend::QueueDefinition;
-use crate::recommend::build::*;
+use crate::recommend::build::{Build, BuildStatus, Phase, USERS_AT_ONCE};
 use crate::{Engine, EngineError, Result, keys};
 use futures::{StreamExt, TryStreamExt};
 use penchant_store::{ReadRows, RowFilter, RowSet, Workload};

@@ -1,7 +1,7 @@
 //! Impressions: what tracked answers served, logged and read back
 //! ([`crate::recommend::impressions`] holds their rows).
 
-use crate::recommend::impressions::*;
+use crate::recommend::impressions::{Impression, check, log, write};
 use crate::{Engine, EngineError, Result, keys};
 use penchant_model::tables::IMPRESSIONS_TABLE;
 

@@ -1,6 +1,9 @@
 //! An app's export and import as NDJSON lines ([`crate::portability`] holds the line format).
 
-use crate::portability::*;
+use crate::portability::{
+    End, EndCount, FORMAT, Header, Imported, LAST, ROWS_AT_ONCE, VERSION, bad, exported, json_line,
+    lines, parse_row, row_line,
+};
 use crate::{Engine, EngineError, Result, keys};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};

@@ -6,7 +6,9 @@ use crate::jobs::{JobState, Progress, Run};
 use crate::recommend::QueueDefinition;
 use crate::recommend::impressions;
 use crate::recommend::queues::Ranker;
-use crate::recommend::ranker::*;
+use crate::recommend::ranker::{
+    HOLDOUT, MODEL, Phase, Rank, RankerConfig, RankerStatus, Read, StoredRanker, USERS_AT_ONCE,
+};
 use crate::recommend::snapshot::Snapshot;
 use crate::{Engine, EngineError, Result, internal, keys};
 use bytes::Bytes;

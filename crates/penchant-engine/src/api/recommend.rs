@@ -6,7 +6,11 @@ use crate::catalog::Record;
 use crate::events::EventType;
 use crate::recommend::queues::{QueueDefinition, Source};
 use crate::recommend::related::Links;
-use crate::recommend::*;
+use crate::recommend::{
+    ALS_SPACE, Candidates, FACET_ITEMS, FALLBACK_SCAN, LEARNED_POOL, MAX_HIDDEN_SKIPPED, MAX_WALK,
+    Ranked, Rebuilt, RecommendHit, Recommendations, Select, VECTOR_K, hits_ranked, older,
+    percent_of_best, percents, personal, queues, related, round2, trained_at, vector_percents,
+};
 use crate::vectors::{Query, SearchOptions};
 use crate::{Engine, EngineError, Result, keys};
 use penchant_model::recommend::filters::Filter;

@@ -2,7 +2,7 @@
 //! ([`crate::recommend::serving`] holds the served ranker).
 
 use crate::recommend::ranker::{MODEL, StoredRanker};
-use crate::recommend::serving::*;
+use crate::recommend::serving::{CHUNK, DATA, HEAD, Head, Scored, Serving, Standing, chunk_key};
 use crate::recommend::snapshot::Snapshot;
 use crate::{Engine, Result, internal, keys};
 use bytes::Bytes;
