@@ -7,7 +7,7 @@
 //! | [`keys`] | every row key: encoded, decoded and validated in one place |
 //! | [`tables`] | a table's definition: families, GC rules, whose rows |
 //! | [`catalog`] | records: their checks, partial updates, facet values |
-//! | [`vectors`] | space names and limits |
+//! | [`vectors`] | spaces' settings, a vector's checks and cell value, searches' and trainings' requests |
 //! | [`days`] | the day a time falls in |
 //! | [`events`] | events: types, row keys, stored form, the two layouts of their counts |
 //! | [`strategy`] | the personalization strategy and its checks |

@@ -40,7 +40,7 @@ use penchant_store::{
     Mutation, ReadModifyWriteRule, ReadRows, RowFilter, RowMutation, RowSet, Store, TimeRange,
 };
 pub use penchant_vectors::{Aggregate, Hnsw, HnswConfig, Matrix, Metric};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::cache::{self, TtlCache};
 use crate::clock::Clock;
@@ -54,206 +54,22 @@ use penchant_model::tables::{SPACES_FAMILY as META, VECTORS_FAMILY as FAMILY};
 const DESCRIPTION: &[u8] = b"space";
 const GENERATION: &[u8] = b"gen";
 const ITEM_COLUMN: &[u8] = b"v";
-pub use penchant_model::vectors::{MAX_LIKED, MAX_SPACE_NAME_BYTES, check_space_name};
-/// The largest dimension of a space.
-pub const MAX_DIMENSION: usize = 4096;
-/// The largest magnitude of a vector's component. Scores are f32 sums over at most
-/// [`MAX_DIMENSION`] products: with every |x| <= 1e15, a dot product or squared norm is at most
-/// 4,096 × 1e30 ≈ 4.1e33, a squared euclidean distance 4 × that, far below f32's 3.4e38; a
-/// component of 3.4e38 overflowed them to infinity (and NaN), dropping hits and scoring others
-/// null.
-pub const MAX_COMPONENT: f32 = 1e15;
-const _: () = assert!(4.0 * MAX_DIMENSION as f64 * 1e30 < f32::MAX as f64);
-/// Spaces an app may have.
-pub const MAX_SPACES: usize = 64;
-/// Most vectors in one upload.
-pub const MAX_VECTORS_PER_CALL: usize = 100_000;
-/// Most hits a search returns.
-pub const MAX_K: usize = 1000;
+pub use penchant_model::vectors::{
+    Hit, Kind, MAX_COMPONENT, MAX_DIMENSION, MAX_K, MAX_LIKED, MAX_SPACE_NAME_BYTES, MAX_SPACES,
+    MAX_VECTORS_PER_CALL, Query, SearchOptions, Space, SpaceConfig, check_id, check_space_name,
+    decode, encode, json_f32, parse_binary,
+};
 /// Floats above which a search runs on a blocking thread rather than the runtime's.
 const INLINE_FLOATS: usize = 1 << 20;
 
-/// Whose vectors: users' or items'.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    User,
-    Item,
-}
-
-impl Kind {
-    fn noun(self) -> &'static str {
-        match self {
-            Kind::User => "user",
-            Kind::Item => "item",
-        }
-    }
-}
-
-/// What a space is created with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SpaceConfig {
-    /// Floats per vector, 1 to 4096.
-    pub dimension: usize,
-    /// How vectors compare (cosine by default).
-    #[serde(default = "cosine")]
-    pub metric: Metric,
-    /// The catalog index its items are records of: deleting a record of that index (or
-    /// clearing the index) deletes its vector. Without one, a delete in any index of the app
-    /// does.
-    #[serde(default)]
-    pub index: Option<String>,
-}
-
-fn cosine() -> Metric {
-    Metric::Cosine
-}
-
-impl SpaceConfig {
-    fn check(&self) -> Result<()> {
-        if !(1..=MAX_DIMENSION).contains(&self.dimension) {
-            return Err(EngineError::Invalid(format!(
-                "dimension must be between 1 and {MAX_DIMENSION}"
-            )));
-        }
-        if let Some(index) = &self.index {
-            crate::catalog::check_index_name(index)?;
-        }
-        Ok(())
-    }
-}
-
-/// A space as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Space {
-    pub name: String,
-    pub dimension: usize,
-    pub metric: Metric,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<String>,
-    /// When it was created (ms since the epoch).
-    pub created_at: i64,
-    /// The last training that wrote it, if one did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub training: Option<training::Trained>,
-    /// The training before it, whose vectors are still stored: what a rollback goes back to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous_training: Option<training::Trained>,
-    /// How many writes its items have had (not stored in the description: its own counter).
-    #[serde(default)]
-    pub generation: u64,
-}
-
-impl Space {
-    /// Why `vector` cannot be `id`'s in this space, if it cannot.
-    pub fn check(&self, kind: Kind, id: &str, vector: &[f32]) -> Result<()> {
-        let invalid = |m: String| Err(EngineError::Invalid(m));
-        let who = format!("{} '{id}'", kind.noun());
-        if vector.len() != self.dimension {
-            return invalid(format!(
-                "the vector of {who} has {} dimensions; space '{}' has {}",
-                vector.len(),
-                self.name,
-                self.dimension
-            ));
-        }
-        if let Some(at) = vector.iter().position(|x| x.is_nan()) {
-            return invalid(format!("the vector of {who} holds NaN at position {at}"));
-        }
-        if let Some(at) = vector.iter().position(|x| x.is_infinite()) {
-            return invalid(format!(
-                "the vector of {who} holds an infinite value at position {at}"
-            ));
-        }
-        if let Some(at) = vector.iter().position(|x| x.abs() > MAX_COMPONENT) {
-            return invalid(format!(
-                "the vector of {who} holds {:e} at position {at}: components must be between \
-                 -1e15 and 1e15",
-                vector[at]
-            ));
-        }
-        if self.metric == Metric::Cosine && vector.iter().all(|x| *x == 0.0) {
-            return invalid(format!(
-                "the vector of {who} is zero: it has no direction, and space '{}' compares by \
-                 cosine",
-                self.name
-            ));
-        }
-        Ok(())
-    }
-
-    /// The read filter of one column's vectors written since the space was created: the latest.
-    fn cells(&self, qualifier: &[u8]) -> RowFilter {
-        RowFilter::column(FAMILY, Bytes::copy_from_slice(qualifier))
-            .and(RowFilter::TimestampRange(TimeRange::new(
-                self.created_at.saturating_mul(1000),
-                i64::MAX,
-            )))
-            .and(RowFilter::CellsPerColumnLimit(1))
-    }
-}
-
-/// Check the id of a user (a user token) or an item (an objectID).
-pub fn check_id(kind: Kind, id: &str) -> Result<()> {
-    match kind {
-        Kind::User if !keys::user_token_ok(id) => Err(EngineError::Invalid(format!(
-            "user '{id}': {}",
-            keys::USER_TOKEN_MESSAGE
-        ))),
-        Kind::User => Ok(()),
-        Kind::Item => crate::catalog::check_object_id(id),
-    }
-}
-
-/// A vector's cell value: its floats, little-endian.
-pub fn encode(vector: &[f32]) -> Bytes {
-    let mut out = Vec::with_capacity(vector.len() * 4);
-    for x in vector {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    Bytes::from(out)
-}
-
-/// A cell value's floats, if it holds `dimension` of them.
-pub fn decode(bytes: &[u8], dimension: usize) -> Option<Vec<f32>> {
-    (bytes.len() == dimension * 4).then(|| {
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    })
-}
-
-/// Parse the compact binary upload: records of an id's length (u16, little-endian), the id
-/// (UTF-8), then `dimension` f32s (little-endian), back to back.
-pub fn parse_binary(body: &[u8], dimension: usize) -> Result<Vec<(String, Vec<f32>)>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < body.len() {
-        let record = out.len() + 1;
-        let cut = || {
-            EngineError::Invalid(format!(
-                "binary body: record {record} is cut short (byte {at} of {})",
-                body.len()
-            ))
-        };
-        let len = body.get(at..at + 2).ok_or_else(cut)?;
-        let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
-        let id = body.get(at + 2..at + 2 + len).ok_or_else(cut)?;
-        let id = std::str::from_utf8(id).map_err(|_| {
-            EngineError::Invalid(format!(
-                "binary body: the id of record {record} is not UTF-8"
-            ))
-        })?;
-        let floats = body
-            .get(at + 2 + len..at + 2 + len + dimension * 4)
-            .ok_or_else(cut)?;
-        out.push((id.to_owned(), decode(floats, dimension).ok_or_else(cut)?));
-        at += 2 + len + dimension * 4;
-    }
-    Ok(out)
+/// The read filter of one column of `space`'s vectors written since it was created: the latest.
+fn cells(space: &Space, qualifier: &[u8]) -> RowFilter {
+    RowFilter::column(FAMILY, Bytes::copy_from_slice(qualifier))
+        .and(RowFilter::TimestampRange(TimeRange::new(
+            space.created_at.saturating_mul(1000),
+            i64::MAX,
+        )))
+        .and(RowFilter::CellsPerColumnLimit(1))
 }
 
 /// When a space's searches go through an approximate index.
@@ -378,52 +194,6 @@ impl quick_cache::Weighter<(String, String), Arc<Loaded>> for LoadedWeight {
     fn weight(&self, _key: &(String, String), value: &Arc<Loaded>) -> u64 {
         value.bytes().max(1)
     }
-}
-
-/// A search's options.
-#[derive(Debug, Clone, Default)]
-pub struct SearchOptions {
-    /// Hits wanted (1 to [`MAX_K`]).
-    pub k: usize,
-    /// Only these items (by objectID) are candidates; all items if `None`.
-    pub candidates: Option<Vec<String>>,
-    /// Items never returned.
-    pub exclude: Vec<String>,
-    /// Compare by this metric rather than the space's.
-    pub metric: Option<Metric>,
-    /// Scan every item even where the space has an approximate index.
-    pub exact: bool,
-}
-
-/// What a search starts from.
-#[derive(Debug, Clone)]
-pub enum Query {
-    /// A vector given with the request.
-    Vector(Vec<f32>),
-    /// An item's vector (the item itself is not a hit).
-    Item(String),
-    /// A user's vector.
-    User(String),
-}
-
-/// One search result: an item and its score by the metric (higher is closer; euclidean scores
-/// are negated distances).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Hit {
-    #[serde(rename = "objectID")]
-    pub object_id: String,
-    #[serde(serialize_with = "shortest")]
-    pub score: f32,
-}
-
-/// An f32 as the f64 of its shortest decimal form: JSON numbers are read as f64, where `0.9f32`
-/// would print as 0.8999999761581421.
-pub fn json_f32(x: f32) -> f64 {
-    x.to_string().parse().unwrap_or(f64::from(x))
-}
-
-fn shortest<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(json_f32(*x))
 }
 
 /// The vector spaces of every app.
@@ -724,7 +494,7 @@ impl Vectors {
         let (key, qualifier) = cell_of(app, name, kind, id);
         let row = self
             .store
-            .read_row(table_of(kind), key, Some(space.cells(&qualifier)))
+            .read_row(table_of(kind), key, Some(cells(&space, &qualifier)))
             .await?;
         let Some(cell) = row.as_ref().and_then(|r| r.latest(FAMILY, &qualifier)) else {
             return Ok(None);
@@ -827,7 +597,7 @@ impl Vectors {
             return Ok(loaded);
         }
         let request = ReadRows::new(RowSet::prefix(keys::space_items(app, &space.name)))
-            .filter(space.cells(ITEM_COLUMN));
+            .filter(cells(&space, ITEM_COLUMN));
         let mut rows = self.store.read_rows(ITEM_VECTORS_TABLE, request).await?;
         let mut loaded = Loaded::empty(space);
         while let Some(row) = rows.try_next().await? {
@@ -875,7 +645,7 @@ impl Vectors {
     pub(crate) async fn load_users(&self, app: &str, space: &Space) -> Result<Loaded> {
         let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
         let request = ReadRows::new(RowSet::prefix(keys::app(app)))
-            .filter(space.cells(space.name.as_bytes()));
+            .filter(cells(&space, space.name.as_bytes()));
         let mut rows = store.read_rows(USER_VECTORS_TABLE, request).await?;
         let mut loaded = Loaded::empty(space);
         while let Some(row) = rows.try_next().await? {
@@ -1229,68 +999,5 @@ mod tests {
                 assert!(rows.contains(row), "{aggregate:?}: {row} not in {rows:?}");
             }
         }
-    }
-
-    #[test]
-    fn vectors_encode_and_binary_bodies_parse() {
-        let v = vec![1.5, -2.0, 0.25];
-        assert_eq!(decode(&encode(&v), 3), Some(v.clone()));
-        assert_eq!(decode(&encode(&v), 2), None);
-        let mut body = Vec::new();
-        for (id, v) in [("a", &v), ("bé", &v)] {
-            body.extend_from_slice(&(id.len() as u16).to_le_bytes());
-            body.extend_from_slice(id.as_bytes());
-            body.extend_from_slice(&encode(v));
-        }
-        let parsed = parse_binary(&body, 3).unwrap();
-        assert_eq!(
-            parsed,
-            vec![("a".into(), v.clone()), ("bé".into(), v.clone())]
-        );
-        let err = parse_binary(&body[..body.len() - 1], 3).unwrap_err();
-        assert!(err.to_string().contains("record 2 is cut short"), "{err}");
-    }
-
-    #[test]
-    fn floats_print_as_given() {
-        assert_eq!(serde_json::json!(json_f32(0.9)).to_string(), "0.9");
-        let hit = Hit {
-            object_id: "a".into(),
-            score: 0.969_377_46,
-        };
-        assert_eq!(
-            serde_json::to_value(&hit).unwrap().to_string(),
-            r#"{"objectID":"a","score":0.96937746}"#
-        );
-    }
-
-    #[test]
-    fn bad_vectors_are_named() {
-        let space = Space {
-            name: "img".into(),
-            dimension: 3,
-            metric: Metric::Cosine,
-            index: None,
-            created_at: 0,
-            training: None,
-            previous_training: None,
-            generation: 0,
-        };
-        let err = |v: &[f32]| space.check(Kind::Item, "x1", v).unwrap_err().to_string();
-        assert!(err(&[1.0]).contains("item 'x1' has 1 dimensions; space 'img' has 3"));
-        assert!(err(&[1.0, f32::NAN, 0.0]).contains("NaN at position 1"));
-        assert!(err(&[f32::INFINITY, 0.0, 0.0]).contains("infinite value at position 0"));
-        assert!(err(&[0.0, 0.0, 0.0]).contains("is zero"));
-        assert_eq!(
-            err(&[1.0, 0.0, 3.4e38]),
-            "the vector of item 'x1' holds 3.4e38 at position 2: components must be between \
-             -1e15 and 1e15"
-        );
-        assert!(err(&[-1.1e15, 0.0, 1.0]).contains("at position 0"));
-        assert!(space.check(Kind::Item, "x1", &[-1e15, 0.0, 1e15]).is_ok());
-        assert!(space.check(Kind::Item, "x1", &[0.0, 1.0, 0.0]).is_ok());
-        assert!(check_space_name("als").is_ok());
-        assert!(check_space_name("a b").is_err());
-        assert!(check_id(Kind::User, "bad token!").is_err());
     }
 }
