@@ -597,7 +597,7 @@ impl Vectors {
             return Ok(loaded);
         }
         let request = ReadRows::new(RowSet::prefix(keys::space_items(app, &space.name)))
-            .filter(cells(&space, ITEM_COLUMN));
+            .filter(cells(space, ITEM_COLUMN));
         let mut rows = self.store.read_rows(ITEM_VECTORS_TABLE, request).await?;
         let mut loaded = Loaded::empty(space);
         while let Some(row) = rows.try_next().await? {
@@ -645,7 +645,7 @@ impl Vectors {
     pub(crate) async fn load_users(&self, app: &str, space: &Space) -> Result<Loaded> {
         let store = penchant_store::for_workload(&self.store, penchant_store::Workload::Batch);
         let request = ReadRows::new(RowSet::prefix(keys::app(app)))
-            .filter(cells(&space, space.name.as_bytes()));
+            .filter(cells(space, space.name.as_bytes()));
         let mut rows = store.read_rows(USER_VECTORS_TABLE, request).await?;
         let mut loaded = Loaded::empty(space);
         while let Some(row) = rows.try_next().await? {
