@@ -3,9 +3,10 @@
 //! Who takes which (one list, so that no two holders wait on each other): the ingestion of a
 //! batch on a shared store holds its users shared from its raw write until its deltas are
 //! written ([`crate::ingest`]'s `intents.rs`); on the embedded store a batch takes its request's
-//! turn ([`Attempts`]) and then holds its users alone from their states' read to its write
-//! (`atomic.rs`); a rebuild of a user's days holds the user alone (`repair.rs`); and a profile
-//! refresh that rebuilds states holds its users alone ([`crate::profiles`]).
+//! turn ([`Attempts`]) and then holds its users alone from the read of which of its events are
+//! stored to its write (`atomic.rs`); a rebuild of a user's days holds the user alone
+//! (`repair.rs`); and a profile refresh that rebuilds states holds its users alone
+//! ([`crate::profiles`]).
 
 use penchant_model::keys;
 
@@ -35,10 +36,10 @@ impl Attempts {
 const STRIPES: usize = 256;
 
 /// Per-user locks on this node: ingestion on Bigtable holds its users shared, a rebuild of a
-/// user's days holds the user alone, and on the embedded store a batch holds its users alone from
-/// their states' read to its write. A holder takes all its users at once or waits for all
-/// of them (never some while it waits for others): two holders never wait on each other in a
-/// cycle, and a batch waits only for the batches that share a user with it — rarely any, among
+/// user's days holds the user alone, and on the embedded store a batch holds its users alone
+/// from the read of which of its events are stored to its write. A holder takes all its users
+/// at once or waits for all of them (never some while it waits for others): two holders never
+/// wait on each other in a cycle, and a batch waits only for the batches that share a user with it — rarely any, among
 /// a million users — not for a queue of batches each holding part of what the next one needs.
 #[derive(Debug, Default)]
 pub struct UserLocks {

@@ -34,6 +34,15 @@
 //! done, and the last one deletes the row ([`Pending::leave`]); a row whose attempt died is the
 //! repair's to forget, after its age.
 //!
+//! **An attempt that read what is stored before the first stored it**, and was held up (a
+//! slow node, a pause) until the first had answered and its intent was gone: it records the
+//! intent again, so it would count the events again. So an attempt remembers its batch
+//! answered (table `retries`, [`Pending::answer`]) before it forgets the intent, and an
+//! attempt that recorded the intent reads that answer before it writes: answered, it leaves
+//! the intent and writes nothing. The repair, too, writes no delta of a batch answered (an
+//! intent recorded by such an attempt that died before it read the answer: it only refreshes
+//! the users), and remembers a batch whose deltas it wrote as answered.
+//!
 //! **A node stalled past the repair's age.** The repair marks an intent ([`LEFT`]) before it
 //! redoes its work and forgets it (its attempts no longer may), and its deltas may then be
 //! folded; an attempt that wrote its
@@ -66,7 +75,9 @@ use crate::clock::Clock;
 use crate::events::Event;
 use crate::{Result, keys};
 use penchant_model::days::day_of;
-use penchant_model::tables::{EVENTS_FAMILY as FAMILY, EVENTS_TABLE};
+use penchant_model::tables::{
+    ANSWERED_FAMILY, EVENTS_FAMILY as FAMILY, EVENTS_TABLE, RETRIES_TABLE,
+};
 
 /// The first byte of the cell of an attempt in flight (`0xFC · attempt id`): not UTF-8, so
 /// never a user's. The intent goes with its last attempt ([`Pending::leave`]).
@@ -365,10 +376,12 @@ impl Pending {
         Ok(joined.then_some(attempt))
     }
 
-    /// An attempt's work is done: forget the batch's intent if no other attempt is in flight
-    /// and the repair is not redoing it (one whose node died keeps it until the repair, which
-    /// redoes the batch's work from its held rows and forgets it).
+    /// An attempt's work is done: remember the batch answered ([`Pending::answer`]), and forget
+    /// its intent if no other attempt is in flight and the repair is not redoing it (one whose
+    /// node died keeps it until the repair, which redoes the batch's work from its held rows and
+    /// forgets it).
     pub async fn leave(&self, app: &str, batch: u64, attempt: u64) -> Result<()> {
+        self.answer(app, batch).await?;
         let row = keys::intent(app, batch);
         let mut qualifier = vec![ATTEMPT];
         qualifier.extend_from_slice(&attempt.to_be_bytes());
@@ -389,6 +402,37 @@ impl Pending {
             )
             .await?;
         Ok(())
+    }
+
+    /// Remember that a batch's events are stored and counted, before its intent goes (for a
+    /// day, [`penchant_model::events::retries::ANSWERED_FOR`]): an attempt that read what is
+    /// stored before they were, and records the intent again once it is gone, finds the answer
+    /// ([`Pending::answered`]) and writes nothing.
+    pub async fn answer(&self, app: &str, batch: u64) -> Result<()> {
+        let now = self.clock.now_ms() * 1000;
+        self.store
+            .mutate_row(
+                RETRIES_TABLE,
+                keys::answered(app, batch),
+                vec![Mutation::set(
+                    ANSWERED_FAMILY,
+                    Bytes::new(),
+                    now,
+                    Bytes::new(),
+                )],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Whether an attempt of a batch answered ([`Pending::answer`]).
+    pub async fn answered(&self, app: &str, batch: u64) -> Result<bool> {
+        let answered = RowFilter::Family(ANSWERED_FAMILY.to_owned()).and(RowFilter::StripValue);
+        let row = self
+            .store
+            .read_row(RETRIES_TABLE, keys::answered(app, batch), Some(answered))
+            .await?;
+        Ok(row.is_some())
     }
 
     /// Mark a left-behind intent before its work is redone, if it is still there (else its

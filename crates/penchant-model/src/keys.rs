@@ -139,6 +139,17 @@ pub fn batch_of_intent(app_id: &str, key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(id.try_into().ok()?))
 }
 
+/// A batch's row in table `retries` once an attempt of it answered: `app 0 · 0xFF · batch id
+/// (u64 BE)`, the shape of its intent's ([`intent`]).
+pub fn answered(app_id: &str, batch: u64) -> Bytes {
+    intent(app_id, batch)
+}
+
+/// A user's row of arrivals in table `retries`: the user's prefix itself.
+pub fn arrivals(app_id: &str, user_token: &str) -> Bytes {
+    user(app_id, user_token)
+}
+
 /// An API key's row: the app, and the key's SHA-256.
 pub fn api_key(app_id: &str, digest: &[u8; 32]) -> Bytes {
     Bytes::from(app_and(app_id, &[digest]))

@@ -33,6 +33,7 @@
 //! | `abtest_users` | user | `app 0 · user 0 · test ID (u32 BE)` |
 //! | `rankers` | app | a ranker: `app 0 · index`; a chunk of the snapshot it serves from: `app 0 · index 0 · chunk (u32 BE)` |
 //! | `impressions` | user | `app 0 · user 0 · time ms (u64 BE) · queryID` |
+//! | `retries` | user | a user's events that came without a timestamp: `app 0 · user 0`; a batch answered: `app 0 · 0xFF · batch (u64 BE)` |
 //!
 //! Rows: **app**, every row is an app's (`app 0 ...`, one key range per app) and moves with the
 //! app; **user**, rows are users' (`app 0 · user ...`, one range per user) and move with a
@@ -419,8 +420,34 @@ pub const ABTEST_USERS: Table = Table {
     rows: Rows::User,
 };
 
+// -- what tells a retry ([`crate::events::retries`])
+
+pub const RETRIES_TABLE: &str = "retries";
+/// The arrival of each event of a user that came without a timestamp: a column per event
+/// (its identity, [`crate::events::retries::arrival_id`]), the arrival (ms, i64 BE) its value.
+pub const ARRIVALS_FAMILY: &str = "a";
+/// A batch answered ([`crate::keys::answered`]): one empty cell.
+pub const ANSWERED_FAMILY: &str = "b";
+
+/// What tells a retry from new events: the arrivals of events without a timestamp, for the
+/// retry window; the batches answered, a day.
+pub const RETRIES: Table = Table {
+    name: RETRIES_TABLE,
+    families: &[
+        (
+            ARRIVALS_FAMILY,
+            Gc::Age(crate::events::retries::RETRY_WINDOW),
+        ),
+        (
+            ANSWERED_FAMILY,
+            Gc::Age(crate::events::retries::ANSWERED_FOR),
+        ),
+    ],
+    rows: Rows::User,
+};
+
 /// Every table, in the order of the module's table.
-pub const ALL: [Table; 27] = [
+pub const ALL: [Table; 28] = [
     APPS,
     KEYS,
     CATALOG,
@@ -448,6 +475,7 @@ pub const ALL: [Table; 27] = [
     ABTEST_USERS,
     RANKERS,
     IMPRESSIONS,
+    RETRIES,
 ];
 
 /// The names of the tables whose rows are `rows`.

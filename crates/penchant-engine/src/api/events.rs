@@ -14,6 +14,18 @@ impl Engine {
         self.ingest.push(app, events).await
     }
 
+    /// Store a request's valid events, those at `stamped` stamped with its arrival (they came
+    /// without a timestamp): each takes the arrival of the first attempt of the request that
+    /// brought it, within the retry window ([`crate::ingest::Ingest::push_request`]).
+    pub async fn push_request(
+        &self,
+        app: &str,
+        events: Vec<events::Event>,
+        stamped: &[usize],
+    ) -> Result<()> {
+        self.ingest.push_request(app, events, stamped).await
+    }
+
     /// Finish the work of event batches that stopped half-way more than `age` ago
     /// ([`crate::ingest::Ingest::repair`]). Returns how many it finished.
     pub async fn repair(&self, age: std::time::Duration) -> Result<usize> {

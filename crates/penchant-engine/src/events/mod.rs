@@ -25,9 +25,10 @@ use crate::catalog::Catalog;
 pub mod migration;
 pub mod waiting;
 
+pub use penchant_model::events::retries;
 pub use penchant_model::events::{
-    EVENT_COLUMN, Event, EventType, Facets, Layout, Stored, Target, canonical, layout, qualifier,
-    row_key, row_key_of, stored_event,
+    EVENT_COLUMN, Event, EventType, Facets, Layout, Stored, Target, canonical, layout, occurrences,
+    qualifier, row_key, row_key_of, stored_event,
 };
 pub use penchant_model::tables::{
     EVENTS, EVENTS_FAMILY as FAMILY, EVENTS_RETENTION as RETENTION, EVENTS_TABLE,
@@ -119,8 +120,8 @@ impl Events {
         let keys: Vec<Bytes> = events
             .iter()
             .zip(&jsons)
-            .enumerate()
-            .map(|(position, (event, json))| row_key_of(app, event, json, position))
+            .zip(occurrences(&jsons))
+            .map(|((event, json), occurrence)| row_key_of(app, event, json, occurrence))
             .collect();
         let existing = self.existing(&keys).await?;
         let facets = self.facets(app, events).await?;

@@ -7,6 +7,7 @@ use penchant_store::TableMutation;
 use super::Ingest;
 use crate::Result;
 use crate::events::{Event, Ingested, Layout, Prepared};
+use crate::locks::Held;
 use penchant_model::tables::{AGGREGATES_TABLE, EVENTS_TABLE, SEEN_TABLE};
 
 /// What an atomic commit leaves to the steps after it.
@@ -37,10 +38,20 @@ impl Ingest {
     ) -> Result<()> {
         let committed = {
             let _turn = self.attempts.lock(batch).await;
+            // From the read of what is stored to the write, these users are the batch's alone:
+            // a batch beside that holds some of the same events (the request retried in
+            // another order or cut) finds them stored, or stores them after this one looked.
+            let users = self
+                .user_locks
+                .exclusive_many(app, events.iter().map(Event::user))
+                .await;
             let prepared = self.events.prepare(app, events, layouts).await?;
             if prepared.ingested.stored.is_empty() {
-                // A later attempt: the first wrote the profiles and seen marks (durably: it
-                // syncs before it lets its turn go), or its intent still owes a refresh.
+                drop(users);
+                // A later attempt: the first wrote the profiles and seen marks — durably once
+                // this sync returns, whichever batch wrote them — or its intent still owes a
+                // refresh.
+                self.store.sync().await?;
                 let refresh = events.iter().map(|e| e.user().to_owned()).collect();
                 Committed {
                     ingested: prepared.ingested,
@@ -49,7 +60,8 @@ impl Ingest {
                     seen_folds: Vec::new(),
                 }
             } else {
-                self.commit_atomically(app, batch, events, prepared).await?
+                self.commit_atomically(app, batch, events, prepared, users)
+                    .await?
             }
         };
         let stored = &committed.ingested.stored;
@@ -68,10 +80,10 @@ impl Ingest {
         Ok(())
     }
 
-    /// Derive the aggregate deltas ([`crate::aggregates::deltas`]); read the users' seen
-    /// filters and plan their delta cells ([`crate::seen::Seen::marks`]); take the users'
-    /// locks, read their states and update their profiles
-    /// ([`crate::profiles::Profiles::update`]), write it all at once and let the locks go; wait
+    /// With the batch's `users` held alone: derive the aggregate deltas
+    /// ([`crate::aggregates::deltas`]); read the users' seen filters and plan their delta cells
+    /// ([`crate::seen::Seen::marks`]); read their states and update their profiles
+    /// ([`crate::profiles::Profiles::update`]), write it all at once and let the users go; wait
     /// for the log's fsync (shared with the batches beside: [`penchant_store::Store::sync`]).
     async fn commit_atomically<'e>(
         &self,
@@ -79,6 +91,7 @@ impl Ingest {
         batch: u64,
         events: &'e [Event],
         mut prepared: Prepared<'e>,
+        users: Held<'_>,
     ) -> Result<Committed<'e>> {
         let deltas = crate::aggregates::deltas(app, &prepared.ingested.stored)?;
         let mut writes = prepared.writes();
@@ -99,12 +112,8 @@ impl Ingest {
                 .map(|row| TableMutation::new(SEEN_TABLE, row)),
         );
         let refresh = {
-            // From the states' read to the write, these users are the batch's alone; the wait
-            // for the disk comes after, shared with the batches beside.
-            let _users = self
-                .user_locks
-                .exclusive_many(app, events.iter().map(Event::user))
-                .await;
+            // The wait for the disk comes after the users go, shared with the batches beside.
+            let _users = users;
             let update = self.profiles.update(app, &prepared.ingested.stored).await?;
             writes.extend(update.writes);
             if !update.refresh.is_empty() {

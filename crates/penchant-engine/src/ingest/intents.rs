@@ -13,7 +13,8 @@ const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(2
 
 impl Ingest {
     /// The batch on a shared store: hold its users shared, find what is stored, record the
-    /// intent (or go beside the attempt that did), write the event rows, count the tallies,
+    /// intent (or go beside the attempt that did), unless an earlier attempt answered since
+    /// ([`crate::pending::Pending::answered`]) write the event rows, count the tallies,
     /// then the deltas and the settlement beside the seen marks, and leave the intent.
     pub(super) async fn push_with_intent(
         &self,
@@ -34,6 +35,13 @@ impl Ingest {
             drop(users);
             return self.push_beside_first_attempt(app, batch, prepared).await;
         };
+        if self.pending.answered(app, batch).await? {
+            // An earlier attempt answered after this one read what is stored, and its intent
+            // went before this one's record: its events are stored and counted.
+            drop(users);
+            self.leave_intent(app, batch, attempt);
+            return Ok(());
+        }
         self.events.write(&mut prepared).await?;
         let stored = &prepared.ingested.stored;
         let refresh: Vec<&str> = events.iter().map(Event::user).collect();

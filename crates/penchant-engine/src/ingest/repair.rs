@@ -72,11 +72,20 @@ impl Ingest {
         }
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
         if let Some(held) = &intent.held {
-            // The batch's own deltas, written again: cheap whatever the user's history.
-            let stored = self
-                .aggregates
-                .recount(&intent.app, intent.batch(), layout, held)
-                .await?;
+            let stored = if self.pending.answered(&intent.app, intent.batch()).await? {
+                // The batch is counted (an attempt answered, or this repair finished another
+                // user's share of it): what this intent holds is a later attempt's that died
+                // before it read the answer, or this user's share, owed only its refresh.
+                self.stored_events(held).await?
+            } else {
+                // The batch's own deltas, written again: cheap whatever the user's history.
+                let stored = self
+                    .aggregates
+                    .recount(&intent.app, intent.batch(), layout, held)
+                    .await?;
+                self.pending.answer(&intent.app, intent.batch()).await?;
+                stored
+            };
             return self.finish_with(intent, &stored).await;
         }
         let mut stored = Vec::new();
@@ -118,6 +127,17 @@ impl Ingest {
     /// Finish one user's share of a batch counted already: refresh the profile and mark the
     /// batch's items seen, from the user's event rows in it (`keys`).
     async fn finish_counted(&self, intent: &Intent, keys: &[Bytes]) -> Result<()> {
+        let stored = self.stored_events(keys).await?;
+        let (app, users) = (&intent.app, [intent.user.as_str()]);
+        futures::try_join!(
+            self.profiles.refresh_many(app, &users),
+            self.mark_seen(app, &stored)
+        )?;
+        self.pending.resolve(intent).await
+    }
+
+    /// The events of these raw rows, those that exist.
+    async fn stored_events(&self, keys: &[Bytes]) -> Result<Vec<Event>> {
         let mut stored = Vec::with_capacity(keys.len());
         if !keys.is_empty() {
             let request = ReadRows::new(RowSet::keys(keys.iter().cloned()))
@@ -126,12 +146,7 @@ impl Ingest {
                 stored.extend(events::stored_event(&row)?);
             }
         }
-        let (app, users) = (&intent.app, [intent.user.as_str()]);
-        futures::try_join!(
-            self.profiles.refresh_many(app, &users),
-            self.mark_seen(app, &stored)
-        )?;
-        self.pending.resolve(intent).await
+        Ok(stored)
     }
 
     /// Rebuild the days of these events' users from their raw events, each alone on this node

@@ -28,6 +28,37 @@ async fn concurrent_batches_of_the_same_days_count_every_event_once_on_bigtable(
     concurrent_days::every_event_counts_once(connect(&emulator).await).await;
 }
 
+/// Two nodes on one emulator (`APP` weighing views): the retries' scenarios.
+async fn two_nodes(
+    emulator: &Emulator,
+) -> (
+    Arc<dyn Store>,
+    penchant_engine::Engine,
+    penchant_engine::Engine,
+) {
+    let store = connect(emulator).await;
+    let config = penchant_engine::EngineConfig::default;
+    let a = support::engine_with_app(store.clone(), config(), "APP", support::views(10, 10)).await;
+    let b = penchant_engine::Engine::open(store.clone(), config())
+        .await
+        .unwrap();
+    (store, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_in_another_order_or_cut_counts_once_on_bigtable() {
+    let emulator = Emulator::start();
+    let (store, a, b) = two_nodes(&emulator).await;
+    crate::retries::other_orders_and_cuts_count_once(store, a, b, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_of_events_without_a_timestamp_count_once_on_bigtable() {
+    let emulator = Emulator::start();
+    let (store, a, b) = two_nodes(&emulator).await;
+    crate::retries::retries_without_timestamps_count_once(store, a, b).await;
+}
+
 /// The ranker job on the emulator: learned, stored, its queues written, taken over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_ranker_job_learns_and_writes_its_queues_on_bigtable() {

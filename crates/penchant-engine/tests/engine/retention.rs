@@ -1,5 +1,5 @@
 //! Events past an app's retention window are deleted by the purge, with their days'
-//! aggregates; what counts (the profile) does not change.
+//! aggregates; what counts (the profile) does not change; and they are not stored again.
 
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ async fn the_purge_deletes_what_the_window_left_behind() {
     .unwrap();
     engine
         .tenancy()
-        .create_app_with(Some("WEEK"), "7 days", 7, Default::default())
+        .create_app_with(Some("WEEK"), "7 days", 90, Default::default())
         .await
         .unwrap();
     engine
@@ -57,8 +57,15 @@ async fn the_purge_deletes_what_the_window_left_behind() {
             .unwrap();
         engine.push_events(app, &events).await.unwrap();
     }
-    let before = engine.profiles().get("WEEK", "u1").await.unwrap();
     assert_eq!(rows(&engine, "events", "WEEK").await, 4);
+    // The shop shortens its window to a week.
+    engine
+        .tenancy()
+        .update_app("WEEK", None, Some(7))
+        .await
+        .unwrap();
+    let before = engine.profiles().recompute_one("WEEK", "u1").await.unwrap();
+    assert!(before.is_some());
 
     // Another node purging (it holds the purge's lease): this one leaves it alone.
     let other = penchant_engine::leases::Leases::new(
@@ -85,12 +92,22 @@ async fn the_purge_deletes_what_the_window_left_behind() {
         "a 90-day app is left to the GC"
     );
     // What counted before counts now.
-    assert_eq!(engine.profiles().get("WEEK", "u1").await.unwrap(), before);
     assert_eq!(
         engine.profiles().recompute_one("WEEK", "u1").await.unwrap(),
         before
     );
-    assert!(engine.profiles().get("WEEK", "u2").await.unwrap().is_none());
+    let u2 = engine.profiles().recompute_one("WEEK", "u2").await.unwrap();
+    assert!(u2.as_ref().is_none_or(|p| p.scores.is_empty()), "{u2:?}");
+    // A late retry of the request (Insights takes events 30 days old): what the window no
+    // longer holds is not stored again, nor counted.
+    engine.push_events("WEEK", &events).await.unwrap();
+    assert_eq!(rows(&engine, "events", "WEEK").await, 1);
+    assert_eq!(rows(&engine, "aggregates", "WEEK").await, 1);
+    assert_eq!(
+        engine.profiles().recompute_one("WEEK", "u1").await.unwrap(),
+        before,
+        "the retry changed nothing"
+    );
     assert_eq!(
         engine.purge_expired().await.unwrap(),
         Some((0, 0)),

@@ -400,3 +400,314 @@ async fn a_first_attempt_stalled_past_the_repair_rebuilds_its_days_after_its_del
     first.await.unwrap().unwrap();
     assert_counted_once(&b, &*shop).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_read_before_the_first_attempts_intent_counts_once_across_a_fold() {
+    use penchant_engine::{aggregates, events, keys};
+    // Two nodes of one store; node A's first conditional write on `events` — the record of its
+    // intent, right after it read which of its events are stored — waits at the gate.
+    let store = Arc::new(Hooked::new(Gate::new(
+        Op::Conditional,
+        events::EVENTS_TABLE,
+    )));
+    let a = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let b = Engine::open(store.clone(), config()).await.unwrap();
+    let now = penchant_store::validate::now_micros() / 1000;
+    let start = now - now.rem_euclid(86_400_000);
+    let events: Vec<Event> = (0..40)
+        .map(|i| support::view("u1", "a", (start + i).min(now - 60_000 + i)))
+        .collect();
+    // The first attempt, on A, finds its events new and stops before its intent.
+    let (first_waits, go) = store.hook.arm().await;
+    let first = {
+        let (a, events) = (a.clone(), events.clone());
+        tokio::spawn(async move { a.push_events(APP, &events).await })
+    };
+    first_waits.await.unwrap();
+    // The retry, on B, answers, and its intent goes; a profile read folds the day.
+    b.push_events(APP, &events).await.unwrap();
+    support::intents_forgotten(&*store, APP).await;
+    let day = keys::day(APP, "u1", aggregates::day_of(events[0].timestamp));
+    b.aggregates().fold(day).await.unwrap();
+    // The first attempt goes on: its intent is recorded afresh, on a day that holds its events.
+    go.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    support::intents_forgotten(&*store, APP).await;
+    let counts = a.aggregates().counts(APP, "u1").await.unwrap();
+    let brand = events::qualifier(events::EventType::View, "Viewed", "brand");
+    assert_eq!(
+        counts.get(&brand).and_then(|c| c.get("a")),
+        Some(&40),
+        "each of the 40 events counted once"
+    );
+    assert_days_sum_their_raw_events(&*store, 40).await;
+    let stored = a.profiles().refresh(APP, "u1").await.unwrap();
+    assert_eq!(stored, a.profiles().recompute_one(APP, "u1").await.unwrap());
+}
+
+/// [`batches`], each with its first event twice (two events, identical).
+fn batches_with_twins() -> Vec<Vec<Event>> {
+    let mut batches = batches();
+    for batch in &mut batches {
+        batch.push(batch[0].clone());
+    }
+    batches
+}
+
+/// A request's events sent again as other requests: reversed, and cut in two other halves —
+/// one after the other, alternating `a` and `b`, or all at once (`at_once`) — then every day
+/// against its raw events (each event stored once, the twins twice) and every profile against
+/// a recompute.
+pub async fn other_orders_and_cuts_count_once(
+    store: Arc<dyn Store>,
+    a: Engine,
+    b: Engine,
+    at_once: bool,
+) {
+    let batches = batches_with_twins();
+    let total: usize = batches.iter().map(Vec::len).sum();
+    for batch in &batches {
+        let mut reversed = batch.clone();
+        reversed.reverse();
+        let (left, right) = batch.split_at(batch.len() / 3);
+        if at_once {
+            let (r1, r2, r3, r4) = tokio::join!(
+                a.push_events(APP, batch),
+                a.push_events(APP, &reversed),
+                a.push_events(APP, right),
+                b.push_events(APP, left),
+            );
+            for r in [r1, r2, r3, r4] {
+                r.unwrap();
+            }
+        } else {
+            a.push_events(APP, batch).await.unwrap();
+            b.push_events(APP, &reversed).await.unwrap();
+            b.push_events(APP, right).await.unwrap();
+            a.push_events(APP, left).await.unwrap();
+        }
+    }
+    support::intents_forgotten(&*store, APP).await;
+    assert_days_sum_their_raw_events(&*store, total).await;
+    assert_profiles_are_recomputes(&a).await;
+}
+
+/// Every user's stored profile is the one a recompute gives.
+async fn assert_profiles_are_recomputes(engine: &Engine) {
+    let mut differ = Vec::new();
+    for u in 0..USERS {
+        let user = format!("u{u:03}");
+        let stored = engine.profiles().stored_profile(APP, &user).await.unwrap();
+        let recomputed = engine.profiles().recompute_one(APP, &user).await.unwrap();
+        if stored.map(|s| s.0) != recomputed {
+            differ.push(user);
+        }
+    }
+    assert!(differ.is_empty(), "profiles unlike a recompute: {differ:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_in_another_order_or_cut_counts_once_on_two_nodes() {
+    let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+    let a = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let b = Engine::open(store.clone(), config()).await.unwrap();
+    other_orders_and_cuts_count_once(store, a, b, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_in_other_orders_and_cuts_at_once_count_once_where_a_batch_is_written_atomically() {
+    let store: Arc<dyn Store> = Arc::new(Hooked::new(Jitter));
+    let engine =
+        support::engine_with_app(store.clone(), alone(), APP, support::views(10, 10)).await;
+    other_orders_and_cuts_count_once(store, engine.clone(), engine, true).await;
+}
+
+/// Events without a timestamp, as the server stamps them: `events` with `at` for a timestamp,
+/// and every position stamped. Each keeps what told it apart from the others, its own time,
+/// as a filter (`t:<ms>`): twins stay twins.
+fn stamped(events: &[Event], at: i64) -> (Vec<Event>, Vec<usize>) {
+    use penchant_engine::events::Target;
+    let events: Vec<Event> = events
+        .iter()
+        .map(|e| {
+            let Target::Filters(mut filters) = e.target.clone() else {
+                unreachable!("the scenario's events are by filters")
+            };
+            filters.push(("t".into(), e.timestamp.to_string()));
+            Event {
+                timestamp: at,
+                target: Target::Filters(filters),
+                ..e.clone()
+            }
+        })
+        .collect();
+    let all = (0..events.len()).collect();
+    (events, all)
+}
+
+/// Requests of events without a timestamp, each sent twice at once (on `a` and `b`), then again
+/// a moment later, reversed, and cut in two: each event takes its first attempt's arrival, so
+/// every day holds each event once (the twins twice) and every profile is a recompute.
+pub async fn retries_without_timestamps_count_once(store: Arc<dyn Store>, a: Engine, b: Engine) {
+    let batches = batches_with_twins();
+    let total: usize = batches.iter().map(Vec::len).sum();
+    let now = penchant_store::validate::now_micros() / 1000;
+    for (n, batch) in batches.iter().enumerate() {
+        let first = now - 60_000 + n as i64 * 10;
+        let (events, at) = stamped(batch, first);
+        let (one, two) = tokio::join!(
+            a.push_request(APP, events.clone(), &at),
+            b.push_request(APP, events, &at),
+        );
+        one.unwrap();
+        two.unwrap();
+        let (events, at) = stamped(batch, first + 1);
+        b.push_request(APP, events, &at).await.unwrap();
+        let (mut events, at) = stamped(batch, first + 2);
+        events.reverse();
+        a.push_request(APP, events, &at).await.unwrap();
+        let (events, at) = stamped(batch, first + 3);
+        let (left, right) = events.split_at(events.len() / 2);
+        b.push_request(APP, right.to_vec(), &at[..right.len()])
+            .await
+            .unwrap();
+        a.push_request(APP, left.to_vec(), &at[..left.len()])
+            .await
+            .unwrap();
+    }
+    support::intents_forgotten(&*store, APP).await;
+    assert_days_sum_their_raw_events(&*store, total).await;
+    assert_profiles_are_recomputes(&a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_of_events_without_a_timestamp_count_once_on_two_nodes() {
+    let store: Arc<dyn Store> = Arc::new(Hooked::new(Jitter));
+    let a = support::engine_with_app(store.clone(), config(), APP, support::views(10, 10)).await;
+    let b = Engine::open(store.clone(), config()).await.unwrap();
+    retries_without_timestamps_count_once(store, a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_of_events_without_a_timestamp_count_once_where_a_batch_is_written_atomically() {
+    let store: Arc<dyn Store> = Arc::new(Hooked::new(Jitter));
+    let engine =
+        support::engine_with_app(store.clone(), alone(), APP, support::views(10, 10)).await;
+    retries_without_timestamps_count_once(store, engine.clone(), engine).await;
+}
+
+#[tokio::test]
+async fn an_event_without_a_timestamp_sent_again_past_the_retry_window_is_another_event() {
+    use penchant_engine::clock::Clock;
+    use penchant_engine::events::retries::RETRY_WINDOW;
+    let clock = Clock::manual(penchant_store::validate::now_micros());
+    let store: Arc<dyn Store> = Arc::new(penchant_store::MemStore::new());
+    let config = EngineConfig {
+        clock: clock.clone(),
+        ..alone()
+    };
+    let engine = support::engine_with_app(store.clone(), config, APP, support::views(10, 10)).await;
+    let view = [support::view("u1", "b1", clock.now_ms() - 1000)];
+    let (events, at) = stamped(&view, clock.now_ms());
+    engine.push_request(APP, events, &at).await.unwrap();
+    // Within the window: the same event.
+    clock.advance(RETRY_WINDOW - std::time::Duration::from_secs(1));
+    let (events, at) = stamped(&view, clock.now_ms());
+    engine.push_request(APP, events, &at).await.unwrap();
+    assert_days_sum_their_raw_events(&*store, 1).await;
+    // Past it: the user viewed the item again.
+    clock.advance(std::time::Duration::from_secs(2));
+    let (events, at) = stamped(&view, clock.now_ms());
+    engine.push_request(APP, events, &at).await.unwrap();
+    assert_days_sum_their_raw_events(&*store, 2).await;
+    // An event with a timestamp of its own is never taken for another.
+    engine.push_request(APP, view.to_vec(), &[]).await.unwrap();
+    engine.push_request(APP, view.to_vec(), &[]).await.unwrap();
+    assert_days_sum_their_raw_events(&*store, 3).await;
+}
+
+/// Once armed, holds the next operation `op` on `table` until the test lets it go, lets it
+/// through, and then fails every later store call: the node died right after it.
+#[derive(Debug)]
+struct HeldThenDies {
+    op: Op,
+    table: &'static str,
+    armed: tokio::sync::Mutex<
+        Option<(
+            tokio::sync::oneshot::Sender<()>,
+            tokio::sync::oneshot::Receiver<()>,
+        )>,
+    >,
+    dead: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl support::Hook for HeldThenDies {
+    async fn before(&self, op: Op, table: &str) -> penchant_store::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.dead.load(SeqCst) && op.is_data() {
+            return Err(penchant_store::StoreError::Unavailable("dead".into()));
+        }
+        if op == self.op && table == self.table {
+            let armed = self.armed.lock().await.take();
+            if let Some((waiting, go)) = armed {
+                waiting.send(()).unwrap();
+                go.await.unwrap();
+                self.dead.store(true, SeqCst);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repair_counts_nothing_again_of_a_late_attempt_that_died_after_its_intent() {
+    use penchant_engine::{aggregates, events, keys};
+    // As above, but node A dies right after it records the intent afresh (before it reads
+    // that the batch was answered): its intent, holding the 40 events, is the repair's.
+    let (waiting, waits) = tokio::sync::oneshot::channel();
+    let (go, gate) = tokio::sync::oneshot::channel();
+    let store = Arc::new(Hooked::new(HeldThenDies {
+        op: Op::Conditional,
+        table: events::EVENTS_TABLE,
+        armed: tokio::sync::Mutex::new(None),
+        dead: Default::default(),
+    }));
+    let shop: Arc<dyn Store> = Arc::new(Hooked::on(store.inner.clone(), ()));
+    let b = support::engine_with_app(shop.clone(), config(), APP, support::views(10, 10)).await;
+    let a = Engine::open(store.clone(), config()).await.unwrap();
+    let now = penchant_store::validate::now_micros() / 1000;
+    let start = now - now.rem_euclid(86_400_000);
+    let events: Vec<Event> = (0..40)
+        .map(|i| support::view("u1", "a", (start + i).min(now - 60_000 + i)))
+        .collect();
+    *store.hook.armed.lock().await = Some((waiting, gate));
+    let first = {
+        let (a, events) = (a.clone(), events.clone());
+        tokio::spawn(async move { a.push_events(APP, &events).await })
+    };
+    waits.await.unwrap();
+    b.push_events(APP, &events).await.unwrap();
+    support::intents_forgotten(&*shop, APP).await;
+    let day = keys::day(APP, "u1", aggregates::day_of(events[0].timestamp));
+    b.aggregates().fold(day.clone()).await.unwrap();
+    go.send(()).unwrap();
+    assert!(first.await.unwrap().is_err(), "A died after its intent");
+    drop(a);
+    assert_eq!(b.repair(std::time::Duration::ZERO).await.unwrap(), 1);
+    support::intents_forgotten(&*shop, APP).await;
+    b.aggregates().fold(day).await.unwrap();
+    let counts = b.aggregates().counts(APP, "u1").await.unwrap();
+    let brand = events::qualifier(events::EventType::View, "Viewed", "brand");
+    assert_eq!(
+        counts.get(&brand).and_then(|c| c.get("a")),
+        Some(&40),
+        "each of the 40 events counted once, the repair included"
+    );
+    assert_days_sum_their_raw_events(&*shop, 40).await;
+    let stored = b.profiles().stored_profile(APP, "u1").await.unwrap();
+    assert_eq!(
+        stored.map(|s| s.0),
+        b.profiles().recompute_one(APP, "u1").await.unwrap()
+    );
+}

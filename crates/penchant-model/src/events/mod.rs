@@ -7,7 +7,7 @@
 //! of the event and its place in the request ([`row_key`]). Column `e:event` keeps the event
 //! itself ([`EVENT_COLUMN`]); its counts are stored in the app's [`Layout`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,7 @@ use crate::tables::EVENTS_FAMILY as FAMILY;
 use crate::{Result, keys};
 
 pub mod layout;
+pub mod retries;
 
 pub use layout::Layout;
 
@@ -103,9 +104,30 @@ pub fn stored_event(row: &penchant_store::Row) -> Result<Option<Event>> {
         .map_err(|e| crate::internal("corrupt event", e))
 }
 
-/// The row key of an event at `position` in its request.
-pub fn row_key(app: &str, event: &Event, position: usize) -> Result<Bytes> {
-    Ok(row_key_of(app, event, &canonical(event)?, position))
+/// The row key of an event, the `occurrence`-th (from 0) of the events identical to it in its
+/// request ([`occurrences`]).
+///
+/// An event is identified by what it says, not by where it stands: its app, its user, its
+/// timestamp and a hash of its whole stored form, seeded by how many identical events come
+/// before it in the request. So every attempt of a request names the same rows whatever its
+/// order or its cut (the same events retried reordered, or split into several requests, or
+/// joined into one), and a request that holds the same event twice stores it twice.
+pub fn row_key(app: &str, event: &Event, occurrence: usize) -> Result<Bytes> {
+    Ok(row_key_of(app, event, &canonical(event)?, occurrence))
+}
+
+/// For each event of a request (given in their [`canonical`] forms), how many identical events
+/// come before it: the seed of its row key ([`row_key_of`]).
+pub fn occurrences<T: AsRef<[u8]>>(canonicals: &[T]) -> Vec<usize> {
+    let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(canonicals.len());
+    canonicals
+        .iter()
+        .map(|c| {
+            let n = seen.entry(c.as_ref()).or_default();
+            *n += 1;
+            *n - 1
+        })
+        .collect()
 }
 
 /// An event as stored, and as hashed into its row key.
@@ -114,8 +136,8 @@ pub fn canonical(event: &Event) -> Result<Vec<u8>> {
 }
 
 /// [`row_key`], from the event's [`canonical`] form.
-pub fn row_key_of(app: &str, event: &Event, canonical: &[u8], position: usize) -> Bytes {
-    let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(canonical, position as u64);
+pub fn row_key_of(app: &str, event: &Event, canonical: &[u8], occurrence: usize) -> Bytes {
+    let discriminator = xxhash_rust::xxh3::xxh3_64_with_seed(canonical, occurrence as u64);
     keys::event(app, event.user(), event.timestamp, discriminator)
 }
 
@@ -136,6 +158,75 @@ pub struct Stored<'e> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn view(user: &str, item: &str, timestamp: i64) -> Event {
+        Event {
+            event_type: EventType::View,
+            event_subtype: None,
+            event_name: "Viewed".into(),
+            index: "products".into(),
+            user_token: user.into(),
+            authenticated_user_token: None,
+            timestamp,
+            target: Target::ObjectIds(vec![item.into()]),
+            query_id: None,
+            positions: None,
+            object_data: None,
+            value: None,
+            currency: None,
+        }
+    }
+
+    fn keys_of(events: &[Event]) -> Vec<Bytes> {
+        let canonicals: Vec<Vec<u8>> = events.iter().map(|e| canonical(e).unwrap()).collect();
+        events
+            .iter()
+            .zip(&canonicals)
+            .zip(occurrences(&canonicals))
+            .map(|((e, c), n)| row_key_of("app", e, c, n))
+            .collect()
+    }
+
+    #[test]
+    fn an_event_is_named_by_what_it_says_and_its_occurrence_not_its_position() {
+        let (a, b, c) = (
+            view("u1", "a", 10),
+            view("u1", "b", 10),
+            view("u2", "a", 11),
+        );
+        // The same view twice in one request is two events.
+        let request = [a.clone(), b.clone(), a.clone(), c.clone()];
+        let keys = keys_of(&request);
+        assert_ne!(keys[0], keys[2]);
+        let sorted = |mut k: Vec<Bytes>| {
+            k.sort();
+            k
+        };
+        // Reordered: the same rows.
+        let reordered = [c.clone(), a.clone(), a.clone(), b.clone()];
+        assert_eq!(sorted(keys_of(&reordered)), sorted(keys.clone()));
+        // Cut in two (each copy of `a` in its own part: the first of each is the first
+        // occurrence), or in two other parts: rows among the first attempt's.
+        for parts in [
+            [vec![a.clone(), b.clone()], vec![a.clone(), c.clone()]],
+            [vec![c.clone(), a.clone(), a.clone()], vec![b.clone()]],
+        ] {
+            for part in parts {
+                for key in keys_of(&part) {
+                    assert!(
+                        keys.contains(&key),
+                        "a part names a row the request did not"
+                    );
+                }
+            }
+        }
+        // One field apart: another event.
+        assert!(!keys.contains(&keys_of(&[view("u1", "a", 12)])[0]));
+        assert_eq!(
+            occurrences(&[b"x".as_slice(), b"y", b"x", b"x"]),
+            [0, 0, 1, 2]
+        );
+    }
 
     #[test]
     fn qualifiers_are_csv() {

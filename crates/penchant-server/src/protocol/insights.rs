@@ -409,9 +409,17 @@ pub fn to_insights(event: &Event) -> Value {
     Value::Object(out)
 }
 
+/// A request's valid events.
+#[derive(Debug)]
+pub struct Request {
+    pub events: Vec<Event>,
+    /// The positions of the events that came without a timestamp, stamped with `now`.
+    pub stamped: Vec<usize>,
+}
+
 /// Validate a whole request body (its size is checked once, by the route's body limit): every
 /// event valid, or the first problem.
-pub fn validate_request(body: &[u8], now: i64) -> Result<Vec<Event>, Rejection> {
+pub fn validate_request(body: &[u8], now: i64) -> Result<Request, Rejection> {
     let value: Value = serde_json::from_slice(body).map_err(|_| reject("Invalid payload"))?;
     let events = match &value {
         Value::Array(_) => {
@@ -432,7 +440,19 @@ pub fn validate_request(body: &[u8], now: i64) -> Result<Vec<Event>, Rejection> 
     if events.len() > MAX_EVENTS {
         return Err(reject("Cannot process more than 1000 events in a batch"));
     }
-    events.iter().map(|e| validate_event(e, now)).collect()
+    let stamped = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.get("timestamp"), None | Some(Value::Null)))
+        .map(|(i, _)| i)
+        .collect();
+    Ok(Request {
+        events: events
+            .iter()
+            .map(|e| validate_event(e, now))
+            .collect::<Result<_, _>>()?,
+        stamped,
+    })
 }
 
 #[cfg(test)]
@@ -762,7 +782,19 @@ mod tests {
         let mixed = json!({"events": [valid(), bad]}).to_string();
         assert_eq!(msg(&mixed).kind, ErrorKind::Unprocessable);
         let fine = json!({"events": vec![valid(); 1000]}).to_string();
-        assert_eq!(validate_request(fine.as_bytes(), NOW).unwrap().len(), 1000);
+        let fine = validate_request(fine.as_bytes(), NOW).unwrap();
+        assert_eq!(fine.events.len(), 1000);
+        assert_eq!(fine.stamped.len(), 1000, "none has a timestamp");
+        // Those without a timestamp are stamped with the arrival, and said to be.
+        let mut dated = valid();
+        dated["timestamp"] = json!(NOW - 5);
+        let mut null = valid();
+        null["timestamp"] = Value::Null;
+        let body = json!({"events": [dated, valid(), null]}).to_string();
+        let request = validate_request(body.as_bytes(), NOW).unwrap();
+        assert_eq!(request.stamped, [1, 2]);
+        let stamps: Vec<i64> = request.events.iter().map(|e| e.timestamp).collect();
+        assert_eq!(stamps, [NOW - 5, NOW, NOW]);
     }
 
     #[test]

@@ -66,10 +66,14 @@ struct Ingest {
 impl Ingest {
     async fn run(self) -> Result<(), ApiError> {
         let Ingest { state, app, body } = self;
-        let events = validate_request(&body, state.engine.now_ms())
+        let request = validate_request(&body, state.engine.now_ms())
             .inspect_err(|e| state.metrics.events_rejected(e.status().as_u16()))?;
-        state.engine.push_events(&app, &events).await?;
-        state.metrics.events_ingested(events.len());
+        let count = request.events.len();
+        state
+            .engine
+            .push_request(&app, request.events, &request.stamped)
+            .await?;
+        state.metrics.events_ingested(count);
         Ok(())
     }
 }

@@ -102,6 +102,21 @@ async fn events_are_validated_and_stored_in_the_wide_schema() {
         cell(viewed, "view,\"Viewed, filtered\",discount"),
         Some(json!({"10%": 1}))
     );
+    // The client retries it (its timeout fired before the answer): no timestamp, so the server
+    // stamps the retry later, yet it is the same event, stored at the first arrival.
+    let first_arrival = viewed.key.clone();
+    let retry = s
+        .http
+        .post(&url)
+        .header("content-type", "text/plain;charset=UTF-8")
+        .body(view.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), StatusCode::OK);
+    let stored = rows(&s).await;
+    assert_eq!(stored.len(), 2, "the retry counts once");
+    assert!(stored.iter().any(|r| r.key == first_arrival));
 
     // CORS preflight.
     let resp = s
