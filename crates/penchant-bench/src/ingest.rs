@@ -16,7 +16,9 @@
 //! 2. the latency from an event to its profile while (1) runs: one more client pushes single
 //!    events for random users (the push is answered once the user's profile is refreshed);
 //! 3. a heavy user: one user preloaded with N events of today, then single events pushed for
-//!    them; the push's latency should not depend on N (the reference is N = 0);
+//!    them; the push's latency should not depend on N (the reference is N = 0); and (3b) a new
+//!    user's single events without a timestamp, as `search-insights` sends them (the server
+//!    stamps each and remembers its arrival for retries), beside the same with timestamps;
 //! 4. profile reads (`GET /1/profiles/personalization/{user}`) from 8 connections right after
 //!    the ingestion, before any wait (RocksDB still flushing and compacting); then how long the
 //!    compactions took to finish (the wait itself), and reads at rest from 8 and 32 keep-alive
@@ -184,7 +186,9 @@ pub(crate) struct InsightsEvent<'a> {
     user_token: String,
     #[serde(rename = "objectIDs")]
     object_ids: [&'a str; 1],
-    timestamp: i64,
+    /// None: left out, as `search-insights` does (the server stamps the event on arrival).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<i64>,
 }
 
 /// The body of `POST /1/events`.
@@ -270,7 +274,7 @@ pub(crate) fn insights_event(
         index: INDEX,
         user_token,
         object_ids: [&item.id],
-        timestamp,
+        timestamp: Some(timestamp),
     }
 }
 
@@ -310,6 +314,8 @@ struct PenchantRows {
     under_load: Histogram<u64>,
     /// (history, push latencies).
     heavy: Vec<(usize, Histogram<u64>)>,
+    /// A new user's single pushes without a timestamp (the arrival is the server's).
+    unstamped: Histogram<u64>,
     /// (connections, reads).
     reads: Vec<(usize, Timed)>,
     /// Reads right after the ingestion, before any wait for compactions ([`AFTER_CONNECTIONS`]).
@@ -524,6 +530,28 @@ fn table(
         }
     }
 
+    // 3b. The same pushes without a timestamp.
+    for (q, name) in [
+        (0.5, "3b. a new user's push without a timestamp, p50"),
+        (0.99, "   p99"),
+    ] {
+        let reference = base.map(|b| ms(b, q));
+        let unit = match q {
+            0.5 => format!(
+                "ms ({} pushes; reference: with timestamps)",
+                plan.heavy_pushes
+            ),
+            _ => "ms".to_owned(),
+        };
+        row(
+            name,
+            latency(ms(&p.unstamped, q)),
+            Cell::or_empty(reference, latency),
+            reference.map(|b| ms(&p.unstamped, q) / b),
+            &unit,
+        );
+    }
+
     // 4. Profile reads: right after the ingestion, the wait for compactions, then at rest.
     let avg_profile = p.profiles.iter().map(Vec::len).sum::<usize>() / p.profiles.len().max(1);
     let after = [(
@@ -695,14 +723,21 @@ async fn penchant_rows(
         );
         heavy.push((
             history,
-            heavy_user(&client, work, history, plan.heavy_pushes, &progress).await?,
+            heavy_user(&client, work, history, plan.heavy_pushes, true, &progress).await?,
         ));
     }
+    let progress = bar(
+        "ingest: a new user's single pushes without a timestamp",
+        plan.heavy_pushes as u64,
+    );
+    let unstamped = heavy_user(&client, work, 0, plan.heavy_pushes, false, &progress).await?;
+    drop(progress);
 
     Ok(PenchantRows {
         ingest,
         under_load,
         heavy,
+        unstamped,
         reads,
         after,
         disk,
@@ -929,16 +964,22 @@ async fn read_profiles(
 }
 
 /// (3): a new user with `history` events of today (random items, one in five a conversion, in
-/// batches), then `pushes` single views pushed for them one after the other; their latencies.
+/// batches), then `pushes` single views pushed for them one after the other, with their
+/// `timestamps` or without (the server stamps them, and remembers each one's arrival for
+/// retries); their latencies.
 async fn heavy_user(
     client: &InProcess,
     work: &Workload,
     history: usize,
     pushes: usize,
+    timestamps: bool,
     progress: &ProgressBar,
 ) -> anyhow::Result<Histogram<u64>> {
     let mut rng = StdRng::seed_from_u64(history as u64);
-    let user = format!("heavy{history}");
+    let user = match timestamps {
+        true => format!("heavy{history}"),
+        false => format!("unstamped{history}"),
+    };
     let now = now_ms();
     let today = now - now.rem_euclid(DAY_MS);
     let mut left = history;
@@ -960,8 +1001,12 @@ async fn heavy_user(
     let mut hist = histogram();
     for _ in 0..pushes {
         let item = work.random_item(&mut rng);
+        let mut event = insights_event(user.clone(), item, false, now_ms());
+        if !timestamps {
+            event.timestamp = None;
+        }
         let body = Batch {
-            events: vec![insights_event(user.clone(), item, false, now_ms())],
+            events: vec![event],
         };
         let t = Instant::now();
         client.post::<IgnoredAny>("/1/events", &body).await?;

@@ -41,7 +41,8 @@
 //! attempt that recorded the intent reads that answer before it writes: answered, it leaves
 //! the intent and writes nothing. The repair, too, writes no delta of a batch answered (an
 //! intent recorded by such an attempt that died before it read the answer: it only refreshes
-//! the users), and remembers a batch whose deltas it wrote as answered.
+//! the users), and remembers each user's share of a batch whose deltas it wrote — the last
+//! share gone, the batch is answered.
 //!
 //! **A node stalled past the repair's age.** The repair marks an intent ([`LEFT`]) before it
 //! redoes its work and forgets it (its attempts no longer may), and its deltas may then be
@@ -409,30 +410,56 @@ impl Pending {
     /// stored before they were, and records the intent again once it is gone, finds the answer
     /// ([`Pending::answered`]) and writes nothing.
     pub async fn answer(&self, app: &str, batch: u64) -> Result<()> {
+        self.answer_for(app, batch, "").await
+    }
+
+    /// Remember that the repair wrote the deltas of one user's share of a batch (the cell of
+    /// [`Pending::answer`] says all of them were): once every share is, the batch is answered.
+    pub async fn answer_share(&self, app: &str, batch: u64, user: &str) -> Result<()> {
+        self.answer_for(app, batch, user).await
+    }
+
+    async fn answer_for(&self, app: &str, batch: u64, user: &str) -> Result<()> {
         let now = self.clock.now_ms() * 1000;
+        let cell = Mutation::set(ANSWERED_FAMILY, user.as_bytes().to_vec(), now, Bytes::new());
         self.store
-            .mutate_row(
-                RETRIES_TABLE,
-                keys::answered(app, batch),
-                vec![Mutation::set(
-                    ANSWERED_FAMILY,
-                    Bytes::new(),
-                    now,
-                    Bytes::new(),
-                )],
-            )
+            .mutate_row(RETRIES_TABLE, keys::answered(app, batch), vec![cell])
             .await?;
         Ok(())
     }
 
-    /// Whether an attempt of a batch answered ([`Pending::answer`]).
+    /// Whether a batch whose intent is gone was answered: an attempt of it answered, or the
+    /// repair finished a share of it (then it finished them all, or the intent would be there).
     pub async fn answered(&self, app: &str, batch: u64) -> Result<bool> {
-        let answered = RowFilter::Family(ANSWERED_FAMILY.to_owned()).and(RowFilter::StripValue);
+        Ok(!self.answers(app, batch, None).await?.is_empty())
+    }
+
+    /// Whether a user's share of a batch is counted: an attempt of the batch answered, or the
+    /// repair wrote the share's deltas.
+    pub async fn share_answered(&self, app: &str, batch: u64, user: &str) -> Result<bool> {
+        Ok(!self.answers(app, batch, Some(user)).await?.is_empty())
+    }
+
+    /// The answers kept of a batch: every one, or only the batch's and `user`'s.
+    async fn answers(&self, app: &str, batch: u64, user: Option<&str>) -> Result<Vec<Bytes>> {
+        let mut filter = RowFilter::Family(ANSWERED_FAMILY.to_owned());
+        if let Some(user) = user {
+            let of = [Bytes::new(), Bytes::copy_from_slice(user.as_bytes())];
+            filter = filter.and(RowFilter::Qualifiers(of.into_iter().collect()));
+        }
         let row = self
             .store
-            .read_row(RETRIES_TABLE, keys::answered(app, batch), Some(answered))
+            .read_row(
+                RETRIES_TABLE,
+                keys::answered(app, batch),
+                Some(filter.and(RowFilter::StripValue)),
+            )
             .await?;
-        Ok(row.is_some())
+        Ok(row
+            .iter()
+            .flat_map(|r| r.family(ANSWERED_FAMILY))
+            .map(|c| c.qualifier.clone())
+            .collect())
     }
 
     /// Mark a left-behind intent before its work is redone, if it is still there (else its

@@ -72,10 +72,16 @@ impl Ingest {
         }
         let layout = self.tenancy.events_of(&intent.app).await?.layout;
         if let Some(held) = &intent.held {
-            let stored = if self.pending.answered(&intent.app, intent.batch()).await? {
-                // The batch is counted (an attempt answered, or this repair finished another
-                // user's share of it): what this intent holds is a later attempt's that died
-                // before it read the answer, or this user's share, owed only its refresh.
+            let (app, batch) = (&intent.app, intent.batch());
+            let stored = if self
+                .pending
+                .share_answered(app, batch, &intent.user)
+                .await?
+            {
+                // Counted (an attempt of the batch answered, or a repair wrote this share's
+                // deltas and stopped before it forgot it): what this intent holds is owed only
+                // its refresh — the intent of a later attempt that died before it read the
+                // answer, say.
                 self.stored_events(held).await?
             } else {
                 // The batch's own deltas, written again: cheap whatever the user's history.
@@ -83,7 +89,7 @@ impl Ingest {
                     .aggregates
                     .recount(&intent.app, intent.batch(), layout, held)
                     .await?;
-                self.pending.answer(&intent.app, intent.batch()).await?;
+                self.pending.answer_share(app, batch, &intent.user).await?;
                 stored
             };
             return self.finish_with(intent, &stored).await;
