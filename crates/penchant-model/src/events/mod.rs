@@ -156,10 +156,11 @@ pub struct Stored<'e> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn view(user: &str, item: &str, timestamp: i64) -> Event {
+    /// A view of `item` by `user` (the model's tests share it).
+    pub(crate) fn view(user: &str, item: &str, timestamp: i64) -> Event {
         Event {
             event_type: EventType::View,
             event_subtype: None,

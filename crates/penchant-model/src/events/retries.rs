@@ -67,25 +67,7 @@ pub fn decode_arrival(value: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{EventType, Target};
-
-    fn view(user: &str, item: &str, timestamp: i64) -> Event {
-        Event {
-            event_type: EventType::View,
-            event_subtype: None,
-            event_name: "Viewed".into(),
-            index: "products".into(),
-            user_token: user.into(),
-            authenticated_user_token: None,
-            timestamp,
-            target: Target::ObjectIds(vec![item.into()]),
-            query_id: None,
-            positions: None,
-            object_data: None,
-            value: None,
-            currency: None,
-        }
-    }
+    use crate::events::tests::view;
 
     #[test]
     fn an_arrival_is_named_by_the_event_without_its_timestamp_and_its_occurrence() {
