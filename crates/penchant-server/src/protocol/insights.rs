@@ -788,9 +788,10 @@ mod tests {
         // Those without a timestamp are stamped with the arrival, and said to be.
         let mut dated = valid();
         dated["timestamp"] = json!(NOW - 5);
-        let mut null = valid();
-        null["timestamp"] = Value::Null;
-        let body = json!({"events": [dated, valid(), null]}).to_string();
+        // (Not named `null`: in `json!` that word is JSON's null, not the variable.)
+        let mut nulled = valid();
+        nulled["timestamp"] = Value::Null;
+        let body = json!({"events": [dated, valid(), nulled]}).to_string();
         let request = validate_request(body.as_bytes(), NOW).unwrap();
         assert_eq!(request.stamped, [1, 2]);
         let stamps: Vec<i64> = request.events.iter().map(|e| e.timestamp).collect();
