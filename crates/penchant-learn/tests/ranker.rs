@@ -22,7 +22,8 @@ fn movielens_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("MOVIELENS_100K_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ml-100k")
+            PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+                .join("../../../shared/data/ml-100k")
         });
     if dir.join("ml-100k.inter").is_file() {
         return Some(dir);

@@ -109,7 +109,8 @@ fn run_python(script: &str, node: &Node, app: &str, key: &str) {
              environment with Algolia's Python client (scripts/e2e-python.sh)"
         )
     });
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/python");
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+        .join("../../e2e/python");
     let out = Command::new(python)
         .args([script, "127.0.0.1", &node.port().to_string(), app, key])
         .current_dir(&dir)

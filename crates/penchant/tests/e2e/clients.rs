@@ -75,7 +75,7 @@ fn run_python(script: &str, node: &Node, app: &str, key: &str) {
 /// Run `script` of `e2e/{folder}` with `program` against the node; panics with its output if it
 /// fails.
 fn run_script(mut program: Command, folder: &str, script: &str, node: &Node, app: &str, key: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
         .join("../../e2e")
         .join(folder);
     let out = program
@@ -177,7 +177,8 @@ async fn search_insights_events() {
 /// Run a script of `e2e/node`, which needs npm package `package`, against the node; panics with
 /// its output if it fails.
 fn run_node(script: &str, package: &str, node: &Node, app: &str, key: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../e2e/node");
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+        .join("../../e2e/node");
     assert!(
         dir.join("node_modules").join(package).is_dir(),
         "{package} is not installed: run the tests with ./scripts/test.sh (scripts/e2e-node.sh)"

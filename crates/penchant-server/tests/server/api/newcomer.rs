@@ -39,9 +39,10 @@ fn node(s: &Server, key: &str) {
 /// Run `program` in `e2e/{folder}` with `args` (`PORT`: the server's); panics with its output
 /// if it fails.
 fn client(s: &Server, program: &str, folder: &str, args: &[&str]) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../e2e")
-        .join(folder);
+    let dir =
+        std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+            .join("../../e2e")
+            .join(folder);
     let port = s.base.rsplit(':').next().unwrap();
     let args: Vec<&str> = args
         .iter()

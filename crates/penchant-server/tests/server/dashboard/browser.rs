@@ -390,7 +390,7 @@ fn screenshot_dirs() -> Vec<PathBuf> {
         let dir = PathBuf::from(dir);
         // Relative to the workspace root (where scripts run), not the crate's folder.
         let dir = if dir.is_relative() {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
                 .join("../..")
                 .join(dir)
         } else {

@@ -16,11 +16,14 @@
 //!   clients do, and send a share of their batches twice at the same moment on two connections
 //!   (a retry while the first attempt is still in flight).
 //!
-//! At the end the node is stopped and its store opened here: every user's per-day aggregates
-//! must count each acknowledged event exactly once (against a reference computed from the
-//! acknowledged events alone), every stored profile must equal a recompute, tenant B must have
-//! read nothing of A and got its 4xx every time, and no 5xx may have come outside the restart
-//! windows. Any failed check fails the run.
+//! At the end the nodes are given the time their own repair takes after the last kill, stopped,
+//! and their store opened here by the [`check`]er, which runs no repair and trusts no engine
+//! computation: every raw event row of the shop must be the one event sent at its time, every
+//! acknowledged event must have its row, every per-day aggregate must count the day's stored
+//! events value by value, every stored profile must score as the checker scores the events (the
+//! documented formula) and none may belong to a user who sent nothing, and no ingestion intent
+//! may be left. Tenant B must have read nothing of A and got its 4xx every time, and no 5xx may
+//! have come outside the restart windows. Any failed check fails the run.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -37,6 +40,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::{Bench, Cell, CommonArgs, Report, Table};
+
+mod check;
+use check::{Reference, Scoring};
 
 const SHOP: &str = "SHOP";
 const HOSTILE: &str = "HOSTILE";
@@ -60,6 +66,22 @@ const TIMED_OUT: &str = "timed out";
 const NOT_CONNECTED: &str = "not connected";
 /// A's readers and B's attacker alternate in slices this long (B on in odd ones).
 const SLICE: Duration = Duration::from_secs(10);
+/// How long after its last kill the nodes' own repair has finished what it left: alone on the
+/// embedded store (the dead node's 10-second lease, then a round), and sharing a store (a batch
+/// is taken for interrupted at a minute old, in rounds every 5 s).
+const SETTLE_ALONE: Duration = Duration::from_secs(20);
+const SETTLE_SHARED: Duration = Duration::from_secs(90);
+/// The strategy set up, and the one it changes to at a third of the run.
+const FIRST_STRATEGY: Scoring = Scoring {
+    kinds: [10, 20, 50],
+    brand: 10,
+    category: 5,
+};
+const CHANGED_STRATEGY: Scoring = Scoring {
+    kinds: [5, 30, 80],
+    brand: 5,
+    category: 10,
+};
 
 /// `penchant-bench soak [flags]`.
 #[derive(Debug, clap::Args)]
@@ -301,6 +323,27 @@ impl Nodes {
         self.0.iter().map(|n| n.kills.load(Ordering::SeqCst)).sum()
     }
 
+    /// Give the nodes' own repair the time it takes to finish what the last kill left (the
+    /// checker runs none): a node alone on its store repairs at start, once its dead
+    /// predecessor's lease is past; nodes sharing a store take a batch for interrupted when it
+    /// is a minute old, in rounds every half lease.
+    async fn settle(&self) {
+        let after = match self.0.len() {
+            1 => SETTLE_ALONE,
+            _ => SETTLE_SHARED,
+        };
+        let last = self
+            .0
+            .iter()
+            .filter_map(|n| n.windows.lock().expect("not poisoned").last().map(|w| w.0))
+            .max();
+        if let Some(wait) = last.and_then(|at| (at + after).checked_duration_since(Instant::now()))
+        {
+            eprintln!("soak: {wait:.0?} for the nodes' repair of the last kill");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     fn unexpected_deaths(&self) -> u64 {
         self.0
             .iter()
@@ -471,6 +514,8 @@ struct Sent {
     user: u32,
     item: u32,
     kind: u8,
+    /// Its timestamp (ms): every event sent has a millisecond of its own.
+    at: i64,
 }
 
 /// The kinds of events: (type, name).
@@ -506,7 +551,7 @@ struct Shape {
 }
 
 impl Shape {
-    fn event(&self, rng: &mut StdRng) -> Sent {
+    fn event(&self, rng: &mut StdRng, at: i64) -> Sent {
         let r: f64 = rng.random();
         let user = if r < 0.2 {
             u32::MAX
@@ -526,14 +571,19 @@ impl Shape {
         } else {
             2
         };
-        Sent { user, item, kind }
+        Sent {
+            user,
+            item,
+            kind,
+            at,
+        }
     }
 
-    fn json(&self, e: &Sent, timestamp: i64) -> Value {
+    fn json(&self, e: &Sent) -> Value {
         let (t, name) = KINDS[e.kind as usize];
         let mut event = json!({
             "eventType": t, "eventName": name, "index": INDEX,
-            "userToken": user_token(self.users, e.user), "timestamp": timestamp,
+            "userToken": user_token(self.users, e.user), "timestamp": e.at,
             "objectIDs": [format!("i{}", e.item)],
         });
         if t == "conversion" {
@@ -550,9 +600,8 @@ struct Writes {
     batches: AtomicU64,
     twice_at_once: AtomicU64,
     retried_after_failure: AtomicU64,
-    /// Batches given up after a failed attempt: the first event's timestamp (the others follow
-    /// it, a millisecond each) and the events.
-    abandoned: Mutex<Vec<(i64, Vec<Sent>)>>,
+    /// Batches given up after a failed attempt.
+    abandoned: Mutex<Vec<Vec<Sent>>>,
     /// Recently acknowledged users, for the readers.
     recent: Mutex<Vec<u32>>,
 }
@@ -599,13 +648,11 @@ async fn writer(ctx: Arc<Ctx>, sending: Sending, seed: u64, clock: Arc<AtomicI64
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
-        let events: Vec<Sent> = (0..BATCH).map(|_| ctx.shape.event(&mut rng)).collect();
         let stamp = clock.fetch_add(BATCH as i64, Ordering::SeqCst);
-        let body: Vec<Value> = events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| ctx.shape.json(e, stamp + i as i64))
+        let events: Vec<Sent> = (0..BATCH)
+            .map(|i| ctx.shape.event(&mut rng, stamp + i as i64))
             .collect();
+        let body: Vec<Value> = events.iter().map(|e| ctx.shape.json(e)).collect();
         let body = serde_json::to_vec(&json!({ "events": body })).expect("JSON");
         let mut attempt = 0;
         let acknowledged = loop {
@@ -664,7 +711,7 @@ async fn writer(ctx: Arc<Ctx>, sending: Sending, seed: u64, clock: Arc<AtomicI64
                     if !why.starts_with(NOT_CONNECTED) && rng.random_bool(give_up) =>
                 {
                     let mut abandoned = ctx.writes.abandoned.lock().expect("not poisoned");
-                    abandoned.push((stamp, events.clone()));
+                    abandoned.push(events.clone());
                     break false;
                 }
                 Outcome::Failed(_) => {
@@ -1094,7 +1141,7 @@ async fn setup(node: &Nodes, shape: Shape) -> anyhow::Result<(String, String, St
         .await,
     )?;
     let limited_key = limited["key"].as_str().context("no key")?.to_owned();
-    let strategy = strategy(10, 20, 50, 10, 5);
+    let strategy = FIRST_STRATEGY.json();
     ok(
         "the strategy",
         call(
@@ -1133,19 +1180,6 @@ async fn setup(node: &Nodes, shape: Shape) -> anyhow::Result<(String, String, St
     }
     bar.finish_and_clear();
     Ok((shop_key, hostile_key, limited_key))
-}
-
-fn strategy(view: i32, click: i32, buy: i32, brand: i32, category: i32) -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "eventsScoring": [
-            {"eventName": "Viewed", "eventType": "view", "score": view},
-            {"eventName": "Clicked", "eventType": "click", "score": click},
-            {"eventName": "Bought", "eventType": "conversion", "score": buy},
-        ],
-        "facetsScoring": [{"facetName": "brand", "score": brand}, {"facetName": "category", "score": category}],
-        "personalizationImpact": 50,
-    }))
-    .expect("JSON")
 }
 
 /// The recompute a strategy change started: wait (through kills) until it is done.
@@ -1318,7 +1352,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
             let http = client(Duration::from_secs(30));
             loop {
                 let url = format!("{}/1/strategies/personalization", node.url(period as usize));
-                let body = strategy(5, 30, 80, 5, 10);
+                let body = CHANGED_STRATEGY.json();
                 match call(
                     &http,
                     reqwest::Method::POST,
@@ -1358,6 +1392,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     };
     let seen_check = check_seen(&ctx).await?;
     let recompute = wait_for_recompute(&node, &shop_key, Duration::from_secs(600)).await?;
+    node.settle().await;
     let traffic = started.elapsed();
     let mut stopped = Vec::new();
     for n in &node.0 {
@@ -1375,7 +1410,24 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
             penchant_store_bigtable::BigtableStore::connect(emulator.config("soak_")).await?,
         ),
     };
-    let check = check_store(store, shape, &ctx.writes, args.profiles_checked).await?;
+    let acknowledged = ctx
+        .writes
+        .acknowledged
+        .lock()
+        .expect("not poisoned")
+        .clone();
+    let abandoned = ctx.writes.abandoned.lock().expect("not poisoned").clone();
+    let reference = Reference {
+        users: shape.users,
+        acknowledged: &acknowledged,
+        abandoned: &abandoned,
+        scoring: match strategy_changed {
+            Some(_) => CHANGED_STRATEGY,
+            None => FIRST_STRATEGY,
+        },
+        light_profiles: args.profiles_checked,
+    };
+    let check = check::check(store, &reference).await?;
     let restored = match &backup {
         Some(b) => Some(check_backup(b, &root, shape, &ctx.writes, &check.abandoned_stored).await?),
         None => None,
@@ -1383,7 +1435,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
 
     // The report.
     let writes = &ctx.writes;
-    let acknowledged = writes.acknowledged.lock().expect("not poisoned").len();
+    let acknowledged = acknowledged.len();
     let mut summary = Table::new("soak: events and faults", &["what", "value"]);
     let mut row = |what: &str, value: Cell| summary.row(vec![what.into(), value]);
     row("traffic (s)", Cell::fixed(traffic.as_secs_f64(), 0));
@@ -1412,24 +1464,35 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
         "given-up batches stored in part",
         Cell::int(check.abandoned_in_part as f64),
     );
-    row("users checked", Cell::int(check.users as f64));
-    row("events lost", Cell::int(check.lost as f64));
-    row("events counted twice", Cell::int(check.doubled as f64));
     row(
-        "users with a wrong count",
-        Cell::int(check.wrong_users.len() as f64),
+        "ingestions the nodes left unfinished",
+        Cell::int(check.unfinished as f64),
+    );
+    row("raw event rows read", Cell::int(check.rows as f64));
+    row("acknowledged events lost", Cell::int(check.lost as f64));
+    row("events stored twice", Cell::int(check.doubled as f64));
+    row("rows of no event sent", Cell::int(check.phantom as f64));
+    row(
+        "rows or cells unreadable",
+        Cell::int(check.unreadable as f64),
+    );
+    row("users with counted events", Cell::int(check.users as f64));
+    row("per-day aggregate rows read", Cell::int(check.days as f64));
+    row(
+        "aggregate counts short / past the events",
+        format!("{} / {}", check.counts_short, check.counts_past).into(),
     );
     row(
-        "profiles compared with a recompute",
+        "profiles scored by the checker and compared",
         Cell::int(check.profiles as f64),
     );
     row(
         "profile mismatches",
-        Cell::int(check.profile_mismatches.len() as f64),
+        Cell::int(check.profile_mismatches as f64),
     );
     row(
-        "interrupted ingestions left for the checker's repair",
-        Cell::int(check.repaired as f64),
+        "profiles of users without a counted event",
+        Cell::int(check.phantom_profiles as f64),
     );
     row("nodes", Cell::int(node.0.len() as f64));
     let timed_out: u64 = seen
@@ -1449,7 +1512,7 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     );
     row(
         "items of counted events missing from the seen filter",
-        Cell::int(check.unseen.len() as f64),
+        Cell::int(check.unseen as f64),
     );
     row(
         "recommendations checked for seen items (users)",
@@ -1601,36 +1664,8 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     report.table(resources);
 
     // The verdict.
-    let mut failures = Vec::new();
-    if check.lost > 0 || check.doubled > 0 {
-        failures.push(format!(
-            "{} events lost and {} counted twice, over {} users: {}",
-            check.lost,
-            check.doubled,
-            check.wrong_users.len(),
-            first_few(&check.wrong_users, "; ")
-        ));
-    }
     // On the embedded store a batch is one write: stored whole or not at all.
-    if args.store == SoakStore::Embedded && check.abandoned_in_part > 0 {
-        failures.push(format!(
-            "{} batches given up by their client were stored in part",
-            check.abandoned_in_part
-        ));
-    }
-    if !check.profile_mismatches.is_empty() {
-        failures.push(format!(
-            "{} stored profiles unlike a recompute: {}",
-            check.profile_mismatches.len(),
-            first_few(&check.profile_mismatches, ", ")
-        ));
-    }
-    if !check.unseen.is_empty() {
-        failures.push(format!(
-            "items of counted events not marked seen: {}",
-            first_few(&check.unseen, "; ")
-        ));
-    }
+    let mut failures = check.failures(args.store == SoakStore::Embedded);
     if !seen_check.violations.is_empty() {
         failures.push(format!(
             "items the user had seen were recommended: {}",
@@ -1953,151 +1988,4 @@ async fn check_seen(ctx: &Ctx) -> anyhow::Result<SeenCheck> {
         }
     }
     Ok(check)
-}
-
-/// What the checker found in the store.
-#[derive(Debug, Default)]
-struct Checked {
-    users: usize,
-    lost: u64,
-    doubled: u64,
-    wrong_users: Vec<String>,
-    profiles: usize,
-    profile_mismatches: Vec<String>,
-    repaired: usize,
-    /// Batches given up by their client, and those of their events the node stored (counted
-    /// then, as every stored event is).
-    abandoned_batches: usize,
-    abandoned_stored: Vec<Sent>,
-    /// Given-up batches stored in part (a batch is one write on the embedded store).
-    abandoned_in_part: usize,
-    /// Light users whose seen filter was read, and items of their counted events it lacks.
-    seen_users: usize,
-    unseen: Vec<String>,
-}
-
-/// Which of a batch's events (the first stamped `stamp` ms, the others a millisecond apart) are
-/// stored: one read of their rows' keys.
-async fn stored_of(
-    store: &dyn penchant_store::Store,
-    shape: Shape,
-    stamp: i64,
-    events: &[Sent],
-) -> anyhow::Result<Vec<Sent>> {
-    use penchant_engine::{events as ev, keys};
-    let tokens: Vec<String> = events
-        .iter()
-        .map(|e| user_token(shape.users, e.user))
-        .collect();
-    let mut rows = penchant_store::RowSet::default();
-    for (i, token) in tokens.iter().enumerate() {
-        let at = stamp + i as i64;
-        rows.ranges
-            .extend(keys::events_between(SHOP, token, at, at + 1).ranges);
-    }
-    let keys_only = penchant_store::RowFilter::column(ev::FAMILY, ev::EVENT_COLUMN)
-        .and(penchant_store::RowFilter::StripValue);
-    let request = penchant_store::ReadRows::new(rows).filter(keys_only);
-    let mut found = std::collections::HashSet::new();
-    for row in store.read_all(ev::EVENTS_TABLE, request).await? {
-        // `app 0 · user 0 · ms (u64 BE) · discriminator (u64 BE)`
-        if let (Some(user), Some(ms)) = (
-            keys::user_of(SHOP, &row.key),
-            row.key.len().checked_sub(16).map(|at| &row.key[at..at + 8]),
-        ) {
-            let ms = i64::from_be_bytes(ms.try_into().expect("8 bytes"));
-            found.insert((user.to_owned(), ms));
-        }
-    }
-    Ok(events
-        .iter()
-        .zip(&tokens)
-        .enumerate()
-        .filter(|(i, (_, token))| found.contains(&((*token).clone(), stamp + *i as i64)))
-        .map(|(_, (e, _))| *e)
-        .collect())
-}
-
-/// Open the node's store here, finish what a node would finish at its next start (the repair
-/// of interrupted ingestions), then compare every user's counts with the reference and stored
-/// profiles with recomputes.
-async fn check_store(
-    store: Arc<dyn penchant_store::Store>,
-    shape: Shape,
-    writes: &Writes,
-    profiles: usize,
-) -> anyhow::Result<Checked> {
-    let engine =
-        penchant_engine::Engine::open(store.clone(), penchant_engine::EngineConfig::default())
-            .await?;
-    let mut checked = Checked {
-        repaired: engine.repair(Duration::ZERO).await?,
-        ..Checked::default()
-    };
-    let abandoned = writes.abandoned.lock().expect("not poisoned").clone();
-    checked.abandoned_batches = abandoned.len();
-    for (stamp, events) in &abandoned {
-        let stored = stored_of(&*store, shape, *stamp, events).await?;
-        if !stored.is_empty() && stored.len() < events.len() {
-            checked.abandoned_in_part += 1;
-        }
-        checked.abandoned_stored.extend(stored);
-    }
-    let mut counted = writes.acknowledged.lock().expect("not poisoned").clone();
-    counted.extend_from_slice(&checked.abandoned_stored);
-    let reference = reference(&counted);
-    // A light user's items: a heavy user's filter may rotate its oldest generation out.
-    let mut items: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for e in counted.iter().filter(|e| e.user < shape.users) {
-        items
-            .entry(e.user)
-            .or_default()
-            .push(format!("i{}", e.item));
-    }
-    let bar = crate::report::bar("soak: users checked", reference.len() as u64);
-    let mut light_profiles = 0;
-    for (user, expected) in &reference {
-        let token = user_token(shape.users, *user);
-        let counts = counts_of(&engine, &token, expected).await?;
-        checked.users += 1;
-        let (lost, doubled) = short_and_past(&counts, Some(expected), expected);
-        checked.lost += lost;
-        checked.doubled += doubled;
-        let wrong = lost > 0 || doubled > 0;
-        if wrong && checked.wrong_users.len() < 1000 {
-            checked.wrong_users.push(token.clone());
-        }
-        if let Some(items) = items.get(user) {
-            let seen = engine
-                .seen()
-                .exists(SHOP, &token, items, penchant_engine::Consistency::Strong)
-                .await?;
-            checked.seen_users += 1;
-            for (item, seen) in items.iter().zip(seen) {
-                if !seen && checked.unseen.len() < 1000 {
-                    checked.unseen.push(format!("{token}: {item}"));
-                }
-            }
-        }
-        let light = *user < shape.users;
-        if !light || light_profiles < profiles {
-            light_profiles += usize::from(light);
-            checked.profiles += 1;
-            let stored = engine.profiles().stored_profile(SHOP, &token).await?;
-            let full = engine.profiles().recompute_one(SHOP, &token).await?;
-            let (stored, version) = stored.unzip();
-            if stored != full {
-                // Why, for the report: an older strategy's profile, or other counts.
-                let current = engine.strategies().fresh(SHOP).await?.map(|s| s.version);
-                let why = match version == current {
-                    true => format!("stored {stored:?}, recomputed {full:?}"),
-                    false => format!("version {version:?} <> {current:?}"),
-                };
-                checked.profile_mismatches.push(format!("{token} ({why})"));
-            }
-        }
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    Ok(checked)
 }
