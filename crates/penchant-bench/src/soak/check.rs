@@ -19,6 +19,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use penchant_engine::events::{self as ev, Target};
 use penchant_engine::profiles::{PROFILES_TABLE, Scores};
+use penchant_engine::recommend::trending::TRENDING_TABLE;
 use penchant_engine::{Engine, EngineConfig, aggregates as agg, keys};
 use penchant_model::tables::PROFILES_FAMILY;
 use penchant_store::{ReadRows, RowFilter, RowSet, Store};
@@ -33,6 +34,11 @@ const VERSION: &[u8] = b"v";
 const VALUES_PER_FACET: usize = 100;
 /// The best score of a profile (docs/API.md).
 const MAX_SCORE: i64 = 20;
+/// What each kind adds to its item's trending counter (docs/API.md: conversions, and clicks a
+/// tenth as much), in [`KINDS`]' order.
+const TRENDING_WEIGHTS: [i64; 3] = [0, 1, 10];
+/// How often a node adds its trending counts to the store (docs/API.md).
+const TRENDING_FLUSH_SECS: f64 = 5.0;
 
 /// What the strategy weighs: each kind's score (in [`KINDS`]' order), then the brand's and the
 /// category's.
@@ -76,6 +82,11 @@ pub(super) struct Reference<'a> {
     pub scoring: Scoring,
     /// Light users whose profile is compared (heavy users and the bot always are).
     pub light_profiles: usize,
+    /// Kills of a node, how long the traffic ran, and how many events can be in flight on a node
+    /// when it dies: what bounds the trending counts a kill loses.
+    pub kills: u64,
+    pub traffic: std::time::Duration,
+    pub in_flight: u64,
 }
 
 /// What the checker found.
@@ -114,6 +125,12 @@ pub(super) struct Checked {
     /// Light users whose seen filter was read, and items of their counted events it lacks.
     pub seen_users: usize,
     pub unseen: u64,
+    /// Trending counts (10 a conversion, 1 a click) the counted events make, those the store
+    /// lacks and holds past them, and how many the kills may lose.
+    pub trending: i64,
+    pub trending_short: i64,
+    pub trending_past: i64,
+    pub trending_bound: i64,
     /// The first few of each kind of fault.
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
@@ -207,6 +224,14 @@ impl Checked {
             "unseen",
             format!("{} items of counted events not marked seen", self.unseen),
         );
+        check(
+            self.trending_past > 0 || self.trending_short > self.trending_bound,
+            "trending",
+            format!(
+                "trending counts {} short of the events' {} (the kills may lose {}) and {} past them",
+                self.trending_short, self.trending, self.trending_bound, self.trending_past
+            ),
+        );
         out
     }
 }
@@ -221,6 +246,7 @@ pub(super) async fn check(
     let counted = checked.events(&*store, reference).await?;
     checked.users = counted.len();
     checked.aggregates(&*store, reference, &counted).await?;
+    checked.trending(&*store, reference, &counted).await?;
     let engine = Engine::open(store.clone(), EngineConfig::default()).await?;
     checked
         .profiles(&*store, &engine, reference, &counted)
@@ -468,6 +494,75 @@ impl Checked {
         }
     }
 
+    /// The trending counters of the shop's index (table `trending`: per day and item, one
+    /// counter cell) against the counted events: never past them (an event counted twice), and
+    /// short of them by no more than the kills may lose (docs/API.md: a node's counts not yet
+    /// flushed, at most 5 s of them, and the events of a batch interrupted between storing and
+    /// counting them).
+    async fn trending(
+        &mut self,
+        store: &dyn Store,
+        reference: &Reference<'_>,
+        counted: &HashMap<u32, Vec<Sent>>,
+    ) -> anyhow::Result<()> {
+        let mut expected: HashMap<(i64, String), i64> = HashMap::new();
+        let mut events = 0i64;
+        for e in counted.values().flatten() {
+            events += 1;
+            let weight = TRENDING_WEIGHTS[e.kind as usize];
+            if weight > 0 {
+                *expected
+                    .entry((day_of(e.at), format!("i{}", e.item)))
+                    .or_default() += weight;
+            }
+        }
+        let index = keys::index(SHOP, super::INDEX);
+        let mut got: HashMap<(i64, String), i64> = HashMap::new();
+        let request = ReadRows::new(RowSet::prefix(index.clone()));
+        let mut rows = store.read_rows(TRENDING_TABLE, request).await?;
+        while let Some(row) = rows.next().await {
+            let row = row?;
+            let day = (row.key.len() == index.len() + 5)
+                .then(|| keys::trending_day_of(&row.key))
+                .flatten();
+            for cell in &row.cells {
+                let item = std::str::from_utf8(&cell.qualifier).ok();
+                let n = <[u8; 8]>::try_from(&cell.value[..])
+                    .ok()
+                    .map(i64::from_be_bytes);
+                match (day, item, n) {
+                    (Some(day), Some(item), Some(n)) => {
+                        *got.entry((day, item.to_owned())).or_default() += n
+                    }
+                    _ => {
+                        self.unreadable += 1;
+                        self.fault("unreadable", || format!("trending row {:?}", row.key));
+                    }
+                }
+            }
+        }
+        self.trending = expected.values().sum();
+        for (key, &n) in &got {
+            let e = expected.get(key).copied().unwrap_or(0);
+            if n > e {
+                self.trending_past += n - e;
+                self.fault("trending", || {
+                    format!("{} day {}: {n} where {e}", key.1, key.0)
+                });
+            }
+        }
+        for (key, &e) in &expected {
+            self.trending_short += (e - got.get(key).copied().unwrap_or(0)).max(0);
+        }
+        // A kill loses a flush period and a second of the traffic's counts, and the events in
+        // flight on the node, at the run's mean weight.
+        let secs = reference.traffic.as_secs_f64().max(1.0);
+        let per_kill = self.trending as f64 * (TRENDING_FLUSH_SECS + 1.0) / secs
+            + reference.in_flight as f64 * self.trending as f64 / events.max(1) as f64;
+        self.trending_bound = (reference.kills as f64 * per_kill).ceil() as i64;
+        Ok(())
+    }
+
     /// Every stored profile's user must have counted events; the compared ones (every heavy
     /// user and the bot, and the first light users) must score as the checker scores them.
     async fn profiles(
@@ -681,7 +776,7 @@ mod tests {
     }
 
     /// A store an engine wrote these events into, as a node does: the shop, its catalog and
-    /// strategy, the events in batches; once their intents are let go.
+    /// strategy, the events in batches; once their intents are let go, the node stopped.
     async fn shop(events: &[Sent]) -> Arc<MemStore> {
         let store = Arc::new(MemStore::new());
         let engine = Engine::open(store.clone(), EngineConfig::default())
@@ -714,6 +809,8 @@ mod tests {
                 .await
                 .unwrap();
             if left.is_empty() {
+                // A node's stop adds its trending counts to the store.
+                engine.shutdown().await.unwrap();
                 return store;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -732,6 +829,9 @@ mod tests {
             abandoned,
             scoring: SCORING,
             light_profiles: 100,
+            kills: 0,
+            traffic: std::time::Duration::from_secs(60),
+            in_flight: 0,
         };
         check(store.clone(), &reference).await.unwrap()
     }
@@ -805,8 +905,14 @@ mod tests {
                 "1 event rows of no event sent",
                 "per-day aggregates 0 counts short of the stored events and 3 past them",
                 "1 stored profiles of users without a counted event",
+                // A click: one trending count.
+                &format!(
+                    "trending counts 0 short of the events' {}",
+                    checked.trending
+                ),
             ]
         );
+        assert_eq!(checked.trending_past, 1);
     }
 
     #[tokio::test]
@@ -947,6 +1053,35 @@ mod tests {
             failed(&checked),
             ["1 stored profiles unlike the events' scores"]
         );
+    }
+
+    #[tokio::test]
+    async fn a_trending_count_past_the_events_or_lost_without_a_kill_fails_it() {
+        let events = sent(start(), 50);
+        let store = shop(&events).await;
+        let checked = checked(&store, &events, &[]).await;
+        assert!(
+            checked.trending > 0 && checked.trending_short == 0,
+            "{checked:?}"
+        );
+        let row = keys::trending(SHOP, super::super::INDEX, day_of(events[0].at), 3);
+        let rule =
+            penchant_store::ReadModifyWriteRule::increment("t", Bytes::from_static(b"i4"), 1);
+        store
+            .read_modify_write_row(TRENDING_TABLE, row, vec![rule])
+            .await
+            .unwrap();
+        let checked = self::checked(&store, &events, &[]).await;
+        assert_eq!((checked.trending_past, checked.trending_short), (1, 0));
+        assert_eq!(failed(&checked).len(), 1, "{:?}", checked.failures(true));
+        // Without a kill, no count may be lost.
+        store
+            .delete_prefix(TRENDING_TABLE, keys::index(SHOP, super::super::INDEX))
+            .await
+            .unwrap();
+        let checked = self::checked(&store, &events, &[]).await;
+        assert_eq!(checked.trending_short, checked.trending);
+        assert_eq!(failed(&checked).len(), 1, "{:?}", checked.failures(true));
     }
 
     /// The checker's scores are the documented formula's, worked by hand.

@@ -55,6 +55,8 @@ const BRANDS: u32 = 50;
 const CATEGORIES: u32 = 20;
 /// Events per request of tenant A.
 const BATCH: usize = 250;
+/// Tenant A's writers, each with one batch in flight (two, when sent twice at once).
+const WRITERS: usize = 4;
 /// How long after a restart answers a failure may still be the restart's.
 const GRACE: Duration = Duration::from_secs(3);
 /// What a refused body's request reads as when the connection closed while it was sent.
@@ -66,6 +68,9 @@ const TIMED_OUT: &str = "timed out";
 const NOT_CONNECTED: &str = "not connected";
 /// A's readers and B's attacker alternate in slices this long (B on in odd ones).
 const SLICE: Duration = Duration::from_secs(10);
+/// The rate-limited key's queries an hour from one address (each node counts its own, from its
+/// start).
+const RATE_LIMIT: u64 = 50;
 /// How long after its last kill the nodes' own repair has finished what it left: alone on the
 /// embedded store (the dead node's 10-second lease, then a round), and sharing a store (a batch
 /// is taken for interrupted at a minute old, in rounds every 5 s).
@@ -311,12 +316,12 @@ struct Nodes(Vec<Node>);
 impl Nodes {
     /// The base URL of the node a request numbered `n` goes to (a load balancer's turn).
     fn url(&self, n: usize) -> String {
-        self.0[n % self.0.len()].url()
+        self.pick(n).url()
     }
 
-    /// Whether `[from, to]` meets a restart window of any node.
-    fn in_window(&self, from: Instant, to: Instant) -> bool {
-        self.0.iter().any(|n| n.in_window(from, to))
+    /// The node a request numbered `n` goes to.
+    fn pick(&self, n: usize) -> &Node {
+        &self.0[n % self.0.len()]
     }
 
     fn kills(&self) -> u64 {
@@ -361,6 +366,8 @@ struct Class {
     ok: u64,
     expected_4xx: u64,
     unexpected_4xx: u64,
+    /// Answers by 4xx status.
+    statuses: BTreeMap<u16, u64>,
     failed_in_window: u64,
     failed_outside: u64,
     /// Outside restart windows, no answer within the client's timeout (not a 5xx: reported,
@@ -401,11 +408,11 @@ impl Seen {
         (at.duration_since(self.started).as_secs_f64() / SLICE.as_secs_f64()) as u64 % 2 == 1
     }
 
-    /// Record a request of `class` sent at `from`: `expected` says whether a 4xx was what it
-    /// asked for.
+    /// Record a request of `class` sent to `node` at `from`: `expected` says whether a 4xx was
+    /// what it asked for. Only a restart of that node excuses a failure.
     fn record(
         &self,
-        node: &Nodes,
+        node: &Node,
         class: &'static str,
         from: Instant,
         outcome: &Outcome,
@@ -421,6 +428,7 @@ impl Seen {
                 true
             }
             Outcome::Client(status, body) => {
+                *c.statuses.entry(*status).or_default() += 1;
                 if expected {
                     c.expected_4xx += 1;
                 } else {
@@ -658,8 +666,9 @@ async fn writer(ctx: Arc<Ctx>, sending: Sending, seed: u64, clock: Arc<AtomicI64
         let acknowledged = loop {
             // A retry goes to the next node, as a load balancer would send it.
             let turn = seed as usize + attempt;
-            let url = format!("{}/1/events", ctx.node.url(turn));
-            let other = format!("{}/1/events", ctx.node.url(turn + 1));
+            let (node, other) = (ctx.node.pick(turn), ctx.node.pick(turn + 1));
+            let url = format!("{}/1/events", node.url());
+            let other_url = format!("{}/1/events", other.url());
             let creds = (SHOP, ctx.shop_key.as_str());
             let from = Instant::now();
             let at_once = attempt == 0 && rng.random_bool(twice);
@@ -677,20 +686,22 @@ async fn writer(ctx: Arc<Ctx>, sending: Sending, seed: u64, clock: Arc<AtomicI64
                     call(
                         &second,
                         reqwest::Method::POST,
-                        &other,
+                        &other_url,
                         creds,
                         Some(body.clone()),
                         &[]
                     ),
                 );
-                // Acknowledged if either was; both are requests of their own.
-                ctx.seen.record(&ctx.node, "A events", from, &b, false);
+                // Acknowledged if either was; both are requests of their own, and a failure of
+                // one is one whatever the other's answer.
+                ctx.seen.record(node, "A events", from, &a, false);
+                ctx.seen.record(other, "A events", from, &b, false);
                 match (a, b) {
                     (Outcome::Ok(v), _) | (_, Outcome::Ok(v)) => Outcome::Ok(v),
                     (a, _) => a,
                 }
             } else {
-                call(
+                let outcome = call(
                     &first,
                     reqwest::Method::POST,
                     &url,
@@ -698,10 +709,10 @@ async fn writer(ctx: Arc<Ctx>, sending: Sending, seed: u64, clock: Arc<AtomicI64
                     Some(body.clone()),
                     &[],
                 )
-                .await
+                .await;
+                ctx.seen.record(node, "A events", from, &outcome, false);
+                outcome
             };
-            ctx.seen
-                .record(&ctx.node, "A events", from, &outcome, false);
             match outcome {
                 Outcome::Ok(_) => break true,
                 // Counted as unexpected; nothing of it was stored.
@@ -778,15 +789,15 @@ async fn reader(ctx: Arc<Ctx>, seed: u64) {
         };
         let token = user_token(ctx.shape.users, user);
         let item = format!("i{}", rng.random_range(0..ctx.shape.items.min(1000)));
-        let base = ctx.node.url(n);
+        let node = ctx.node.pick(n);
+        let base = node.url();
         let creds = (SHOP, ctx.shop_key.as_str());
         let from = Instant::now();
         match n % 3 {
             0 => {
                 let url = format!("{base}/1/profiles/personalization/{token}");
                 let outcome = call(&http, reqwest::Method::GET, &url, creds, None, &[]).await;
-                ctx.seen
-                    .record(&ctx.node, "A profile", from, &outcome, false);
+                ctx.seen.record(node, "A profile", from, &outcome, false);
             }
             1 => {
                 let model = models[n / 3 % models.len()];
@@ -803,8 +814,7 @@ async fn reader(ctx: Arc<Ctx>, seed: u64) {
                 let url = format!("{base}/1/indexes/*/recommendations");
                 let outcome =
                     call(&http, reqwest::Method::POST, &url, creds, Some(body), &[]).await;
-                ctx.seen
-                    .record(&ctx.node, "A recommend", from, &outcome, false);
+                ctx.seen.record(node, "A recommend", from, &outcome, false);
             }
             _ => {
                 let hits: Vec<Value> = (0..20)
@@ -817,8 +827,7 @@ async fn reader(ctx: Arc<Ctx>, seed: u64) {
                 let url = format!("{base}/1/indexes/{INDEX}/rerank");
                 let outcome =
                     call(&http, reqwest::Method::POST, &url, creds, Some(body), &[]).await;
-                ctx.seen
-                    .record(&ctx.node, "A rerank", from, &outcome, false);
+                ctx.seen.record(node, "A rerank", from, &outcome, false);
             }
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -846,12 +855,12 @@ async fn catalog_updates(ctx: Arc<Ctx>, seed: u64) {
                 "brand": "new", "category": "new", "price": 1}})
         }));
         let body = serde_json::to_vec(&json!({ "requests": requests })).expect("JSON");
-        let url = format!("{}/1/indexes/{INDEX}/batch", ctx.node.url(round as usize));
+        let node = ctx.node.pick(round as usize);
+        let url = format!("{}/1/indexes/{INDEX}/batch", node.url());
         let from = Instant::now();
         let creds = (SHOP, ctx.shop_key.as_str());
         let outcome = call(&http, reqwest::Method::POST, &url, creds, Some(body), &[]).await;
-        ctx.seen
-            .record(&ctx.node, "A catalog", from, &outcome, false);
+        ctx.seen.record(node, "A catalog", from, &outcome, false);
     }
 }
 
@@ -876,7 +885,8 @@ async fn attacker(ctx: Arc<Ctx>, shop_user: String) {
             continue;
         }
         n += 1;
-        let base = ctx.node.url(n);
+        let node = ctx.node.pick(n);
+        let base = node.url();
         let b = (HOSTILE, ctx.hostile_key.as_str());
         let from = Instant::now();
         let get = reqwest::Method::GET;
@@ -992,7 +1002,7 @@ async fn attacker(ctx: Arc<Ctx>, shop_user: String) {
             }
             (Outcome::Failed(_), _) => false,
         };
-        ctx.seen.record(&ctx.node, class, from, &outcome, expected);
+        ctx.seen.record(node, class, from, &outcome, expected);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -1126,8 +1136,9 @@ async fn setup(node: &Nodes, shape: Shape) -> anyhow::Result<(String, String, St
         Outcome::Client(s, b) => Err(anyhow::anyhow!("{what}: {s} {b}")),
         Outcome::Failed(e) => Err(anyhow::anyhow!("{what}: {e}")),
     };
-    let body =
-        serde_json::to_vec(&json!({"acl": ["recommendation"], "maxQueriesPerIPPerHour": 50}))?;
+    let body = serde_json::to_vec(
+        &json!({"acl": ["recommendation"], "maxQueriesPerIPPerHour": RATE_LIMIT}),
+    )?;
     let limited = ok(
         "a rate-limited key",
         call(
@@ -1296,7 +1307,6 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
         .as_millis() as i64;
     // Every event its own millisecond, from two hours ago on (3.6M events fit in an hour).
     let clock = Arc::new(AtomicI64::new(now_ms - 2 * 3_600_000));
-    const WRITERS: usize = 4;
     let mut tasks = Vec::new();
     for w in 0..WRITERS {
         let sending = Sending {
@@ -1426,6 +1436,9 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
             None => FIRST_STRATEGY,
         },
         light_profiles: args.profiles_checked,
+        kills: node.kills(),
+        traffic: args.duration,
+        in_flight: (WRITERS * 2 * BATCH) as u64,
     };
     let check = check::check(store, &reference).await?;
     let restored = match &backup {
@@ -1493,6 +1506,14 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
     row(
         "profiles of users without a counted event",
         Cell::int(check.phantom_profiles as f64),
+    );
+    row(
+        "trending counts of the events / short (the kills may lose) / past",
+        format!(
+            "{} / {} ({}) / {}",
+            check.trending, check.trending_short, check.trending_bound, check.trending_past
+        )
+        .into(),
     );
     row("nodes", Cell::int(node.0.len() as f64));
     let timed_out: u64 = seen
@@ -1698,6 +1719,20 @@ async fn soak(args: SoakBenchArgs, report: &mut Report) -> anyhow::Result<()> {
                 c.timed_out_outside,
                 c.unexpected_4xx,
                 c.examples.join("; ")
+            ));
+        }
+    }
+    // Each node lifetime answers the rate-limited key's first queries (404: no such user), then
+    // 429s only.
+    if let Some(c) = classes.get("B rate-limited key") {
+        let allowed = RATE_LIMIT * (node.0.len() as u64 + node.kills());
+        let answered = c.statuses.get(&404).copied().unwrap_or(0);
+        let limited = c.statuses.get(&429).copied().unwrap_or(0);
+        if answered > allowed || (answered + limited > allowed && limited == 0) {
+            failures.push(format!(
+                "the key limited to {RATE_LIMIT} queries an hour was answered {answered} times \
+                 and refused {limited} over {} node lifetimes",
+                node.0.len() as u64 + node.kills()
             ));
         }
     }
